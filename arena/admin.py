@@ -1,0 +1,137 @@
+"""Staff administration: providers and models editable; battles and votes read-only."""
+
+from typing import Any
+
+from django.contrib import admin
+from django.db import models
+from django.db.models import Q
+from django.http import HttpRequest
+
+from arena.models import (
+    ArenaModel,
+    Battle,
+    BattleMessage,
+    Completion,
+    Prompt,
+    Provider,
+    TermsAcceptance,
+    Vote,
+)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Records of what happened: visible and searchable, never edited or deleted here."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Provider)
+class ProviderAdmin(admin.ModelAdmin):
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+    list_display = ["name", "base_url", "api_key_env", "connect_timeout", "read_timeout"]
+    search_fields = ["name", "base_url"]
+
+
+@admin.register(ArenaModel)
+class ArenaModelAdmin(admin.ModelAdmin):
+    list_display = [
+        "slug",
+        "display_name",
+        "organization",
+        "provider",
+        "upstream_model_id",
+        "sampling_weight",
+        "is_active",
+        "is_public",
+    ]
+    list_filter = ["is_active", "is_public", "provider", "organization"]
+    list_editable = ["sampling_weight", "is_active"]
+    search_fields = ["slug", "display_name", "organization", "upstream_model_id"]
+    prepopulated_fields = {"slug": ("display_name",)}
+    actions = ["deactivate"]
+
+    @admin.action(description="Deactivate selected models (they keep their history)")
+    def deactivate(self, request: HttpRequest, queryset: Any) -> None:
+        queryset.update(is_active=False)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A model with battles is deactivated, never deleted (the foreign keys also protect it).
+        if obj is not None and Battle.objects.filter(Q(model_a=obj) | Q(model_b=obj)).exists():
+            return False
+        return super().has_delete_permission(request, obj)
+
+
+@admin.register(Prompt)
+class PromptAdmin(admin.ModelAdmin):
+    list_display = ["id", "__str__", "category", "language", "source", "created_at"]
+    list_filter = ["category", "language", "source"]
+    search_fields = ["turns", "external_id"]
+
+
+@admin.register(Completion)
+class CompletionAdmin(admin.ModelAdmin):
+    list_display = ["id", "model", "prompt", "source", "created_at"]
+    list_filter = ["source", "model"]
+    search_fields = ["model__slug", "turns"]
+    raw_id_fields = ["prompt"]
+
+
+class BattleMessageInline(admin.TabularInline):
+    model = BattleMessage
+    extra = 0
+    can_delete = False
+    fields = [
+        "turn",
+        "side",
+        "status",
+        "user_content",
+        "content",
+        "token_count",
+        "time_to_first_token_ms",
+        "latency_ms",
+        "finish_reason",
+        "error",
+        "superseded_at",
+    ]
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Battle)
+class BattleAdmin(ReadOnlyAdmin):
+    list_display = ["id", "created_at", "mode", "source", "state", "model_a", "model_b"]
+    list_filter = ["mode", "source", "state", "model_a", "model_b"]
+    search_fields = ["id", "model_a__slug", "model_b__slug", "session_key"]
+    date_hierarchy = "created_at"
+    inlines = [BattleMessageInline]
+
+
+@admin.register(Vote)
+class VoteAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "created_at",
+        "winner",
+        "battle",
+        "voter_id",
+        "user_agent_class",
+        "flagged",
+    ]
+    list_filter = ["winner", "flagged", "user_agent_class", "battle__mode", "battle__source"]
+    search_fields = ["battle__id", "voter_id", "battle__model_a__slug", "battle__model_b__slug"]
+    date_hierarchy = "created_at"
+
+
+@admin.register(TermsAcceptance)
+class TermsAcceptanceAdmin(ReadOnlyAdmin):
+    list_display = ["voter_id", "terms_version", "accepted_at"]
+    search_fields = ["voter_id"]

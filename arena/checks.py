@@ -1,0 +1,42 @@
+"""System checks that refuse unsafe production combinations."""
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Error, register
+
+
+@register()
+def production_safety(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    if not getattr(settings, "ARENA_PRODUCTION", False):
+        return []
+    errors = []
+    layer = settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND", "")
+    if layer.endswith("InMemoryChannelLayer"):
+        errors.append(
+            Error(
+                "The in-memory channel layer cannot be used in production.",
+                hint="Set REDIS_URL so channels-redis is used.",
+                id="arena.E001",
+            )
+        )
+    cache = settings.CACHES.get("default", {}).get("BACKEND", "")
+    if settings.RATELIMIT_ENABLE and cache.endswith(("LocMemCache", "DummyCache")):
+        errors.append(
+            Error(
+                "Rate limits need a shared cache; a per-process cache lets each worker count alone.",
+                hint="Set REDIS_URL so the Redis cache is used.",
+                id="arena.E002",
+            )
+        )
+    if settings.DEBUG:
+        errors.append(Error("DEBUG must be off in production.", id="arena.E003"))
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        errors.append(
+            Error(
+                "Celery tasks must not run eagerly in production.",
+                hint="Unset CELERY_TASK_ALWAYS_EAGER.",
+                id="arena.E004",
+            )
+        )
+    return errors

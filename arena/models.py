@@ -1,0 +1,280 @@
+"""The battle side's data: providers and models, the prompt pool, battles, their messages, votes.
+
+Business rules live in ``arena.services``; these classes hold data and database constraints only.
+"""
+
+import uuid
+
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+
+ENV_VAR_NAME = RegexValidator(
+    r"^[A-Za-z_][A-Za-z0-9_]*$", "An environment variable name: letters, digits and _."
+)
+
+
+class Provider(models.Model):
+    """An OpenAI-compatible endpoint. Its API key is read from the environment variable it names;
+    keys are never stored in the database."""
+
+    name = models.CharField(max_length=100, unique=True)
+    base_url = models.URLField(max_length=500, help_text="e.g. https://api.openai.com/v1")
+    api_key_env = models.CharField(
+        "API key environment variable",
+        max_length=100,
+        blank=True,
+        validators=[ENV_VAR_NAME],
+        help_text="Name of the environment variable holding the key (not the key itself).",
+    )
+    connect_timeout = models.FloatField(default=10.0, validators=[MinValueValidator(0.1)])
+    read_timeout = models.FloatField(default=60.0, validators=[MinValueValidator(0.1)])
+    max_retries = models.PositiveSmallIntegerField(
+        default=2, help_text="Retries for connection failures before the first token only."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ArenaModel(models.Model):
+    """A model that takes part in battles. A pool-only model has no provider."""
+
+    slug = models.SlugField(max_length=100, unique=True)
+    display_name = models.CharField(max_length=200)
+    organization = models.CharField(max_length=200, blank=True)
+    license = models.CharField(max_length=100, blank=True)
+    provider = models.ForeignKey(
+        Provider, null=True, blank=True, on_delete=models.PROTECT, related_name="models"
+    )
+    upstream_model_id = models.CharField(
+        max_length=200, blank=True, help_text="The model name the provider's API expects."
+    )
+    generation_params = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='e.g. {"temperature": 0.7, "max_tokens": 1024, "top_p": 1.0}',
+    )
+    system_prompt = models.TextField(blank=True)
+    sampling_weight = models.FloatField(default=1.0, validators=[MinValueValidator(0.0)])
+    is_active = models.BooleanField(default=True)
+    is_public = models.BooleanField(
+        default=True, help_text="Shown on the leaderboard and in named mode."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["display_name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(sampling_weight__gte=0), name="arenamodel_weight_nonnegative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.display_name
+
+    @property
+    def is_live(self) -> bool:
+        return self.provider_id is not None and bool(self.upstream_model_id)
+
+
+class Prompt(models.Model):
+    """A conversation's user turns, from the pool or typed by a visitor."""
+
+    turns = models.JSONField(help_text="List of user turns (strings).")
+    category = models.CharField(max_length=100, blank=True, db_index=True)
+    language = models.CharField(max_length=20, blank=True, default="en")
+    source = models.CharField(max_length=100, help_text="e.g. mt_bench, user, import:<file>")
+    external_id = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "external_id"],
+                condition=~Q(external_id=""),
+                name="prompt_unique_external_id",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        first = self.turns[0] if self.turns else ""
+        return first[:80]
+
+
+class Completion(models.Model):
+    """A model's answers to every turn of a prompt."""
+
+    class Source(models.TextChoices):
+        POOL = "pool", "Pool"
+        LIVE = "live", "Live"
+        SUBMITTED = "submitted", "Submitted"
+
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="completions")
+    model = models.ForeignKey(ArenaModel, on_delete=models.PROTECT, related_name="completions")
+    turns = models.JSONField(help_text="List of assistant turns (strings).")
+    source = models.CharField(max_length=20, choices=Source.choices, default=Source.POOL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["prompt", "model"],
+                condition=Q(source="pool"),
+                name="completion_one_pool_answer_per_model",
+            ),
+        ]
+        indexes = [models.Index(fields=["model", "source"])]
+
+    def __str__(self) -> str:
+        return f"{self.model} on prompt {self.prompt_id}"
+
+
+class Battle(models.Model):
+    """Two models answering the same prompt, shown side by side."""
+
+    class Mode(models.TextChoices):
+        ANONYMOUS = "anonymous", "Anonymous"
+        NAMED = "named", "Named (side by side)"
+
+    class Source(models.TextChoices):
+        POOL = "pool", "Pool"
+        LIVE = "live", "Live"
+        IMPORT = "import", "Imported"
+
+    class State(models.TextChoices):
+        STREAMING = "streaming", "Streaming"
+        READY = "ready", "Ready to vote"
+        VOTED = "voted", "Voted"
+        ABORTED = "aborted", "Aborted"
+        ERRORED = "errored", "Errored"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    mode = models.CharField(max_length=20, choices=Mode.choices, default=Mode.ANONYMOUS)
+    source = models.CharField(max_length=20, choices=Source.choices)
+    model_a = models.ForeignKey(ArenaModel, on_delete=models.PROTECT, related_name="+")
+    model_b = models.ForeignKey(ArenaModel, on_delete=models.PROTECT, related_name="+")
+    prompt = models.ForeignKey(
+        Prompt, null=True, blank=True, on_delete=models.PROTECT, related_name="battles"
+    )
+    session_key = models.CharField(max_length=64, db_index=True, blank=True)
+    state = models.CharField(max_length=20, choices=State.choices, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(model_a=models.F("model_b")), name="battle_two_different_models"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Battle {self.id}"
+
+
+class BattleMessage(models.Model):
+    """One side's answer to one user turn of a battle."""
+
+    class Side(models.TextChoices):
+        A = "a", "A"
+        B = "b", "B"
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        STREAMING = "streaming", "Streaming"
+        DONE = "done", "Done"
+        ABORTED = "aborted", "Aborted"
+        ERROR = "error", "Error"
+
+    battle = models.ForeignKey(Battle, on_delete=models.CASCADE, related_name="messages")
+    side = models.CharField(max_length=1, choices=Side.choices)
+    turn = models.PositiveSmallIntegerField(help_text="0-based user turn this answers.")
+    user_content = models.TextField()
+    content = models.TextField(blank=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.DONE)
+    token_count = models.PositiveIntegerField(null=True, blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    time_to_first_token_ms = models.PositiveIntegerField(null=True, blank=True)
+    latency_ms = models.PositiveIntegerField(null=True, blank=True, help_text="Total time.")
+    finish_reason = models.CharField(max_length=40, blank=True)
+    error = models.TextField(blank=True)
+    # A regenerated answer supersedes the earlier one, which stays on record.
+    superseded_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["turn", "side", "created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["battle", "side", "turn"],
+                condition=Q(superseded_at__isnull=True),
+                name="battlemessage_one_current_per_side_turn",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.battle_id} turn {self.turn} side {self.side}"
+
+
+class Vote(models.Model):
+    """A visitor's verdict on a battle. One per battle; votes are never deleted."""
+
+    class Winner(models.TextChoices):
+        MODEL_A = "model_a", "A is better"
+        MODEL_B = "model_b", "B is better"
+        TIE = "tie", "Tie"
+        BOTH_BAD = "tie (bothbad)", "Both are bad"
+
+    battle = models.OneToOneField(Battle, on_delete=models.PROTECT, related_name="vote")
+    winner = models.CharField(max_length=20, choices=Winner.choices)
+    voter_id = models.CharField(max_length=64, db_index=True, help_text="Pseudonymous.")
+    ip_hash = models.CharField(max_length=64, blank=True, help_text="Salted hash; never the IP.")
+    user_agent_class = models.CharField(max_length=20, blank=True)
+    flagged = models.BooleanField(default=False, db_index=True)
+    flags = models.JSONField(default=list, blank=True)
+    style = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Style counts of both sides at vote time, as public-arena conv_metadata.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(winner__in=["model_a", "model_b", "tie", "tie (bothbad)"]),
+                name="vote_winner_in_vocabulary",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.winner} on {self.battle_id}"
+
+
+class TermsAcceptance(models.Model):
+    """A visitor's acceptance of the terms (votes and prompts may be published)."""
+
+    voter_id = models.CharField(max_length=64, db_index=True)
+    terms_version = models.CharField(max_length=40)
+    ip_hash = models.CharField(max_length=64, blank=True)
+    accepted_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["voter_id", "terms_version"], name="terms_once_per_voter_and_version"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.voter_id} accepted {self.terms_version}"

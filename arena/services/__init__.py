@@ -1,0 +1,1 @@
+"""Every write the arena makes goes through a function in this package."""

@@ -1,0 +1,102 @@
+"""Recording a visitor's vote."""
+
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from ratings.style import conv_metadata
+
+from arena.errors import ArenaError, not_found
+from arena.models import Battle, BattleMessage, Vote
+from arena.selectors import terms_accepted
+from arena.services.identity import ip_hash, user_agent_class
+from arena.signals import vote_recorded
+
+WINNERS = frozenset(Vote.Winner.values)
+
+
+def _parse_battle_id(battle_id: object) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(battle_id))
+    except ValueError:
+        raise not_found("Battle") from None
+
+
+def vote_record(
+    *,
+    battle_id: object,
+    session_key: str,
+    voter_id: str,
+    winner: object,
+    ip: str | None = None,
+    user_agent: str | None = None,
+) -> Vote:
+    """Record the one vote a battle gets, from the session it was served to.
+
+    The battle row is locked for the duration, so a double submission sees the first vote; the
+    one-vote-per-battle constraint backs this up. The style counts of both sides are computed
+    from the answers shown, and downstream listeners hear of the vote only after commit.
+    """
+    if not isinstance(winner, str) or winner not in WINNERS:
+        raise ArenaError(
+            "invalid",
+            f"winner must be one of {', '.join(sorted(WINNERS))}.",
+            field="winner",
+        )
+    pk = _parse_battle_id(battle_id)
+    try:
+        with transaction.atomic():
+            battle = Battle.objects.select_for_update().filter(pk=pk).first()
+            if battle is None:
+                raise not_found("Battle")
+            if not session_key or battle.session_key != session_key:
+                raise ArenaError(
+                    "forbidden", "This battle was served to another session.", status=403
+                )
+            if battle.state == Battle.State.VOTED or Vote.objects.filter(battle=battle).exists():
+                raise ArenaError("already_voted", "This battle already has a vote.", status=409)
+            if battle.state != Battle.State.READY:
+                raise ArenaError(
+                    "not_votable",
+                    f"This battle cannot be voted on (it is {battle.get_state_display().lower()}).",
+                    status=409,
+                )
+            if not terms_accepted(voter_id=voter_id):
+                raise ArenaError(
+                    "terms_required", "Accept the terms before voting.", status=403, field="terms"
+                )
+            messages = list(battle.messages.filter(superseded_at__isnull=True).order_by("turn"))
+            a_texts = [m.content for m in messages if m.side == BattleMessage.Side.A]
+            b_texts = [m.content for m in messages if m.side == BattleMessage.Side.B]
+            flags = _flags(battle=battle, user_agent=user_agent)
+            vote = Vote.objects.create(
+                battle=battle,
+                winner=winner,
+                voter_id=voter_id,
+                ip_hash=ip_hash(ip),
+                user_agent_class=user_agent_class(user_agent),
+                flagged=bool(flags),
+                flags=flags,
+                style=conv_metadata(a_texts, b_texts),
+            )
+            battle.state = Battle.State.VOTED
+            battle.save(update_fields=["state", "updated_at"])
+            transaction.on_commit(
+                lambda: vote_recorded.send(sender=Vote, vote_id=vote.pk, battle_id=battle.pk)
+            )
+    except IntegrityError:
+        raise ArenaError("already_voted", "This battle already has a vote.", status=409) from None
+    return vote
+
+
+def _flags(*, battle: Battle, user_agent: str | None) -> list[str]:
+    """Reasons to keep a vote out of the leaderboard while keeping it on record."""
+    flags = []
+    min_seconds = settings.ARENA_MIN_VOTE_SECONDS
+    if min_seconds and timezone.now() - battle.updated_at < timedelta(seconds=min_seconds):
+        flags.append("too_fast")
+    if user_agent_class(user_agent) == "bot":
+        flags.append("bot_user_agent")
+    return flags

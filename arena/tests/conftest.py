@@ -1,0 +1,22 @@
+import pytest
+from django.test import Client
+
+from arena.api import VOTER_SESSION_KEY
+from arena.services.terms import terms_accept
+
+
+@pytest.fixture
+def visitor(db) -> Client:
+    """A browser-like client that has opened the battle page and accepted the terms."""
+    client = Client(HTTP_USER_AGENT="Mozilla/5.0 (X11; Linux x86_64) Test")
+    client.get("/")
+    terms_accept(voter_id=client.session[VOTER_SESSION_KEY])
+    return client
+
+
+@pytest.fixture
+def other_visitor(db) -> Client:
+    client = Client(HTTP_USER_AGENT="Mozilla/5.0 (X11; Linux x86_64) Other")
+    client.get("/")
+    terms_accept(voter_id=client.session[VOTER_SESSION_KEY])
+    return client

@@ -1,0 +1,91 @@
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from arena.models import ArenaModel, Completion, Prompt
+
+pytestmark = pytest.mark.django_db
+
+
+def write_pool(tmp_path, rows):
+    path = tmp_path / "pool.jsonl"
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+GOOD = [
+    {
+        "prompt": ["Write a haiku.", "Now in French."],
+        "model": "my-model-7b",
+        "completion": ["Leaves fall...", "Les feuilles..."],
+        "category": "writing",
+        "prompt_id": "q1",
+    },
+    {
+        "prompt": ["Write a haiku.", "Now in French."],
+        "model": "other-model",
+        "completion": ["Snow...", "Neige..."],
+        "category": "writing",
+        "prompt_id": "q1",
+    },
+    {"prompt": "What is 2+2?", "model": "my-model-7b", "completion": "4"},
+]
+
+
+def test_import_pool_creates_prompts_models_and_completions(tmp_path):
+    call_command("import_pool", str(write_pool(tmp_path, GOOD)))
+    assert Prompt.objects.count() == 2
+    assert set(ArenaModel.objects.values_list("slug", flat=True)) == {"my-model-7b", "other-model"}
+    haiku = Prompt.objects.get(external_id="q1")
+    assert haiku.turns == ["Write a haiku.", "Now in French."] and haiku.category == "writing"
+    assert Completion.objects.get(prompt=haiku, model__slug="other-model").turns == [
+        "Snow...",
+        "Neige...",
+    ]
+
+
+def test_importing_the_same_file_twice_changes_nothing(tmp_path):
+    path = write_pool(tmp_path, GOOD)
+    call_command("import_pool", str(path))
+    call_command("import_pool", str(path))
+    assert (Prompt.objects.count(), Completion.objects.count(), ArenaModel.objects.count()) == (
+        2,
+        3,
+        2,
+    )
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "expected"),
+    [
+        ("{not json", "line 3: not valid JSON"),
+        (json.dumps({"model": "m", "completion": "x"}), "line 3: missing 'prompt'"),
+        (
+            json.dumps({"prompt": ["a", "b"], "model": "m", "completion": ["x"]}),
+            "line 3: 'completion' has 1 turns",
+        ),
+        (json.dumps({"prompt": "", "model": "m", "completion": "x"}), "line 3: 'prompt' must be"),
+        (json.dumps({"prompt": "a", "model": 5, "completion": "x"}), "line 3: 'model'"),
+        (json.dumps(["a list"]), "line 3: expected a JSON object"),
+    ],
+)
+def test_malformed_line_is_reported_by_number_and_nothing_is_imported(tmp_path, bad_line, expected):
+    path = write_pool(tmp_path, [GOOD[0], GOOD[1], bad_line, GOOD[2]])
+    with pytest.raises(CommandError, match=expected):
+        call_command("import_pool", str(path))
+    assert not Prompt.objects.exists()
+    assert not Completion.objects.exists()
+    assert not ArenaModel.objects.exists()
+
+
+def test_conflicting_prompt_ids_roll_back_the_whole_file(tmp_path):
+    conflicting = dict(GOOD[1], prompt=["Another prompt.", "x"])
+    with pytest.raises(CommandError, match="line 2: prompt_id 'q1'"):
+        call_command("import_pool", str(write_pool(tmp_path, [GOOD[0], conflicting])))
+    assert not Prompt.objects.exists() and not ArenaModel.objects.exists()
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(CommandError, match="cannot read"):
+        call_command("import_pool", str(tmp_path / "nope.jsonl"))

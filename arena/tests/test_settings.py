@@ -1,0 +1,118 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.checks import run_checks
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+
+
+def import_production_settings(**env):
+    clean = {
+        k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_", "REDIS_"))
+    }
+    clean.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", "import config.settings.production"],
+        cwd=BASE_DIR,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_production_settings_refuse_to_start_naming_everything_missing():
+    result = import_production_settings()
+    assert result.returncode != 0
+    for name in ["DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL"]:
+        assert name in result.stderr
+
+
+def test_production_settings_refuse_sqlite():
+    result = import_production_settings(
+        DJANGO_SECRET_KEY="x" * 50,
+        DJANGO_ALLOWED_HOSTS="arena.example",
+        REDIS_URL="redis://r:6379/0",
+        DATABASE_URL="sqlite:////tmp/x.sqlite3",
+    )
+    assert (
+        result.returncode != 0
+        and "DATABASE_URL" in result.stderr
+        and "REDIS_URL" not in result.stderr
+    )
+
+
+def test_production_settings_load_with_everything_set():
+    result = import_production_settings(
+        DJANGO_SECRET_KEY="x" * 50,
+        DJANGO_ALLOWED_HOSTS="arena.example",
+        DATABASE_URL="postgres://u@db:5432/arena",
+        REDIS_URL="redis://r:6379/0",
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "check_id"),
+    [
+        (
+            {"CHANNEL_LAYERS": {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}},
+            "arena.E001",
+        ),
+        (
+            {
+                "CACHES": {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
+                "RATELIMIT_ENABLE": True,
+            },
+            "arena.E002",
+        ),
+        ({"DEBUG": True}, "arena.E003"),
+        ({"CELERY_TASK_ALWAYS_EAGER": True}, "arena.E004"),
+    ],
+)
+def test_system_checks_refuse_unsafe_production_combinations(settings, override, check_id):
+    settings.ARENA_PRODUCTION = True
+    settings.DEBUG = False
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    settings.RATELIMIT_ENABLE = False
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer"}}
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://x",
+        }
+    }
+    assert not [e for e in run_checks() if e.id.startswith("arena.")]
+    for key, value in override.items():
+        setattr(settings, key, value)
+    assert check_id in {e.id for e in run_checks()}
+
+
+def test_local_defaults_need_no_services(settings):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='config.settings.local'; django.setup();"
+                "from django.conf import settings as s;"
+                "print(s.DATABASES['default']['ENGINE'], s.CHANNEL_LAYERS['default']['BACKEND'],"
+                " s.CACHES['default']['BACKEND'], s.CELERY_TASK_ALWAYS_EAGER)"
+            ),
+        ],
+        cwd=BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [
+        "django.db.backends.sqlite3",
+        "channels.layers.InMemoryChannelLayer",
+        "django.core.cache.backends.locmem.LocMemCache",
+        "True",
+    ]

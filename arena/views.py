@@ -1,0 +1,100 @@
+"""HTTP views: thin wrappers that parse input, call one service and shape the output."""
+
+import uuid
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.csrf import ensure_csrf_cookie
+from django.views.decorators.http import require_GET, require_POST
+from django_ratelimit.decorators import ratelimit
+
+from arena.api import api_view, client_ip, json_body, session_identity
+from arena.errors import ArenaError, not_found
+from arena.models import Battle
+from arena.selectors import battle_payload, terms_accepted
+from arena.services.battles import battle_start_pool
+from arena.services.terms import terms_accept
+from arena.services.votes import vote_record
+
+
+def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
+    return JsonResponse(
+        {"error": {"code": "rate_limited", "message": "Too many requests; slow down."}},
+        status=429,
+    )
+
+
+@require_GET
+@ensure_csrf_cookie
+def battle_page(request: HttpRequest) -> HttpResponse:
+    _, voter_id = session_identity(request)
+    return render(
+        request,
+        "arena/battle.html",
+        {
+            "terms_accepted": terms_accepted(voter_id=voter_id),
+            "terms_version": settings.ARENA_TERMS_VERSION,
+        },
+    )
+
+
+@require_POST
+@ratelimit(key="ip", rate=lambda group, request: settings.ARENA_RATELIMIT_BATTLES, block=True)
+@api_view
+def battle_create(request: HttpRequest) -> tuple[dict, int]:
+    session_key, _ = session_identity(request)
+    battle = battle_start_pool(session_key=session_key)
+    return battle_payload(battle=battle), 201
+
+
+@require_GET
+@api_view
+def battle_detail(request: HttpRequest, battle_id: str) -> dict:
+    session_key, _ = session_identity(request)
+    try:
+        pk = uuid.UUID(battle_id)
+    except ValueError:
+        raise not_found("Battle") from None
+    battle = (
+        Battle.objects.select_related("model_a", "model_b")
+        .filter(pk=pk, session_key=session_key)
+        .first()
+    )
+    if battle is None:  # another session's battle is as good as unknown to this one
+        raise not_found("Battle")
+    return battle_payload(battle=battle)
+
+
+@require_POST
+@ratelimit(key="ip", rate=lambda group, request: settings.ARENA_RATELIMIT_VOTES, block=True)
+@api_view
+def vote_create(request: HttpRequest, battle_id: str) -> tuple[dict, int]:
+    body = json_body(request)
+    session_key, voter_id = session_identity(request)
+    vote = vote_record(
+        battle_id=battle_id,
+        session_key=session_key,
+        voter_id=voter_id,
+        winner=body.get("winner"),
+        ip=client_ip(request),
+        user_agent=request.META.get("HTTP_USER_AGENT"),
+    )
+    battle = Battle.objects.select_related("model_a", "model_b").get(pk=vote.battle_id)
+    return battle_payload(battle=battle), 201
+
+
+@require_POST
+@api_view
+def terms_accept_view(request: HttpRequest) -> dict:
+    body = json_body(request)
+    if body.get("accept") is not True:
+        raise ArenaError("invalid", 'Send {"accept": true} to accept the terms.', field="accept")
+    _, voter_id = session_identity(request)
+    acceptance = terms_accept(voter_id=voter_id, ip=client_ip(request))
+    return {"accepted": True, "terms_version": acceptance.terms_version}
+
+
+@require_GET
+def about_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "arena/about.html")

@@ -1,0 +1,151 @@
+"""Shared fixtures: service requirements, an ASGI server on loopback, a headless browser.
+
+Tests marked ``postgres``, ``redis`` or ``browser`` skip with the reason when the service is
+missing; with ARENA_REQUIRE_SERVICES=1 / ARENA_REQUIRE_BROWSER=1 (as in CI) they fail instead.
+"""
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+REQUIRE_SERVICES = os.environ.get("ARENA_REQUIRE_SERVICES") == "1"
+REQUIRE_BROWSER = os.environ.get("ARENA_REQUIRE_BROWSER") == "1"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def _postgres_missing() -> str | None:
+    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        return "needs PostgreSQL: set DATABASE_URL=postgres://..."
+    return None
+
+
+def _redis_missing() -> str | None:
+    if not settings.REDIS_URL:
+        return "needs Redis: set REDIS_URL=redis://..."
+    import redis
+
+    try:
+        redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        return f"needs Redis at {settings.REDIS_URL}: {exc}"
+    return None
+
+
+def _browser_missing() -> str | None:
+    if not CHROMIUM.exists():
+        return "needs Chromium at /usr/bin/chromium (apt-get install chromium)"
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return "needs the playwright package"
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    checks = [
+        ("postgres", _postgres_missing, REQUIRE_SERVICES),
+        ("redis", _redis_missing, REQUIRE_SERVICES),
+        ("browser", _browser_missing, REQUIRE_BROWSER),
+    ]
+    for marker, missing, required in checks:
+        if item.get_closest_marker(marker) is None:
+            continue
+        reason = missing()
+        if reason is None:
+            continue
+        if required:
+            pytest.fail(f"{reason} (required here: ARENA_REQUIRE_*=1)", pytrace=False)
+        pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class AsgiServer:
+    """The project's ASGI application served by uvicorn in a thread, on a loopback port."""
+
+    def __init__(self) -> None:
+        import uvicorn
+
+        from config.asgi import application
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            application,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            ws="websockets-sansio",
+            lifespan="off",
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "AsgiServer":
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("ASGI test server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def asgi_server(transactional_db: None, settings) -> Iterator[AsgiServer]:
+    settings.ALLOWED_HOSTS = ["*"]
+    with AsgiServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    reason = _browser_missing()
+    if reason:
+        if REQUIRE_BROWSER:
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop running in the test thread for the whole session,
+    # which Django takes for an async context. The ORM calls of browser tests and their fixtures
+    # are plain synchronous code, so the guard is lifted while the browser lives; consumers are
+    # checked with it on in their own tests, which run before the browser starts (tests/ last).
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as pw:
+        instance = pw.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        yield instance
+        instance.close()
+    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+
+
+@pytest.fixture
+def page(browser) -> Iterator[object]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    yield page
+    context.close()

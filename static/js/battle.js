@@ -1,0 +1,194 @@
+/* The pool battle page: fetch a battle, show both answers, take one vote, reveal the names. */
+(function () {
+  "use strict";
+  const $ = (id) => document.getElementById(id);
+  const root = document.querySelector(".battle");
+  const statusEl = $("status");
+  const voteButtons = Array.from(document.querySelectorAll("button.vote"));
+  const nextButton = $("next-battle");
+  const verdictEl = $("verdict");
+  const termsDialog = $("terms");
+  let termsAccepted = root.dataset.termsAccepted === "true";
+  let battle = null;
+  let busy = false;
+
+  function csrfToken() {
+    const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+    return match ? decodeURIComponent(match[1]) : "";
+  }
+
+  async function api(method, url, body) {
+    const response = await fetch(url, {
+      method: method,
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    let data = null;
+    try { data = await response.json(); } catch (e) { data = null; }
+    if (!response.ok) {
+      const message = data && data.error ? data.error.message : "Something went wrong (" + response.status + ").";
+      const error = new Error(message);
+      error.code = data && data.error ? data.error.code : "http_" + response.status;
+      throw error;
+    }
+    return data;
+  }
+
+  function setStatus(text, isError) {
+    statusEl.textContent = text || "";
+    statusEl.classList.toggle("error", Boolean(isError));
+  }
+
+  function setVotingEnabled(enabled) {
+    voteButtons.forEach((b) => { b.disabled = !enabled; });
+  }
+
+  function renderSide(side, turns) {
+    const container = $("response-" + side);
+    container.replaceChildren();
+    turns.forEach((turn) => {
+      const block = document.createElement("div");
+      block.className = "turn";
+      if (turns.length > 1) {
+        const label = document.createElement("div");
+        label.className = "turn-label";
+        label.textContent = "Turn " + (turn.index + 1);
+        block.appendChild(label);
+      }
+      const body = document.createElement("div");
+      body.className = "markdown";
+      ArenaRender.setMarkdown(body, turn[side] ? turn[side].content : "");
+      block.appendChild(body);
+      container.appendChild(block);
+    });
+  }
+
+  function renderPrompt(turns) {
+    const container = $("prompt");
+    container.replaceChildren();
+    turns.forEach((turn) => {
+      if (turns.length > 1) {
+        const label = document.createElement("div");
+        label.className = "turn-label";
+        label.textContent = "Turn " + (turn.index + 1);
+        container.appendChild(label);
+      }
+      const p = document.createElement("p");
+      p.className = "turn-prompt";
+      p.textContent = turn.prompt;  // user text is shown as text, never as HTML
+      container.appendChild(p);
+    });
+  }
+
+  function resetNames() {
+    ["a", "b"].forEach((side) => {
+      const el = $("model-name-" + side);
+      el.textContent = "Model " + side.toUpperCase();
+      el.classList.remove("revealed");
+    });
+  }
+
+  function revealNames(models) {
+    ["a", "b"].forEach((side) => {
+      const el = $("model-name-" + side);
+      el.textContent = models[side].name;
+      if (models[side].organization) {
+        const org = document.createElement("span");
+        org.className = "org";
+        org.textContent = models[side].organization;
+        el.appendChild(org);
+      }
+      el.classList.add("revealed");
+    });
+  }
+
+  const VERDICTS = {
+    model_a: "You preferred A.", model_b: "You preferred B.",
+    tie: "You called it a tie.", "tie (bothbad)": "You found both bad.",
+  };
+
+  function showBattle(data) {
+    battle = data;
+    renderPrompt(data.turns);
+    renderSide("a", data.turns);
+    renderSide("b", data.turns);
+    resetNames();
+    voteButtons.forEach((b) => b.classList.remove("chosen"));
+    verdictEl.hidden = true;
+    nextButton.hidden = true;
+    setVotingEnabled(data.votable);
+    setStatus(data.votable ? "" : "This battle cannot be voted on.", !data.votable);
+  }
+
+  async function newBattle() {
+    if (busy) return;
+    busy = true;
+    setVotingEnabled(false);
+    setStatus("Loading a new battle…");
+    try {
+      showBattle(await api("POST", "/api/battles"));
+      $("response-a").scrollTop = 0;
+      $("response-b").scrollTop = 0;
+    } catch (error) {
+      setStatus(error.message, true);
+    } finally {
+      busy = false;
+    }
+  }
+
+  function ensureTerms() {
+    if (termsAccepted) return Promise.resolve();
+    return new Promise((resolve) => {
+      termsDialog.addEventListener("close", async function onClose() {
+        termsDialog.removeEventListener("close", onClose);
+        try {
+          await api("POST", "/api/terms", { accept: true });
+          termsAccepted = true;
+          resolve();
+        } catch (error) {
+          setStatus(error.message, true);
+        }
+      });
+      termsDialog.showModal();
+    });
+  }
+
+  async function vote(winner) {
+    if (!battle || busy || !battle.votable) return;
+    await ensureTerms();
+    busy = true;
+    setVotingEnabled(false);
+    try {
+      const data = await api("POST", "/api/battles/" + battle.id + "/vote", { winner: winner });
+      battle = data;
+      voteButtons.forEach((b) => b.classList.toggle("chosen", b.dataset.winner === winner));
+      revealNames(data.models);
+      verdictEl.textContent = VERDICTS[winner] + " Thanks for voting!";
+      verdictEl.hidden = false;
+      nextButton.hidden = false;
+      setStatus("");
+      nextButton.focus();
+    } catch (error) {
+      setStatus(error.message, true);
+      if (error.code !== "already_voted" && error.code !== "not_votable") setVotingEnabled(true);
+    } finally {
+      busy = false;
+    }
+  }
+
+  voteButtons.forEach((b) => b.addEventListener("click", () => vote(b.dataset.winner)));
+  nextButton.addEventListener("click", newBattle);
+
+  const KEYS = { "1": "model_a", "2": "model_b", "3": "tie", "4": "tie (bothbad)" };
+  document.addEventListener("keydown", (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const tag = (event.target.tagName || "").toLowerCase();
+    if (tag === "input" || tag === "textarea" || termsDialog.open) return;
+    if (KEYS[event.key] && battle && battle.votable) { event.preventDefault(); vote(KEYS[event.key]); }
+    else if ((event.key === "n" || event.key === "N") && !nextButton.hidden) { event.preventDefault(); newBattle(); }
+  });
+
+  window.ArenaBattle = { newBattle: newBattle, ensureTerms: ensureTerms };
+  ensureTerms().then(newBattle);
+})();
