@@ -11,7 +11,7 @@ def production_safety(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     if not getattr(settings, "ARENA_PRODUCTION", False):
         return []
     errors = []
-    layer = settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND", "")
+    layer = str(settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND", ""))
     if layer.endswith("InMemoryChannelLayer"):
         errors.append(
             Error(
@@ -20,7 +20,7 @@ def production_safety(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 id="arena.E001",
             )
         )
-    cache = settings.CACHES.get("default", {}).get("BACKEND", "")
+    cache = str(settings.CACHES.get("default", {}).get("BACKEND", ""))
     if settings.RATELIMIT_ENABLE and cache.endswith(("LocMemCache", "DummyCache")):
         errors.append(
             Error(

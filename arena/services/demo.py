@@ -5,13 +5,14 @@ import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.db import transaction
-from ratings.style import conv_metadata
 
 from arena.errors import ArenaError
 from arena.models import ArenaModel, Battle, BattleMessage, Prompt, Vote
 from arena.services.pool import PoolLine, pool_write
+from ratings.style import conv_metadata
 
 DEMO_DATA_DIR = Path(__file__).resolve().parent.parent / "demo_data"
 MT_BENCH_SOURCE = "mt_bench"
@@ -28,7 +29,7 @@ class DemoLoadResult:
     votes_skipped_without_text: int
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     with path.open(encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
 
@@ -54,7 +55,7 @@ def _pool_lines(data_dir: Path) -> list[PoolLine]:
     return lines
 
 
-def _history_battles(data_dir: Path) -> tuple[list[dict], int]:
+def _history_battles(data_dir: Path) -> tuple[list[dict[str, Any]], int]:
     """The expert votes, each with the exact conversation texts its judge saw."""
     folder = data_dir / "mt_bench_human_votes"
     texts = {
@@ -120,7 +121,7 @@ def demo_load(*, data_dir: Path = DEMO_DATA_DIR) -> DemoLoadResult:
     )
 
 
-def _write_history(history: list[dict]) -> int:
+def _write_history(history: list[dict[str, Any]]) -> int:
     existing = set(
         Battle.objects.filter(id__in=[b["id"] for b in history]).values_list("id", flat=True)
     )

@@ -6,13 +6,13 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from ratings.style import conv_metadata
 
 from arena.errors import ArenaError, not_found
 from arena.models import Battle, BattleMessage, Vote
 from arena.selectors import terms_accepted
 from arena.services.identity import ip_hash, user_agent_class
 from arena.signals import vote_recorded
+from ratings.style import conv_metadata
 
 WINNERS = frozenset(Vote.Winner.values)
 

@@ -1,6 +1,7 @@
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from arena.errors import ArenaError
 from arena.services.pool import pool_import
@@ -13,11 +14,11 @@ class Command(BaseCommand):
         "Nothing is imported if any line is malformed."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", type=Path)
         parser.add_argument("--source", help="Source label of the prompts (default import:<name>)")
 
-    def handle(self, *args, file: Path, source: str | None, **options):
+    def handle(self, *args: Any, file: Path, source: str | None, **options: Any) -> None:
         try:
             result = pool_import(path=file, source=source)
         except ArenaError as exc:

@@ -1,6 +1,7 @@
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from arena.errors import ArenaError
 from arena.services.demo import DEMO_DATA_DIR, demo_load
@@ -9,10 +10,10 @@ from arena.services.demo import DEMO_DATA_DIR, demo_load
 class Command(BaseCommand):
     help = "Build the demo arena from the bundled MT-bench pool and expert votes (idempotent)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--data-dir", type=Path, default=DEMO_DATA_DIR)
 
-    def handle(self, *args, data_dir: Path, **options):
+    def handle(self, *args: Any, data_dir: Path, **options: Any) -> None:
         try:
             result = demo_load(data_dir=data_dir)
         except ArenaError as exc:
