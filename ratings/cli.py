@@ -1,0 +1,157 @@
+"""The ``rate`` command line: read a battle file, fit, print a leaderboard.
+
+Shared by ``python manage.py rate`` (a thin wrapper) and ``python -m ratings.cli``; it imports
+nothing from Django.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from ratings.engine import EngineError, rate
+from ratings.engine.io import has_style_counts, read_battles
+
+FORMATS = ("json", "csv", "table")
+CSV_FIELDS = ("rank", "model", "rating", "rating_lower", "rating_upper", "votes")
+
+
+def parse_anchor(text: str) -> tuple[str, float]:
+    """``MODEL=RATING`` (the model name may itself contain '=')."""
+    model, sep, rating = text.rpartition("=")
+    try:
+        if not sep or not model:
+            raise ValueError
+        return model, float(rating)
+    except ValueError:
+        raise EngineError(f"--anchor must look like MODEL=RATING, not {text!r}") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("input", help="battles: .json, .jsonl, .csv or .parquet")
+    parser.add_argument(
+        "--no-style-control",
+        dest="style_control",
+        action="store_false",
+        help="plain Bradley-Terry, ignoring style counts",
+    )
+    parser.add_argument("--ci", choices=("sandwich", "bootstrap"), default="sandwich")
+    parser.add_argument("--rounds", type=int, default=100, help="bootstrap rounds")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    parser.add_argument("--anchor", help="pin one model's rating: MODEL=RATING")
+    parser.add_argument("--reweight", action="store_true", help="inverse pair-frequency weights")
+    parser.add_argument("--style-l2", type=float, default=0.0, help="L2 on style coefficients")
+    parser.add_argument("--format", choices=FORMATS, default="json")
+    parser.add_argument("--output", help="write here instead of standard output")
+
+
+def _public(result: dict[str, Any]) -> dict[str, Any]:
+    keys = ("models", "style_coefficients", "style_coefficient_intervals", "n_battles", "method")
+    return {key: result[key] for key in keys}
+
+
+def render(result: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(_public(result), indent=2) + "\n"
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        for row in result["models"]:
+            writer.writerow(row)
+        return buffer.getvalue()
+    width = max(len("model"), *(len(m["model"]) for m in result["models"]))
+    lines = [f"{'rank':>4}  {'model':<{width}}  {'rating':>8}  {'95% interval':>19}  {'votes':>7}"]
+    for m in result["models"]:
+        interval = f"{m['rating_lower']:.1f} to {m['rating_upper']:.1f}"
+        lines.append(
+            f"{m['rank']:>4}  {m['model']:<{width}}  {m['rating']:>8.1f}  {interval:>19}"
+            f"  {m['votes']:>7}"
+        )
+    coefficients = result["style_coefficients"]
+    if coefficients:
+        intervals = result["style_coefficient_intervals"] or {}
+        lines.append("")
+        lines.append("style coefficients (logit per standard deviation):")
+        for name, value in coefficients.items():
+            if value is None:
+                lines.append(f"  {name:<7} n/a (no variation in the data)")
+                continue
+            lo, hi = intervals[name]
+            lines.append(f"  {name:<7} {value:+.4f}  ({lo:+.4f} to {hi:+.4f})")
+    method = result["method"]
+    lines.append("")
+    lines.append(
+        f"{result['n_battles']} battles, {method['ci']} intervals, "
+        f"style control {'on' if method['style_control'] else 'off'}"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def run(options: dict[str, Any], stdout: TextIO) -> dict[str, Any]:
+    """Do what the options say; errors are ``EngineError`` naming the row or column."""
+    from tqdm import tqdm
+
+    fmt = options.get("format") or "json"
+    if fmt not in FORMATS:
+        raise EngineError(f"--format must be one of {', '.join(FORMATS)}")
+    anchor = parse_anchor(options["anchor"]) if options.get("anchor") else None
+    style_control = options.get("style_control", True)
+    ci = options.get("ci") or "sandwich"
+    rounds = int(options.get("rounds") or 100)
+    df = read_battles(options["input"])
+    if style_control and not has_style_counts(df):
+        raise EngineError(
+            f"{options['input']} has no style counts (conv_metadata or the flat count "
+            "columns); rerun with --no-style-control to rate without style control"
+        )
+    bar = tqdm(total=rounds if ci == "bootstrap" else 1, desc="rating", unit="fit", file=sys.stderr)
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    try:
+        result = rate(
+            df,
+            style_control=style_control,
+            ci=ci,
+            rounds=rounds,
+            seed=int(options.get("seed") or 0),
+            anchor=anchor,
+            reweight=bool(options.get("reweight")),
+            style_l2=float(options.get("style_l2") or 0.0),
+            progress=progress,
+            online_elo=False,  # not part of the command's output; costs ~1 s per 1M battles
+        )
+    finally:
+        bar.close()
+    text = render(result, fmt)
+    if options.get("output"):
+        with open(options["output"], "w", encoding="utf-8") as handle:
+            handle.write(text)
+    else:
+        stdout.write(text)
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ratings.cli", description=__doc__)
+    add_arguments(parser)
+    options = vars(parser.parse_args(argv))
+    try:
+        run(options, sys.stdout)
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
