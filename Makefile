@@ -19,6 +19,7 @@ demo: install
 	mkdir -p var
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py load_demo
+	$(BIN)/python manage.py rate_snapshot
 	@echo "Arena demo on http://$(HOST):$(PORT)/  (Ctrl-C to stop; 'make admin' creates a staff user)"
 	$(BIN)/uvicorn config.asgi:application --host $(HOST) --port $(PORT) --ws websockets-sansio
 

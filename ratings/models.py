@@ -1,0 +1,54 @@
+"""Leaderboard snapshots: the immutable output of one rating run.
+
+Business rules live in ``ratings.services``; this module holds data and its constraints only.
+"""
+
+from typing import Any
+
+from django.db import models
+
+
+class SnapshotImmutableError(RuntimeError):
+    """A snapshot is a record of one run; a new run writes a new row instead."""
+
+
+class LeaderboardSnapshot(models.Model):
+    """Everything the leaderboard page and its downloads show, computed once by the task.
+
+    ``payload`` (schema version 1)::
+
+        {"schema": 1,
+         "models": {slug: {"name", "organization", "license", "active"}},
+         "categories": [{"key", "label", "description", "n_votes", "status": "ok"|"insufficient",
+                         "reason", "results": {"on": <engine result>|null,
+                                               "off": <engine result>|null},
+                         "reasons": {"on"|"off": why that fit is missing} (only if one is)}]}
+
+    ``<engine result>`` is ``ratings.engine.rate``'s dictionary, restricted to public models.
+    Rows are never updated: ``save`` refuses an existing row and a database trigger (migration
+    0002) refuses ``UPDATE`` statements from anywhere else.
+    """
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    vote_high_water = models.BigIntegerField(
+        help_text="Largest vote id included (0 when there were none)."
+    )
+    n_votes = models.PositiveIntegerField(help_text="Votes read (anonymous, unflagged).")
+    params = models.JSONField(help_text="Fit parameters and category definitions.")
+    params_digest = models.CharField(max_length=64, help_text="SHA-256 of the params, as JSON.")
+    duration_seconds = models.FloatField(help_text="Wall time of the run that wrote this row.")
+    payload = models.JSONField()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        get_latest_by = ["created_at", "id"]
+        indexes = [models.Index(fields=["vote_high_water", "params_digest"])]
+
+    def __str__(self) -> str:
+        return f"Snapshot {self.pk} (votes up to #{self.vote_high_water})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # Integrity of the record, not a business rule: a snapshot is written once.
+        if self.pk is not None and not self._state.adding:
+            raise SnapshotImmutableError("Leaderboard snapshots are immutable; write a new one.")
+        super().save(*args, **kwargs)

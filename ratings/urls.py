@@ -1,4 +1,10 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from ratings import views
 
 app_name = "ratings"
-urlpatterns: list = []
+urlpatterns = [
+    path("leaderboard", views.leaderboard_page, name="leaderboard"),
+    path("leaderboard.csv", views.leaderboard_csv, name="leaderboard-csv"),
+    path("leaderboard.json", views.leaderboard_json, name="leaderboard-json"),
+]

@@ -1,0 +1,68 @@
+"""Staff administration of leaderboard snapshots: read-only, plus "Recompute now"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.http import HttpRequest, HttpResponseRedirect
+from django.urls import path, reverse
+
+from ratings.models import LeaderboardSnapshot
+from ratings.tasks import snapshot_refresh_enqueue
+
+
+@admin.register(LeaderboardSnapshot)
+class LeaderboardSnapshotAdmin(admin.ModelAdmin):
+    """Snapshots are records of runs: visible, never edited or deleted here."""
+
+    list_display = ["id", "created_at", "vote_high_water", "n_votes", "duration_seconds"]
+    readonly_fields = [
+        "created_at",
+        "vote_high_water",
+        "n_votes",
+        "params",
+        "params_digest",
+        "duration_seconds",
+        "payload",
+    ]
+    change_list_template = "ratings/admin/snapshot_change_list.html"
+    actions = ["recompute_now"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[Any]:
+        recompute = path(
+            "recompute/",
+            self.admin_site.admin_view(self.recompute_view),
+            name="ratings_leaderboardsnapshot_recompute",
+        )
+        return [recompute, *super().get_urls()]
+
+    def _enqueue(self, request: HttpRequest) -> None:
+        snapshot_refresh_enqueue(force=True)
+        self.message_user(
+            request,
+            "A new leaderboard snapshot has been queued; it appears here when the run finishes.",
+            messages.SUCCESS,
+        )
+
+    def recompute_view(self, request: HttpRequest) -> HttpResponseRedirect:
+        changelist = reverse("admin:ratings_leaderboardsnapshot_changelist")
+        if request.method != "POST":
+            return HttpResponseRedirect(changelist)
+        if not request.user.is_staff:  # admin_view already requires staff; belt and braces
+            return HttpResponseRedirect(changelist)
+        self._enqueue(request)
+        return HttpResponseRedirect(changelist)
+
+    @admin.action(description="Recompute now (write a new snapshot)")
+    def recompute_now(self, request: HttpRequest, queryset: Any) -> None:
+        self._enqueue(request)

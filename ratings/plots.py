@@ -1,0 +1,363 @@
+"""Server-side SVG charts for the leaderboard page: no JavaScript, no CDN, no runtime download.
+
+Each function returns one self-contained ``<svg>`` (as ``SafeString``) with a ``<title>`` and a
+``<desc>``, a ``viewBox`` so it scales with its container, and CSS classes that
+``static/css/leaderboard.css`` colours (so dark mode follows the page). Data-driven fills (the
+heatmaps' cells) are computed here, with the cell text picked for contrast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from html import escape
+from typing import Any
+
+from django.utils.safestring import SafeString, mark_safe
+
+FONT = 13
+LABEL_WIDTH = 190
+WIN_LOW = (180, 65, 15)  # the row model loses: the page's --b orange
+WIN_MID = (244, 244, 246)
+WIN_HIGH = (38, 71, 200)  # the row model wins: the page's --accent blue
+COUNT_LOW = (238, 242, 255)
+COUNT_HIGH = (38, 71, 200)
+EMPTY_CELL = (226, 227, 232)
+
+
+def _e(text: object) -> str:
+    return escape(str(text), quote=True)
+
+
+def _num(value: float) -> str:
+    return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
+def _svg(
+    plot_id: str, width: float, height: float, title: str, desc: str, body: list[str]
+) -> SafeString:
+    return mark_safe(  # noqa: S308 - every interpolated text is escaped by _e
+        f'<svg class="chart" viewBox="0 0 {_num(width)} {_num(height)}" '
+        f'preserveAspectRatio="xMinYMin meet" role="img" '
+        f'aria-labelledby="{plot_id}-title {plot_id}-desc" font-size="{FONT}" '
+        f'style="max-width:{_num(width)}px">'
+        f'<title id="{plot_id}-title">{_e(title)}</title>'
+        f'<desc id="{plot_id}-desc">{_e(desc)}</desc>' + "".join(body) + "</svg>"
+    )
+
+
+def nice_ticks(low: float, high: float, count: int = 6) -> list[float]:
+    """Round tick values covering [low, high] (1, 2, 2.5 or 5 times a power of ten apart)."""
+    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
+        return [low]
+    raw = (high - low) / max(count - 1, 1)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    start = math.floor(low / step) * step
+    ticks = []
+    value = start
+    while value <= high + step * 1e-9:
+        ticks.append(round(value, 10) + 0.0)  # + 0.0 turns -0.0 into 0.0
+        value += step
+    if ticks[-1] < high:
+        ticks.append(round(value, 10))
+    return ticks
+
+
+def _truncate(text: str, limit: int = 24) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def forest_plot(rows: Sequence[dict[str, Any]], *, plot_id: str = "forest") -> SafeString:
+    """Ratings with their 95% intervals, one line per model, best first."""
+    row_h, top, bottom, right = 30, 16, 44, 56
+    width, label_width = 600, 170
+    plot_left, plot_right = label_width, width - right
+    height = top + row_h * len(rows) + bottom
+    lows = [r["rating_lower"] for r in rows if r.get("rating_lower") is not None]
+    highs = [r["rating_upper"] for r in rows if r.get("rating_upper") is not None]
+    ticks = nice_ticks(min(lows), max(highs)) if lows and highs else [0.0, 1.0]
+    lo, hi = ticks[0], ticks[-1] if ticks[-1] > ticks[0] else ticks[0] + 1
+
+    def x(value: float) -> float:
+        return plot_left + (value - lo) / (hi - lo) * (plot_right - plot_left)
+
+    body = []
+    axis_y = top + row_h * len(rows)
+    for tick in ticks:
+        tx = x(tick)
+        body.append(
+            f'<line class="grid" x1="{tx:.1f}" y1="{top - 6}" x2="{tx:.1f}" y2="{axis_y}"/>'
+            f'<text class="tick" x="{tx:.1f}" y="{axis_y + 16}" text-anchor="middle">'
+            f"{_num(tick)}</text>"
+        )
+    body.append(
+        f'<text class="axis-label" x="{(plot_left + plot_right) / 2:.1f}" y="{height - 6}" '
+        f'text-anchor="middle">Rating (95% interval)</text>'
+    )
+    for i, row in enumerate(rows):
+        cy = top + row_h * i + row_h / 2
+        if i % 2 == 0:
+            body.append(
+                f'<rect class="band" x="0" y="{cy - row_h / 2:.1f}" width="{width}" '
+                f'height="{row_h}"/>'
+            )
+        name = _truncate(str(row.get("name", row["model"])))
+        retired = "" if row.get("active", True) else " (retired)"
+        body.append(
+            f'<text class="label" x="{label_width - 12}" y="{cy + 4.5:.1f}" text-anchor="end">'
+            f'<tspan class="rank">{_e(row.get("rank", ""))}</tspan>  {_e(name)}{_e(retired)}'
+            "</text>"
+        )
+        rating = row.get("rating")
+        if rating is None:
+            continue
+        if row.get("rating_lower") is not None and row.get("rating_upper") is not None:
+            x1, x2 = x(row["rating_lower"]), x(row["rating_upper"])
+            body.append(
+                f'<line class="whisker" x1="{x1:.1f}" y1="{cy:.1f}" x2="{x2:.1f}" y2="{cy:.1f}"/>'
+                f'<line class="whisker" x1="{x1:.1f}" y1="{cy - 6:.1f}" x2="{x1:.1f}" '
+                f'y2="{cy + 6:.1f}"/>'
+                f'<line class="whisker" x1="{x2:.1f}" y1="{cy - 6:.1f}" x2="{x2:.1f}" '
+                f'y2="{cy + 6:.1f}"/>'
+            )
+        body.append(
+            f'<circle class="point" cx="{x(rating):.1f}" cy="{cy:.1f}" r="5.5">'
+            f"<title>{_e(row.get('name', row['model']))}: {rating:.0f} "
+            f"({row.get('rating_lower', rating):.0f} to {row.get('rating_upper', rating):.0f})"
+            "</title></circle>"
+            f'<text class="value" x="{plot_right + 10}" y="{cy + 4.5:.1f}">{rating:.0f}</text>'
+        )
+    desc = "; ".join(
+        f"{r.get('name', r['model'])} {r['rating']:.0f} "
+        f"[{r['rating_lower']:.0f}, {r['rating_upper']:.0f}]"
+        for r in rows
+        if r.get("rating") is not None
+    )
+    return _svg(
+        plot_id,
+        width,
+        height,
+        "Ratings with 95% confidence intervals",
+        f"Models sorted by rating, best first: {desc}.",
+        body,
+    )
+
+
+def _mix(low: tuple[int, int, int], high: tuple[int, int, int], t: float) -> tuple[int, ...]:
+    t = min(max(t, 0.0), 1.0)
+    return tuple(round(a + (b - a) * t) for a, b in zip(low, high, strict=True))
+
+
+def _hex(rgb: Sequence[int]) -> str:
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
+
+
+def _ink(rgb: Sequence[int]) -> str:
+    """Black or white text, whichever contrasts more with the fill (WCAG relative luminance)."""
+
+    def channel(c: int) -> float:
+        s = c / 255
+        return s / 12.92 if s <= 0.04045 else ((s + 0.055) / 1.055) ** 2.4
+
+    lum = 0.2126 * channel(rgb[0]) + 0.7152 * channel(rgb[1]) + 0.0722 * channel(rgb[2])
+    return "#111216" if (lum + 0.05) / 0.05 > 1.05 / (lum + 0.05) else "#ffffff"
+
+
+def win_colour(value: float) -> tuple[int, ...]:
+    if value < 0.5:
+        return _mix(WIN_LOW, WIN_MID, value / 0.5)
+    return _mix(WIN_MID, WIN_HIGH, (value - 0.5) / 0.5)
+
+
+def heatmap(
+    *,
+    labels: Sequence[str],
+    values: Sequence[Sequence[float | None]],
+    kind: str,
+    plot_id: str,
+    title: str,
+    desc: str,
+) -> SafeString:
+    """A square matrix: rows and columns are models in rating order.
+
+    ``kind`` is ``"fraction"`` (0..1 on a diverging scale, shown as percentages) or ``"count"``
+    (a square-root sequential scale, shown as integers). Empty cells are grey with a dash.
+    """
+    n = len(labels)
+    cell = max(26.0, min(60.0, 600.0 / max(n, 1)))
+    col_label_h = 120.0
+    left = LABEL_WIDTH
+    legend_h = 46.0
+    width = left + cell * n + 24
+    height = col_label_h + cell * n + legend_h + 10
+    peak = max((v for row in values for v in row if v is not None), default=0) or 1
+    show_values = cell >= 30
+    body = []
+
+    def fill(v: float) -> tuple[int, ...]:
+        if kind == "fraction":
+            return win_colour(v)
+        return _mix(COUNT_LOW, COUNT_HIGH, math.sqrt(v / peak))
+
+    def text(v: float) -> str:
+        return f"{v * 100:.0f}" if kind == "fraction" else f"{v:.0f}"
+
+    for j, label in enumerate(labels):
+        cx = left + cell * j + cell / 2
+        body.append(
+            f'<text class="label" transform="translate({cx + 4:.1f},{col_label_h - 8}) '
+            f'rotate(-50)" text-anchor="start">{_e(_truncate(label, 20))}</text>'
+        )
+    for i, label in enumerate(labels):
+        cy = col_label_h + cell * i
+        body.append(
+            f'<text class="label" x="{left - 10}" y="{cy + cell / 2 + 4.5:.1f}" '
+            f'text-anchor="end">{_e(_truncate(label))}</text>'
+        )
+        for j in range(n):
+            v = values[i][j] if j < len(values[i]) else None
+            cx = left + cell * j
+            empty = v is None or (kind == "count" and i == j)
+            rgb = EMPTY_CELL if empty else fill(float(v))  # type: ignore[arg-type]
+            tip = (
+                f"{labels[i]} vs {labels[j]}: no battles"
+                if empty
+                else (
+                    f"{labels[i]} vs {labels[j]}: {text(float(v))}% won"  # type: ignore[arg-type]
+                    if kind == "fraction"
+                    else f"{labels[i]} vs {labels[j]}: {text(float(v))} battles"  # type: ignore[arg-type]
+                )
+            )
+            body.append(
+                f'<rect x="{cx + 1:.1f}" y="{cy + 1:.1f}" width="{cell - 2:.1f}" '
+                f'height="{cell - 2:.1f}" rx="3" fill="{_hex(rgb)}"><title>{_e(tip)}</title></rect>'
+            )
+            if show_values:
+                shown = "–" if empty else text(float(v))  # type: ignore[arg-type]
+                body.append(
+                    f'<text x="{cx + cell / 2:.1f}" y="{cy + cell / 2 + 4.5:.1f}" '
+                    f'text-anchor="middle" style="fill:{_ink(rgb)}" font-size="{min(FONT, cell / 3):.1f}"'
+                    f' aria-hidden="true">{shown}</text>'
+                )
+    # Legend: a gradient bar under the matrix.
+    ly = col_label_h + cell * n + 18
+    lw = min(cell * n, 300.0)
+    stops = 10
+    grad = []
+    for k in range(stops):
+        t = k / (stops - 1)
+        rgb = win_colour(t) if kind == "fraction" else _mix(COUNT_LOW, COUNT_HIGH, math.sqrt(t))
+        grad.append(
+            f'<rect x="{left + lw * k / stops:.1f}" y="{ly}" width="{lw / stops + 0.5:.1f}" '
+            f'height="10" fill="{_hex(rgb)}"/>'
+        )
+    body.extend(grad)
+    low_text, high_text = ("0% won", "100% won") if kind == "fraction" else ("0", f"{peak:.0f}")
+    body.append(
+        f'<text class="tick" x="{left}" y="{ly + 24}">{low_text}</text>'
+        f'<text class="tick" x="{left + lw}" y="{ly + 24}" text-anchor="end">{high_text}</text>'
+    )
+    if kind == "fraction":
+        body.append(
+            f'<text class="tick" x="{left + lw / 2:.1f}" y="{ly + 24}" text-anchor="middle">'
+            "50%</text>"
+        )
+    return _svg(plot_id, width, height, title, desc, body)
+
+
+STYLE_LABELS = {
+    "length": "Answer length",
+    "header": "Headers",
+    "list": "List items",
+    "bold": "Bold text",
+}
+
+
+def style_plot(
+    coefficients: dict[str, float | None],
+    intervals: dict[str, list[float] | None] | None,
+    *,
+    plot_id: str = "style",
+) -> SafeString:
+    """Style coefficients as bars from zero with 95% interval whiskers."""
+    names = list(coefficients)
+    intervals = intervals or {}
+    row_h, top, bottom = 40, 14, 44
+    width, right, label_width = 600, 62, 120
+    plot_left, plot_right = label_width, width - right
+    height = top + row_h * len(names) + bottom
+    extent = [0.0]
+    for name in names:
+        if coefficients[name] is not None:
+            extent.append(float(coefficients[name]))  # type: ignore[arg-type]
+        if intervals.get(name):
+            extent.extend(float(v) for v in intervals[name] if v is not None)  # type: ignore[union-attr]
+    bound = max(abs(v) for v in extent) or 0.1
+    ticks = nice_ticks(-bound, bound, 7)
+    lo, hi = ticks[0], ticks[-1]
+
+    def x(value: float) -> float:
+        return plot_left + (value - lo) / (hi - lo) * (plot_right - plot_left)
+
+    axis_y = top + row_h * len(names)
+    body = []
+    for tick in ticks:
+        tx = x(tick)
+        body.append(
+            f'<line class="grid" x1="{tx:.1f}" y1="{top - 6}" x2="{tx:.1f}" y2="{axis_y}"/>'
+            f'<text class="tick" x="{tx:.1f}" y="{axis_y + 16}" text-anchor="middle">'
+            f"{'0' if tick == 0 else format(tick, '+.2f')}</text>"
+        )
+    body.append(
+        f'<line class="zero" x1="{x(0):.1f}" y1="{top - 6}" x2="{x(0):.1f}" y2="{axis_y}"/>'
+        f'<text class="axis-label" x="{(plot_left + plot_right) / 2:.1f}" y="{height - 6}" '
+        f'text-anchor="middle">Log-odds of winning per s.d. of the difference (95% interval)'
+        "</text>"
+    )
+    parts = []
+    for i, name in enumerate(names):
+        cy = top + row_h * i + row_h / 2
+        body.append(
+            f'<text class="label" x="{label_width - 12}" y="{cy + 4.5:.1f}" text-anchor="end">'
+            f"{_e(STYLE_LABELS.get(name, name))}</text>"
+        )
+        value = coefficients[name]
+        if value is None:
+            body.append(
+                f'<text class="tick" x="{x(0) + 8:.1f}" y="{cy + 4.5:.1f}">'
+                "not estimated (no variation)</text>"
+            )
+            parts.append(f"{STYLE_LABELS.get(name, name)} not estimated")
+            continue
+        x0, x1 = sorted((x(0), x(value)))
+        css = "bar positive" if value >= 0 else "bar negative"
+        body.append(
+            f'<rect class="{css}" x="{x0:.1f}" y="{cy - 11:.1f}" width="{max(x1 - x0, 1):.1f}" '
+            f'height="22" rx="3"><title>{_e(STYLE_LABELS.get(name, name))}: {value:+.3f}'
+            "</title></rect>"
+        )
+        interval = intervals.get(name)
+        if interval and None not in interval:
+            a, b = x(interval[0]), x(interval[1])
+            body.append(
+                f'<line class="whisker" x1="{a:.1f}" y1="{cy:.1f}" x2="{b:.1f}" y2="{cy:.1f}"/>'
+                f'<line class="whisker" x1="{a:.1f}" y1="{cy - 6:.1f}" x2="{a:.1f}" '
+                f'y2="{cy + 6:.1f}"/>'
+                f'<line class="whisker" x1="{b:.1f}" y1="{cy - 6:.1f}" x2="{b:.1f}" '
+                f'y2="{cy + 6:.1f}"/>'
+            )
+        body.append(
+            f'<text class="value" x="{plot_right + 10}" y="{cy + 4.5:.1f}">{value:+.3f}</text>'
+        )
+        parts.append(f"{STYLE_LABELS.get(name, name)} {value:+.3f}")
+    return _svg(
+        plot_id,
+        width,
+        height,
+        "Style coefficients",
+        "How much each style element shifts the odds of winning, controlled for the models: "
+        + "; ".join(parts)
+        + ".",
+        body,
+    )

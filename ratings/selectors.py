@@ -1,0 +1,115 @@
+"""Reads for the ratings side: the votes to rate, the models to describe, the latest snapshot.
+
+Arena's votes are read only through ``arena.selectors.votes_for_rating``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from django.db.models import Count, Max
+
+from arena.models import ArenaModel
+from arena.selectors import votes_for_rating
+from ratings.models import LeaderboardSnapshot
+
+STYLE_OPTIONS = ("on", "off")
+DEFAULT_CATEGORY = "overall"
+
+BATTLE_COLUMNS = {
+    "id": "vote_id",
+    "battle__model_a__slug": "model_a",
+    "battle__model_b__slug": "model_b",
+    "winner": "winner",
+    "style": "conv_metadata",
+    "battle__prompt__category": "prompt_category",
+    "battle__prompt__language": "language",
+    "turns": "turns",
+    "prompt_chars": "prompt_chars",
+    "prompt_has_code": "prompt_has_code",
+}
+
+
+def rating_votes_mark() -> tuple[int, int]:
+    """The votes' high-water mark (largest id, 0 when none) and their count."""
+    totals = votes_for_rating().aggregate(high=Max("id"), n=Count("id"))
+    return int(totals["high"] or 0), int(totals["n"])
+
+
+def rating_battles() -> pd.DataFrame:
+    """The rated votes as a battle table in vote-id order, one row per vote."""
+    rows = list(votes_for_rating().values_list(*BATTLE_COLUMNS))
+    frame = pd.DataFrame(rows, columns=list(BATTLE_COLUMNS.values()))
+    for column in ("prompt_category", "language"):
+        frame[column] = frame[column].fillna("")
+    return frame
+
+
+def models_metadata() -> dict[str, dict[str, Any]]:
+    """What the leaderboard shows about every model, keyed by slug (inactive ones included)."""
+    return {
+        m.slug: {
+            "name": m.display_name,
+            "organization": m.organization,
+            "license": m.license,
+            "active": m.is_active,
+            "public": m.is_public,
+        }
+        for m in ArenaModel.objects.all()
+    }
+
+
+def snapshot_latest() -> LeaderboardSnapshot | None:
+    return LeaderboardSnapshot.objects.order_by("-created_at", "-id").first()
+
+
+@dataclass(frozen=True)
+class LeaderboardView:
+    """One category and style setting of a snapshot, shaped for the page and the downloads."""
+
+    snapshot: LeaderboardSnapshot
+    category: dict[str, Any]
+    style: str
+    result: dict[str, Any] | None  # the engine's result, or None for "not enough votes"
+    rows: list[dict[str, Any]]
+
+    @property
+    def reason(self) -> str:
+        """Why this view has no result (a category or one style setting short of votes)."""
+        reasons = self.category.get("reasons") or {}
+        return str(reasons.get(self.style) or self.category.get("reason") or "")
+
+    @property
+    def categories(self) -> list[dict[str, Any]]:
+        return list(self.snapshot.payload.get("categories", []))
+
+
+def leaderboard_view(
+    snapshot: LeaderboardSnapshot, *, category: str | None, style: str | None
+) -> LeaderboardView:
+    """Pick a category (unknown keys fall back to overall) and a style setting (default on)."""
+    categories = snapshot.payload.get("categories", [])
+    by_key = {c["key"]: c for c in categories}
+    chosen = by_key.get(category or "") or by_key.get(DEFAULT_CATEGORY) or categories[0]
+    style = style if style in STYLE_OPTIONS else "on"
+    result = (chosen.get("results") or {}).get(style)
+    meta = snapshot.payload.get("models", {})
+    rows = []
+    for entry in (result or {}).get("models", []):
+        info = meta.get(entry["model"], {})
+        rows.append(
+            {
+                **entry,
+                "name": info.get("name", entry["model"]),
+                "organization": info.get("organization", ""),
+                "license": info.get("license", ""),
+                "active": info.get("active", True),
+                "minus": entry["rating"] - entry["rating_lower"],
+                "plus": entry["rating_upper"] - entry["rating"],
+            }
+        )
+    return LeaderboardView(
+        snapshot=snapshot, category=chosen, style=style, result=result, rows=rows
+    )

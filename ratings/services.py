@@ -1,0 +1,310 @@
+"""Writing leaderboard snapshots: categories, the fits, the lock and the no-op rule.
+
+A snapshot is computed from the anonymous, unflagged votes (``ratings.selectors``) by the
+Django-free engine (``ratings.engine``) for each category, with and without style control, and
+stored as one immutable ``LeaderboardSnapshot`` row that the page and the downloads read.
+
+Categories (a battle belongs to every one whose rule it meets):
+
+- ``overall``: every rated vote.
+- ``coding``: the prompt's category is ``coding``, or a user turn holds a fenced code block.
+- ``long_prompts``: the user turns shown hold ``RATINGS_LONG_PROMPT_CHARS`` characters or more
+  in total (500 by default).
+- ``multi_turn``: the battle showed more than one user turn.
+- ``lang-<code>``, one per language present: the prompt's ``language`` field, lowercased and
+  without its region (``en-US`` counts as ``en``); ``lang-en`` is "English".
+
+A category with fewer than ``RATINGS_MIN_CATEGORY_VOTES`` votes or fewer than two models, or one
+the engine cannot fit (e.g. disconnected comparisons), is stored as ``"insufficient"`` with the
+reason, and the rest of the snapshot is still written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils.translation import get_language_info
+
+from ratings import engine
+from ratings.models import LeaderboardSnapshot
+from ratings.selectors import models_metadata, rating_battles, rating_votes_mark, snapshot_latest
+
+logger = logging.getLogger(__name__)
+
+PAYLOAD_SCHEMA = 1
+# Key of the PostgreSQL advisory lock that serialises snapshot runs (any fixed 64-bit integer).
+SNAPSHOT_LOCK_KEY = 0x5241_5449_4E47  # "RATING"
+CODING_CATEGORY = "coding"
+# The keys of a vote's ``style`` (public-arena conv_metadata) that style control needs.
+STYLE_KEYS = tuple(
+    f"{element}_{side}"
+    for side in ("a", "b")
+    for element in ("header_count", "list_count", "bold_count")
+) + ("sum_assistant_a_tokens", "sum_assistant_b_tokens")
+
+
+@dataclass(frozen=True)
+class Category:
+    key: str
+    label: str
+    description: str
+    select: Callable[[pd.DataFrame], pd.Series]
+
+
+def _language_code(value: str) -> str:
+    return value.strip().lower().replace("_", "-").split("-")[0]
+
+
+def _language_label(code: str) -> str:
+    try:
+        return str(get_language_info(code)["name"])
+    except KeyError:
+        return code.upper()
+
+
+def snapshot_categories(battles: pd.DataFrame, *, long_prompt_chars: int) -> list[Category]:
+    """The fixed categories, then one per language present (most votes first)."""
+    categories = [
+        Category(
+            "overall",
+            "Overall",
+            "Every anonymous, unflagged vote.",
+            lambda df: df["winner"].notna(),
+        ),
+        Category(
+            "coding",
+            "Coding",
+            "Prompts in the coding category or holding a fenced code block.",
+            lambda df: (
+                (df["prompt_category"].str.lower() == CODING_CATEGORY)
+                | df["prompt_has_code"].astype(bool)
+            ),
+        ),
+        Category(
+            "long_prompts",
+            "Long prompts",
+            f"User turns of {long_prompt_chars} characters or more in total.",
+            lambda df: df["prompt_chars"] >= long_prompt_chars,
+        ),
+        Category(
+            "multi_turn",
+            "Multi-turn",
+            "Battles over more than one user turn.",
+            lambda df: df["turns"] > 1,
+        ),
+    ]
+    codes = battles["language"].map(_language_code) if len(battles) else pd.Series(dtype=str)
+    for code in codes[codes != ""].value_counts().index:
+        categories.append(
+            Category(
+                f"lang-{code}",
+                _language_label(code),
+                f"Prompts whose language is {code!r}.",
+                lambda df, code=code: df["language"].map(_language_code) == code,
+            )
+        )
+    return categories
+
+
+def snapshot_params() -> dict[str, Any]:
+    """Everything that shapes a snapshot besides the votes; part of the no-op rule."""
+    return {
+        "ci": settings.RATINGS_CI,
+        "rounds": settings.RATINGS_BOOTSTRAP_ROUNDS if settings.RATINGS_CI == "bootstrap" else None,
+        "seed": settings.RATINGS_SEED,
+        "min_category_votes": settings.RATINGS_MIN_CATEGORY_VOTES,
+        "long_prompt_chars": settings.RATINGS_LONG_PROMPT_CHARS,
+        "votes": "anonymous, unflagged",
+        "schema": PAYLOAD_SCHEMA,
+    }
+
+
+def params_digest(params: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
+
+
+def _finite(value: Any) -> Any:
+    """JSON-safe copy: NaN and infinities (never valid JSON) become None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _public_only(result: dict[str, Any], public: set[str]) -> dict[str, Any]:
+    """The engine's result without the models that are not shown (``is_public`` off).
+
+    Their votes still inform everyone else's rating; ranks are recomputed among those shown.
+    """
+    shown = [m for m in result["models"] if m["model"] in public]
+    ranks = engine.upper_bound_ranks(
+        np.array([m["rating_lower"] for m in shown], dtype=float),
+        np.array([m["rating_upper"] for m in shown], dtype=float),
+    )
+    models = [{**m, "rank": rank} for m, rank in zip(shown, ranks, strict=True)]
+    matrices = result.get("matrices") or {}
+    names = matrices.get("models", [])
+    keep = [i for i, name in enumerate(names) if name in public]
+    out = {**result, "models": models}
+    if matrices:
+        out["matrices"] = {
+            "models": [names[i] for i in keep],
+            **{
+                key: [[matrices[key][i][j] for j in keep] for i in keep]
+                for key in ("battle_counts", "win_fraction", "predicted_win_probability")
+                if key in matrices
+            },
+        }
+    if result.get("online_elo"):
+        out["online_elo"] = {k: v for k, v in result["online_elo"].items() if k in public}
+    return out
+
+
+def _style_complete(meta: Any) -> bool:
+    return isinstance(meta, dict) and all(k in meta for k in STYLE_KEYS)
+
+
+def _fit(battles: pd.DataFrame, *, style_control: bool, params: dict[str, Any]) -> dict[str, Any]:
+    columns = ["model_a", "model_b", "winner"]
+    if style_control:
+        frame = engine.flatten_conv_metadata(battles[[*columns, "conv_metadata"]])
+    else:
+        frame = battles[columns]
+    return engine.rate(
+        frame.reset_index(drop=True),
+        style_control=style_control,
+        ci=params["ci"],
+        rounds=params["rounds"] or 100,
+        seed=params["seed"],
+    )
+
+
+def snapshot_build(
+    battles: pd.DataFrame, *, models: dict[str, dict[str, Any]], params: dict[str, Any]
+) -> dict[str, Any]:
+    """The snapshot payload: each category fitted with and without style control."""
+    public = {slug for slug, m in models.items() if m.get("public", True)}
+    styled = battles["conv_metadata"].map(_style_complete) if len(battles) else battles["winner"]
+    categories = []
+    for category in snapshot_categories(battles, long_prompt_chars=params["long_prompt_chars"]):
+        subset = battles[category.select(battles)] if len(battles) else battles
+        n_models = len(set(subset["model_a"]) | set(subset["model_b"]))
+        entry: dict[str, Any] = {
+            "key": category.key,
+            "label": category.label,
+            "description": category.description,
+            "n_votes": len(subset),
+            "status": "ok",
+            "reason": "",
+            "results": {"on": None, "off": None},
+        }
+        if len(subset) < params["min_category_votes"] or n_models < 2:
+            entry["status"] = "insufficient"
+            entry["reason"] = (
+                f"Not enough votes yet: {len(subset)} votes over {n_models} models "
+                f"(at least {params['min_category_votes']} votes and 2 models are needed)."
+            )
+            categories.append(entry)
+            continue
+        reasons = {}
+        for style, on in (("on", True), ("off", False)):
+            rows = subset[styled.loc[subset.index].astype(bool)] if on else subset
+            try:
+                result = _fit(rows, style_control=on, params=params)
+            # EngineError is a ValueError, as is numpy's LinAlgError (a singular fit).
+            except (ValueError, ArithmeticError) as exc:
+                logger.warning("ratings: %s, style %s not fitted: %s", category.key, style, exc)
+                reasons[style] = f"Not enough votes yet to rate this view ({exc})."
+                continue
+            entry["results"][style] = _finite(_public_only(result, public))
+        if reasons:
+            entry["reasons"] = reasons
+        if len(reasons) == 2:
+            entry["status"] = "insufficient"
+            entry["reason"] = reasons["off"]
+        categories.append(entry)
+    rated = set(battles["model_a"]) | set(battles["model_b"])
+    return {
+        "schema": PAYLOAD_SCHEMA,
+        "models": {
+            slug: {k: m[k] for k in ("name", "organization", "license", "active")}
+            for slug, m in sorted(models.items())
+            if slug in rated and slug in public
+        },
+        "categories": categories,
+    }
+
+
+def _advisory_xact_lock(key: int) -> None:
+    """Wait for the transaction-scoped advisory lock ``key`` (released at commit or rollback).
+
+    SQLite has one writer process in this project's setups (local and tests), so there is
+    nothing to serialise against and the lock is a no-op there.
+    """
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
+
+@dataclass(frozen=True)
+class SnapshotRefreshResult:
+    snapshot: LeaderboardSnapshot | None
+    created: bool
+
+
+def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
+    """Write a new snapshot unless the latest one already covers the same votes and params.
+
+    "The same votes" is the same high-water mark (largest vote id) and the same count, so a vote
+    that commits late with a lower id, or one flagged since, still triggers a run. Runs are
+    serialised by a PostgreSQL advisory lock held for the transaction: a second run waits, then
+    sees the first one's snapshot and does nothing. ``force`` writes a snapshot regardless
+    (staff's "Recompute now", e.g. after editing a model's name or visibility).
+    """
+    params = snapshot_params()
+    digest = params_digest(params)
+    with transaction.atomic():
+        _advisory_xact_lock(SNAPSHOT_LOCK_KEY)
+        started = time.monotonic()
+        high_water, n_votes = rating_votes_mark()
+        latest = snapshot_latest()
+        if (
+            not force
+            and latest is not None
+            and latest.vote_high_water == high_water
+            and latest.n_votes == n_votes
+            and latest.params_digest == digest
+        ):
+            return SnapshotRefreshResult(snapshot=latest, created=False)
+        battles = rating_battles()
+        payload = snapshot_build(battles, models=models_metadata(), params=params)
+        snapshot = LeaderboardSnapshot.objects.create(
+            vote_high_water=int(battles["vote_id"].max()) if len(battles) else 0,
+            n_votes=len(battles),
+            params=params,
+            params_digest=digest,
+            duration_seconds=time.monotonic() - started,
+            payload=payload,
+        )
+    logger.info(
+        "ratings: snapshot %s from %s votes in %.2fs",
+        snapshot.pk,
+        snapshot.n_votes,
+        snapshot.duration_seconds,
+    )
+    return SnapshotRefreshResult(snapshot=snapshot, created=True)

@@ -1,0 +1,166 @@
+"""The leaderboard page and its downloads. They read the latest snapshot and never fit."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.utils.http import urlencode
+from django.views.decorators.http import require_GET
+
+from ratings import plots
+from ratings.selectors import LeaderboardView, leaderboard_view, snapshot_latest
+
+CSV_FIELDS = (
+    "rank",
+    "model",
+    "name",
+    "organization",
+    "license",
+    "active",
+    "rating",
+    "rating_lower",
+    "rating_upper",
+    "votes",
+)
+NOT_COMPUTED = "The leaderboard has not been computed yet."
+
+
+def _view(request: HttpRequest) -> LeaderboardView | None:
+    snapshot = snapshot_latest()
+    if snapshot is None:
+        return None
+    return leaderboard_view(
+        snapshot, category=request.GET.get("category"), style=request.GET.get("style")
+    )
+
+
+def _charts(view: LeaderboardView) -> dict[str, Any]:
+    result = view.result
+    if not result:
+        return {}
+    names = {row["model"]: row["name"] for row in view.rows}
+    matrices = result.get("matrices") or {}
+    labels = [names.get(slug, slug) for slug in matrices.get("models", [])]
+    charts: dict[str, Any] = {"forest": plots.forest_plot(view.rows), "labels": labels}
+    if labels:
+        charts["winrate"] = plots.heatmap(
+            labels=labels,
+            values=matrices["win_fraction"],
+            kind="fraction",
+            plot_id="winrate",
+            title="Win fraction of the row model against the column model",
+            desc="Share of battles the model in the row won against the model in the column "
+            "(a tie counts as half), models in rating order.",
+        )
+        charts["counts"] = plots.heatmap(
+            labels=labels,
+            values=matrices["battle_counts"],
+            kind="count",
+            plot_id="counts",
+            title="Battles between each pair of models",
+            desc="Number of rated battles between the model in the row and the model in the "
+            "column, models in rating order.",
+        )
+        charts["matrix_rows"] = [
+            {
+                "label": label,
+                "cells": [
+                    {"win": w, "count": c}
+                    for w, c in zip(
+                        matrices["win_fraction"][i], matrices["battle_counts"][i], strict=True
+                    )
+                ],
+            }
+            for i, label in enumerate(labels)
+        ]
+    if result.get("style_coefficients"):
+        charts["style"] = plots.style_plot(
+            result["style_coefficients"], result.get("style_coefficient_intervals")
+        )
+        intervals = result.get("style_coefficient_intervals") or {}
+        charts["style_rows"] = [
+            {
+                "label": plots.STYLE_LABELS.get(name, name),
+                "value": value,
+                "interval": intervals.get(name),
+            }
+            for name, value in result["style_coefficients"].items()
+        ]
+    return charts
+
+
+@require_GET
+def leaderboard_page(request: HttpRequest) -> HttpResponse:
+    view = _view(request)
+    context: dict[str, Any] = {"view": view}
+    if view is not None:
+        query = urlencode({"category": view.category["key"], "style": view.style})
+        context.update(
+            query=query,
+            charts=_charts(view),
+            other_style="off" if view.style == "on" else "on",
+        )
+    return render(request, "ratings/leaderboard.html", context)
+
+
+def _filename(view: LeaderboardView, ext: str) -> str:
+    return f"leaderboard-{view.snapshot.pk}-{view.category['key']}-style-{view.style}.{ext}"
+
+
+@require_GET
+def leaderboard_csv(request: HttpRequest) -> HttpResponse:
+    view = _view(request)
+    if view is None:
+        return HttpResponse(NOT_COMPUTED, status=404, content_type="text/plain; charset=utf-8")
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    for row in view.rows:
+        writer.writerow(
+            {
+                **row,
+                "rating": f"{row['rating']:.2f}",
+                "rating_lower": f"{row['rating_lower']:.2f}",
+                "rating_upper": f"{row['rating_upper']:.2f}",
+            }
+        )
+    response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{_filename(view, "csv")}"'
+    return response
+
+
+@require_GET
+def leaderboard_json(request: HttpRequest) -> JsonResponse:
+    view = _view(request)
+    if view is None:
+        return JsonResponse(
+            {"error": {"code": "not_computed", "message": NOT_COMPUTED}}, status=404
+        )
+    snapshot = view.snapshot
+    result = view.result or {}
+    body = {
+        "snapshot": {
+            "id": snapshot.pk,
+            "created_at": snapshot.created_at.isoformat(),
+            "vote_high_water": snapshot.vote_high_water,
+            "n_votes": snapshot.n_votes,
+            "params": snapshot.params,
+        },
+        "category": {k: view.category[k] for k in ("key", "label", "description", "n_votes")},
+        "status": "ok" if view.result else "insufficient",
+        "reason": view.reason,
+        "style_control": view.style == "on",
+        "models": [{k: row[k] for k in CSV_FIELDS} for row in view.rows],
+        "style_coefficients": result.get("style_coefficients"),
+        "style_coefficient_intervals": result.get("style_coefficient_intervals"),
+        "n_battles": result.get("n_battles", 0),
+        "method": result.get("method"),
+        "matrices": result.get("matrices"),
+    }
+    response = JsonResponse(body, json_dumps_params={"indent": 1})
+    response["Content-Disposition"] = f'inline; filename="{_filename(view, "json")}"'
+    return response
