@@ -149,3 +149,131 @@ def page(browser) -> Iterator[object]:
     page = context.new_page()
     yield page
     context.close()
+
+
+# --- Live battles -----------------------------------------------------------------------------
+@pytest.fixture
+def fake_upstream() -> Iterator[object]:
+    """A real OpenAI-compatible server on loopback; set ``.models[name] = FakeModel(...)``."""
+    from arena.tests.fake_openai import FakeUpstream
+
+    with FakeUpstream() as upstream:
+        yield upstream
+
+
+@pytest.fixture
+def live_models(fake_upstream):
+    """Two active live models served by the fake upstream, with distinctive names."""
+    from arena.models import ArenaModel, Provider
+
+    provider = Provider.objects.create(
+        name="loopback", base_url=fake_upstream.url, read_timeout=5.0, max_retries=0
+    )
+    return [
+        ArenaModel.objects.create(
+            slug=f"zephyrine-{n}",
+            display_name=f"Zephyrine Turbo {n}",
+            organization="Quillwort Labs",
+            provider=provider,
+            upstream_model_id=f"upstream-quokka-{n}",
+        )
+        for n in (1, 2)
+    ]
+
+
+# --- Ratings: votes to rate -------------------------------------------------------------------
+
+
+@pytest.fixture
+def make_vote(db):
+    """Record a finished battle and its vote, the way the arena stores them.
+
+    ``make_vote(model_a, model_b, winner, turns=1, prompt="...", category=..., language=...,
+    mode="anonymous", flagged=False, answers=("a text", "b text"))``.
+    """
+    from arena.models import Battle, BattleMessage, Vote
+    from arena.tests.factories import PromptFactory
+    from ratings.style import conv_metadata
+
+    counter = {"n": 0}
+
+    def make(
+        model_a,
+        model_b,
+        winner="model_a",
+        *,
+        turns=1,
+        prompt=None,
+        category="writing",
+        language="en",
+        mode="anonymous",
+        flagged=False,
+        answers=("# Answer\n\n- one\n- two\n\n**yes**", "A plain answer."),
+    ):
+        counter["n"] += 1
+        text = prompt or f"Question {counter['n']}?"
+        prompt_obj = PromptFactory(
+            turns=[text] + [f"Follow-up {t}" for t in range(1, turns)],
+            category=category,
+            language=language,
+        )
+        battle = Battle.objects.create(
+            mode=mode,
+            source=Battle.Source.POOL,
+            model_a=model_a,
+            model_b=model_b,
+            prompt=prompt_obj,
+            session_key="s",
+            state=Battle.State.VOTED,
+        )
+        for turn in range(turns):
+            for side, answer in zip(("a", "b"), answers, strict=True):
+                BattleMessage.objects.create(
+                    battle=battle,
+                    side=side,
+                    turn=turn,
+                    user_content=prompt_obj.turns[turn],
+                    content=answer,
+                )
+        return Vote.objects.create(
+            battle=battle,
+            winner=winner,
+            voter_id=f"voter-{counter['n']}",
+            flagged=flagged,
+            flags=["too_fast"] if flagged else [],
+            style=conv_metadata([answers[0]] * turns, [answers[1]] * turns),
+        )
+
+    return make
+
+
+@pytest.fixture
+def rated_models(db, make_vote):
+    """Three public models and 60 anonymous votes where A > B > C most of the time, with varied
+    answer styles; returns the models strongest first."""
+    import random
+
+    from arena.tests.factories import ArenaModelFactory
+
+    rng = random.Random(7)
+    models = [
+        ArenaModelFactory(slug=slug, display_name=name, organization=org)
+        for slug, name, org in (
+            ("alpha", "Alpha Large", "Org A"),
+            ("beta", "Beta Medium", "Org B"),
+            ("gamma", "Gamma Small", "Org C"),
+        )
+    ]
+    styles = [
+        ("# Title\n\n- a\n- b\n\n**bold** text " * 2, "Short."),
+        ("Plain and long answer " * 20, "**Bold** short"),
+        ("1. one\n2. two", "## Header\n\nSome words here"),
+    ]
+    strength = {"alpha": 4.0, "beta": 1.5, "gamma": 0.0}
+    for i in range(60):
+        a, b = rng.sample(models, 2)
+        p_a = 1 / (1 + 10 ** ((strength[b.slug] - strength[a.slug]) / 2))
+        roll = rng.random()
+        winner = "model_a" if roll < p_a * 0.9 else ("tie" if roll < p_a * 0.9 + 0.1 else "model_b")
+        make_vote(a, b, winner, answers=styles[i % len(styles)])
+    return models

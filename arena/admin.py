@@ -12,6 +12,7 @@ from arena.models import (
     Battle,
     BattleMessage,
     Completion,
+    LiveLimits,
     Prompt,
     Provider,
     TermsAcceptance,
@@ -35,8 +36,26 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
-    list_display = ["name", "base_url", "api_key_env", "connect_timeout", "read_timeout"]
+    list_display = [
+        "name",
+        "base_url",
+        "api_key_env",
+        "connect_timeout",
+        "read_timeout",
+        "breaker_failures",
+        "breaker_open_until",
+    ]
     search_fields = ["name", "base_url"]
+    # The circuit breaker is set by live battles; staff only reset it.
+    readonly_fields = ["breaker_failures", "breaker_open_until"]
+    actions = ["reset_breaker"]
+
+    @admin.action(description="Reset the circuit breaker of selected providers")
+    def reset_breaker(self, request: HttpRequest, queryset: Any) -> None:
+        from arena.services.breaker import provider_breaker_reset
+
+        count = provider_breaker_reset(provider_ids=list(queryset.values_list("pk", flat=True)))
+        self.message_user(request, f"Reset {count} circuit breaker(s).")
 
 
 @admin.register(ArenaModel)
@@ -129,6 +148,27 @@ class VoteAdmin(ReadOnlyAdmin):
     list_filter = ["winner", "flagged", "user_agent_class", "battle__mode", "battle__source"]
     search_fields = ["battle__id", "voter_id", "battle__model_a__slug", "battle__model_b__slug"]
     date_hierarchy = "created_at"
+
+
+@admin.register(LiveLimits)
+class LiveLimitsAdmin(admin.ModelAdmin):
+    """One row of limits; a blank field falls back to its ARENA_LIVE_* setting."""
+
+    list_display = [
+        "__str__",
+        "max_prompt_chars",
+        "max_turns",
+        "max_output_tokens",
+        "max_concurrent_battles",
+        "updated_at",
+    ]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return not LiveLimits.objects.exists()
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        obj.pk = 1  # the singleton
+        super().save_model(request, obj, form, change)
 
 
 @admin.register(TermsAcceptance)

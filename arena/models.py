@@ -32,6 +32,15 @@ class Provider(models.Model):
     max_retries = models.PositiveSmallIntegerField(
         default=2, help_text="Retries for connection failures before the first token only."
     )
+    # Circuit breaker: consecutive failed answers; while open, the provider's models sit out.
+    breaker_failures = models.PositiveIntegerField(
+        default=0, help_text="Consecutive failed answers (reset by a successful one)."
+    )
+    breaker_open_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="While in the future, live battles skip this provider's models.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -278,3 +287,36 @@ class TermsAcceptance(models.Model):
 
     def __str__(self) -> str:
         return f"{self.voter_id} accepted {self.terms_version}"
+
+
+class LiveLimits(models.Model):
+    """Admin-editable limits of live battles; a blank field falls back to the setting.
+
+    One row at most (pk 1), read through ``arena.services.live.live_limits``.
+    """
+
+    max_prompt_chars = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Characters per prompt (ARENA_LIVE_MAX_PROMPT_CHARS)."
+    )
+    max_turns = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="User turns per battle (ARENA_LIVE_MAX_TURNS)."
+    )
+    max_output_tokens = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Output tokens per model and turn (ARENA_LIVE_MAX_OUTPUT_TOKENS).",
+    )
+    max_concurrent_battles = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="Battles streaming at once per session (ARENA_LIVE_MAX_CONCURRENT_BATTLES).",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "live battle limits"
+        verbose_name_plural = "live battle limits"
+        constraints = [models.CheckConstraint(condition=Q(pk=1), name="livelimits_singleton")]
+
+    def __str__(self) -> str:
+        return "Live battle limits"

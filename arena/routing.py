@@ -1,5 +1,9 @@
 """Websocket routes, mounted by config/asgi.py."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-websocket_urlpatterns: list = []
+from arena.consumers import BattleConsumer
+
+websocket_urlpatterns: list = [
+    path("ws/battle", BattleConsumer.as_asgi(), name="ws-battle"),
+]

@@ -3,9 +3,10 @@
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce, Length
 
-from arena.models import ArenaModel, Battle, BattleMessage, TermsAcceptance, Vote
+from arena.models import ArenaModel, Battle, BattleMessage, Prompt, TermsAcceptance, Vote
 
 
 def terms_accepted(*, voter_id: str) -> bool:
@@ -64,21 +65,54 @@ def battle_payload(*, battle: Battle) -> dict[str, Any]:
 def votes_for_rating(*, anonymous_only: bool = True, include_flagged: bool = False) -> QuerySet:
     """The votes the leaderboard is computed from: anonymous, unflagged by default.
 
-    Rows carry the battle's model slugs, the winner, the style counts and the prompt category
-    so the rating side never touches battle internals.
+    The one read through which the ratings app sees arena's votes. Rows carry the battle's model
+    slugs, the winner, the style counts and what the leaderboard's categories need, so the rating
+    side never touches battle internals:
+
+    - ``battle__prompt__category`` and ``battle__prompt__language`` of the prompt;
+    - ``turns``: how many user turns the battle showed (its current side-A messages);
+    - ``prompt_chars``: characters of user text over those turns;
+    - ``prompt_has_code``: whether any of those turns holds a fenced code block.
     """
     qs = Vote.objects.all()
     if anonymous_only:
         qs = qs.filter(battle__mode=Battle.Mode.ANONYMOUS)
     if not include_flagged:
         qs = qs.filter(flagged=False)
-    return qs.order_by("id").values(
-        "id",
-        "winner",
-        "style",
-        "created_at",
-        "battle__model_a__slug",
-        "battle__model_b__slug",
-        "battle__prompt__category",
-        "battle__prompt__language",
+    # One side's current messages carry each user turn exactly once.
+    turns_shown = BattleMessage.objects.filter(
+        battle_id=OuterRef("battle_id"), side=BattleMessage.Side.A, superseded_at__isnull=True
     )
+    per_battle = turns_shown.order_by().values("battle_id")
+    return (
+        qs.order_by("id")
+        .annotate(
+            turns=Coalesce(Subquery(per_battle.annotate(n=Count("id")).values("n")[:1]), Value(0)),
+            prompt_chars=Coalesce(
+                Subquery(per_battle.annotate(n=Sum(Length("user_content"))).values("n")[:1]),
+                Value(0),
+            ),
+            prompt_has_code=Exists(turns_shown.filter(user_content__contains="```")),
+        )
+        .values(
+            "id",
+            "winner",
+            "style",
+            "created_at",
+            "battle__model_a__slug",
+            "battle__model_b__slug",
+            "battle__prompt__category",
+            "battle__prompt__language",
+            "turns",
+            "prompt_chars",
+            "prompt_has_code",
+        )
+    )
+
+
+def prompt_suggestion() -> str:
+    """A prompt from the pool to offer a visitor of the live battle page ("" when none)."""
+    from arena.services.live import USER_PROMPT_SOURCE
+
+    prompt = Prompt.objects.exclude(source=USER_PROMPT_SOURCE).order_by("?").only("turns").first()
+    return str(prompt.turns[0]) if prompt is not None and prompt.turns else ""

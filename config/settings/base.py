@@ -164,3 +164,33 @@ from config.schedule import BEAT_SCHEDULE  # noqa: E402
 CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 # A vote cast sooner than this after the answers were complete is kept but flagged.
 ARENA_MIN_VOTE_SECONDS = env.float("ARENA_MIN_VOTE_SECONDS", default=1.0)
+
+# --- Ratings --------------------------------------------------------------------------------
+# How the leaderboard snapshot is fitted (see ratings/services.py). Changing any of these makes
+# the next run write a new snapshot even when no vote has arrived.
+RATINGS_CI = env("RATINGS_CI", default="sandwich")  # "sandwich" or "bootstrap"
+RATINGS_BOOTSTRAP_ROUNDS = env.int("RATINGS_BOOTSTRAP_ROUNDS", default=100)
+RATINGS_SEED = env.int("RATINGS_SEED", default=0)
+# A category with fewer votes than this is shown as "not enough votes" instead of being fitted.
+RATINGS_MIN_CATEGORY_VOTES = env.int("RATINGS_MIN_CATEGORY_VOTES", default=30)
+# "Long prompts": battles whose user turns hold at least this many characters in total.
+RATINGS_LONG_PROMPT_CHARS = env.int("RATINGS_LONG_PROMPT_CHARS", default=500)
+# A recorded vote enqueues a refresh this many seconds later; votes in between share that run.
+RATINGS_REFRESH_DEBOUNCE_SECONDS = env.int("RATINGS_REFRESH_DEBOUNCE_SECONDS", default=60)
+RATINGS_REFRESH_ON_VOTE = env.bool("RATINGS_REFRESH_ON_VOTE", default=True)
+
+# --- Live battles ---------------------------------------------------------------------------
+# Defaults for the limits; a staff member overrides any of them in the admin (Live battle limits).
+ARENA_LIVE_MAX_PROMPT_CHARS = env.int("ARENA_LIVE_MAX_PROMPT_CHARS", default=8000)
+ARENA_LIVE_MAX_TURNS = env.int("ARENA_LIVE_MAX_TURNS", default=8)
+ARENA_LIVE_MAX_OUTPUT_TOKENS = env.int("ARENA_LIVE_MAX_OUTPUT_TOKENS", default=1024)
+ARENA_LIVE_MAX_CONCURRENT_BATTLES = env.int("ARENA_LIVE_MAX_CONCURRENT_BATTLES", default=2)
+# A battle left "streaming" longer than this (a crashed worker) no longer counts as running.
+ARENA_LIVE_STALE_SECONDS = env.int("ARENA_LIVE_STALE_SECONDS", default=900)
+# Wall-clock bound on one answer, whatever the upstream does (an endless stream ends here).
+ARENA_LIVE_ANSWER_SECONDS = env.float("ARENA_LIVE_ANSWER_SECONDS", default=300.0)
+# How often the partial text of a streaming answer is written to the database.
+ARENA_LIVE_SAVE_SECONDS = env.float("ARENA_LIVE_SAVE_SECONDS", default=5.0)
+# Circuit breaker: this many consecutive failed answers open it for the cool-down.
+ARENA_LIVE_BREAKER_FAILURES = env.int("ARENA_LIVE_BREAKER_FAILURES", default=3)
+ARENA_LIVE_BREAKER_COOLDOWN_SECONDS = env.float("ARENA_LIVE_BREAKER_COOLDOWN_SECONDS", default=60.0)

@@ -1,4 +1,5 @@
-/* The pool battle page: fetch a battle, show both answers, take one vote, reveal the names. */
+/* The battle page: take one vote, reveal the names. Pool battles are fetched here; live battles
+   (data-mode="live") are streamed by live.js, which uses the helpers exported at the end. */
 (function () {
   "use strict";
   const $ = (id) => document.getElementById(id);
@@ -8,6 +9,7 @@
   const nextButton = $("next-battle");
   const verdictEl = $("verdict");
   const termsDialog = $("terms");
+  const liveMode = root.dataset.mode === "live";
   let termsAccepted = root.dataset.termsAccepted === "true";
   let battle = null;
   let busy = false;
@@ -168,6 +170,7 @@
       verdictEl.hidden = false;
       nextButton.hidden = false;
       setStatus("");
+      if (window.ArenaBattle.onVoted) window.ArenaBattle.onVoted(data);
       nextButton.focus();
     } catch (error) {
       setStatus(error.message, true);
@@ -178,7 +181,17 @@
   }
 
   voteButtons.forEach((b) => b.addEventListener("click", () => vote(b.dataset.winner)));
-  nextButton.addEventListener("click", newBattle);
+  function next() { (window.ArenaBattle.onNext || newBattle)(); }
+  nextButton.addEventListener("click", next);
+
+  /* Live battles: the battle being voted on, and whether voting is open. */
+  function setBattle(data) {
+    battle = data;
+    voteButtons.forEach((b) => b.classList.remove("chosen"));
+    verdictEl.hidden = true;
+    nextButton.hidden = true;
+    setVotingEnabled(Boolean(data && data.votable));
+  }
 
   const KEYS = { "1": "model_a", "2": "model_b", "3": "tie", "4": "tie (bothbad)" };
   document.addEventListener("keydown", (event) => {
@@ -186,9 +199,14 @@
     const tag = (event.target.tagName || "").toLowerCase();
     if (tag === "input" || tag === "textarea" || termsDialog.open) return;
     if (KEYS[event.key] && battle && battle.votable) { event.preventDefault(); vote(KEYS[event.key]); }
-    else if ((event.key === "n" || event.key === "N") && !nextButton.hidden) { event.preventDefault(); newBattle(); }
+    else if ((event.key === "n" || event.key === "N") && !nextButton.hidden) { event.preventDefault(); next(); }
   });
 
-  window.ArenaBattle = { newBattle: newBattle, ensureTerms: ensureTerms };
-  ensureTerms().then(newBattle);
+  window.ArenaBattle = {
+    newBattle: newBattle, ensureTerms: ensureTerms, api: api, setStatus: setStatus,
+    setBattle: setBattle, setVotingEnabled: setVotingEnabled, renderPrompt: renderPrompt,
+    resetNames: resetNames, revealNames: revealNames, onVoted: null, onNext: null,
+  };
+  if (liveMode) ensureTerms();
+  else ensureTerms().then(newBattle);
 })();

@@ -1,0 +1,48 @@
+"""The per-provider circuit breaker of live battles.
+
+After ``ARENA_LIVE_BREAKER_FAILURES`` consecutive failed answers a provider's breaker opens: its
+models are skipped when live battles are drawn until the cool-down ends. Then they are drawn
+again (half-open); one more failure reopens the breaker at once, one success closes it.
+"""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q, QuerySet
+from django.utils import timezone
+
+from arena.models import Provider
+
+
+def providers_available() -> QuerySet[Provider]:
+    """Providers whose breaker is closed or whose cool-down has ended."""
+    return Provider.objects.filter(
+        Q(breaker_open_until__isnull=True) | Q(breaker_open_until__lte=timezone.now())
+    )
+
+
+def provider_failure_record(*, provider_id: int) -> Provider:
+    """Count a failed answer; open the breaker once the failures reach the threshold."""
+    with transaction.atomic():
+        Provider.objects.filter(pk=provider_id).update(breaker_failures=F("breaker_failures") + 1)
+        provider = Provider.objects.select_for_update().get(pk=provider_id)
+        if provider.breaker_failures >= settings.ARENA_LIVE_BREAKER_FAILURES:
+            cooldown = timedelta(seconds=settings.ARENA_LIVE_BREAKER_COOLDOWN_SECONDS)
+            provider.breaker_open_until = timezone.now() + cooldown
+            provider.save(update_fields=["breaker_open_until"])
+    return provider
+
+
+def provider_success_record(*, provider_id: int) -> None:
+    """A successful answer closes the breaker."""
+    Provider.objects.filter(pk=provider_id).filter(
+        Q(breaker_failures__gt=0) | Q(breaker_open_until__isnull=False)
+    ).update(breaker_failures=0, breaker_open_until=None)
+
+
+def provider_breaker_reset(*, provider_ids: list[int]) -> int:
+    """Close the breakers of these providers (an admin action)."""
+    return Provider.objects.filter(pk__in=provider_ids).update(
+        breaker_failures=0, breaker_open_until=None
+    )

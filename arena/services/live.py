@@ -1,0 +1,410 @@
+"""Live battles: two models answer a visitor's prompt, streamed side by side.
+
+The services here do the bookkeeping around a turn; the streaming itself happens in the
+websocket consumer (``arena.consumers``) through ``arena.upstream``. A turn is planned
+(``battle_start_live``, ``battle_turn_add``, ``battle_regenerate``: the messages are created as
+streaming, and the battle is streaming), then finished (``battle_turn_finish``: both answers are
+saved and the battle becomes ready to vote, or errored/aborted, which are not votable).
+"""
+
+import random
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from arena.errors import ArenaError, not_found
+from arena.models import ArenaModel, Battle, BattleMessage, LiveLimits, Prompt
+from arena.services.breaker import (
+    provider_failure_record,
+    provider_success_record,
+    providers_available,
+)
+from arena.upstream import Answer, UpstreamTarget
+
+SIDES = ("a", "b")
+USER_PROMPT_SOURCE = "user"
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_prompt_chars: int
+    max_turns: int
+    max_output_tokens: int
+    max_concurrent_battles: int
+
+
+@dataclass(frozen=True)
+class SidePlan:
+    message_id: int
+    target: UpstreamTarget
+    history: list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class TurnPlan:
+    """What the consumer needs to stream one turn, read from the database up front."""
+
+    battle_id: uuid.UUID
+    turn: int
+    prompt: str
+    regenerated: bool
+    max_tokens: int
+    sides: dict[str, SidePlan]
+    battle: dict[str, Any]  # battle_payload at the start of the turn (no names unless named)
+
+
+def live_limits() -> Limits:
+    """The limits in force: the admin's value where set, else the setting."""
+    row = LiveLimits.objects.filter(pk=1).first()
+
+    def pick(name: str, setting: str) -> int:
+        value = getattr(row, name, None) if row is not None else None
+        return int(value if value is not None else getattr(settings, setting))
+
+    return Limits(
+        max_prompt_chars=pick("max_prompt_chars", "ARENA_LIVE_MAX_PROMPT_CHARS"),
+        max_turns=pick("max_turns", "ARENA_LIVE_MAX_TURNS"),
+        max_output_tokens=pick("max_output_tokens", "ARENA_LIVE_MAX_OUTPUT_TOKENS"),
+        max_concurrent_battles=pick("max_concurrent_battles", "ARENA_LIVE_MAX_CONCURRENT_BATTLES"),
+    )
+
+
+def live_models_available() -> QuerySet[ArenaModel]:
+    """Active live models with a positive weight whose provider's breaker is not open."""
+    return (
+        ArenaModel.objects.filter(
+            is_active=True,
+            sampling_weight__gt=0,
+            provider__in=providers_available(),
+        )
+        .exclude(upstream_model_id="")
+        .select_related("provider")
+    )
+
+
+def live_battles_enabled() -> bool:
+    """Whether the battle page serves live battles: at least two live models can be drawn."""
+    return live_models_available().count() >= 2
+
+
+def _target(model: ArenaModel) -> UpstreamTarget:
+    provider = model.provider
+    assert provider is not None
+    return UpstreamTarget(
+        base_url=provider.base_url,
+        api_key_env=provider.api_key_env,
+        upstream_model=model.upstream_model_id,
+        params=dict(model.generation_params or {}),
+        system_prompt=model.system_prompt,
+        connect_timeout=provider.connect_timeout,
+        read_timeout=provider.read_timeout,
+        max_retries=provider.max_retries,
+        provider_id=provider.pk,
+    )
+
+
+def _clean_prompt(prompt: object, limits: Limits) -> str:
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ArenaError("empty_prompt", "Type a prompt first.", field="prompt")
+    text = prompt.strip()
+    if len(text) > limits.max_prompt_chars:
+        raise ArenaError(
+            "prompt_too_long",
+            f"The prompt is {len(text)} characters long; the limit is {limits.max_prompt_chars}.",
+            field="prompt",
+        )
+    return text
+
+
+def _check_concurrency(*, session_key: str, limits: Limits, exclude: uuid.UUID | None) -> None:
+    fresh = timezone.now() - timedelta(seconds=settings.ARENA_LIVE_STALE_SECONDS)
+    running = Battle.objects.filter(
+        session_key=session_key,
+        source=Battle.Source.LIVE,
+        state=Battle.State.STREAMING,
+        updated_at__gte=fresh,
+    )
+    if exclude is not None:
+        running = running.exclude(pk=exclude)
+    if running.count() >= limits.max_concurrent_battles:
+        raise ArenaError(
+            "too_many_battles",
+            f"You already have {limits.max_concurrent_battles} battles streaming; "
+            "let one finish or stop it first.",
+            status=429,
+        )
+
+
+def _draw_pair(rng: random.Random) -> tuple[ArenaModel, ArenaModel]:
+    candidates = list(live_models_available())
+    if len(candidates) < 2:
+        raise ArenaError(
+            "no_live_models",
+            "Fewer than two live models are available right now; try again shortly.",
+            status=503,
+        )
+    first = rng.choices(candidates, weights=[m.sampling_weight for m in candidates], k=1)[0]
+    rest = [m for m in candidates if m.pk != first.pk]
+    second = rng.choices(rest, weights=[m.sampling_weight for m in rest], k=1)[0]
+    return (first, second) if rng.random() < 0.5 else (second, first)
+
+
+def _named_pair(model_slugs: object) -> tuple[ArenaModel, ArenaModel]:
+    if (
+        not isinstance(model_slugs, list | tuple)
+        or len(model_slugs) != 2
+        or not all(isinstance(s, str) for s in model_slugs)
+    ):
+        raise ArenaError("invalid", "Pick two models.", field="models")
+    if model_slugs[0] == model_slugs[1]:
+        raise ArenaError("invalid", "Pick two different models.", field="models")
+    found = {
+        m.slug: m
+        for m in ArenaModel.objects.filter(
+            slug__in=model_slugs, is_active=True, is_public=True
+        ).select_related("provider")
+        if m.is_live
+    }
+    missing = [s for s in model_slugs if s not in found]
+    if missing:
+        raise ArenaError(
+            "invalid", f"Unknown or unavailable model: {', '.join(missing)}.", field="models"
+        )
+    return found[model_slugs[0]], found[model_slugs[1]]
+
+
+def live_models_public() -> list[dict[str, str]]:
+    """The models a visitor may pick in named (side-by-side) mode."""
+    return [
+        {"slug": m.slug, "name": m.display_name, "organization": m.organization}
+        for m in live_models_available().filter(is_public=True).order_by("display_name")
+    ]
+
+
+def battle_start_live(
+    *,
+    session_key: str,
+    prompt: object,
+    mode: str = Battle.Mode.ANONYMOUS,
+    model_slugs: object = None,
+    rng: random.Random | None = None,
+) -> TurnPlan:
+    """Start a live battle on the visitor's prompt.
+
+    Anonymous mode draws two different available models by sampling weight and places them on
+    sides A and B in random order; named mode takes the two the visitor picked, in that order.
+    """
+    if not session_key:
+        raise ArenaError("no_session", "Open the battle page first.", status=403)
+    limits = live_limits()
+    text = _clean_prompt(prompt, limits)
+    if mode not in Battle.Mode.values:
+        raise ArenaError("invalid", "Unknown battle mode.", field="mode")
+    if mode == Battle.Mode.NAMED:
+        model_a, model_b = _named_pair(model_slugs)
+    else:
+        model_a, model_b = _draw_pair(rng or random.SystemRandom())
+    with transaction.atomic():
+        _check_concurrency(session_key=session_key, limits=limits, exclude=None)
+        battle = Battle.objects.create(
+            mode=mode,
+            source=Battle.Source.LIVE,
+            model_a=model_a,
+            model_b=model_b,
+            prompt=Prompt.objects.create(turns=[text], source=USER_PROMPT_SOURCE),
+            session_key=session_key,
+            state=Battle.State.STREAMING,
+        )
+        return _plan_turn(battle=battle, turn=0, text=text, limits=limits, regenerated=False)
+
+
+def _locked_battle(*, battle_id: object, session_key: str) -> Battle:
+    try:
+        pk = uuid.UUID(str(battle_id))
+    except ValueError:
+        raise not_found("Battle") from None
+    battle = (
+        Battle.objects.select_for_update(of=("self",))
+        .select_related("model_a__provider", "model_b__provider", "prompt")
+        .filter(pk=pk, source=Battle.Source.LIVE)
+        .first()
+    )
+    if battle is None or not session_key or battle.session_key != session_key:
+        # another session's battle is as good as unknown to this one
+        raise not_found("Battle")
+    return battle
+
+
+def _refuse_unless_ready(battle: Battle, action: str) -> None:
+    if battle.state == Battle.State.READY:
+        return
+    if battle.state == Battle.State.VOTED:
+        raise ArenaError(
+            "already_voted", f"This battle has a vote; start a new battle to {action}.", status=409
+        )
+    if battle.state == Battle.State.STREAMING:
+        raise ArenaError(
+            "still_streaming", "Wait for both answers (or stop them) first.", status=409
+        )
+    raise ArenaError(
+        "not_continuable",
+        "An answer in this battle failed or was stopped, so it cannot go on; "
+        "regenerate the answers or start a new battle.",
+        status=409,
+    )
+
+
+def battle_turn_add(*, battle_id: object, session_key: str, prompt: object) -> TurnPlan:
+    """Add a follow-up prompt: the same pair answers it with the whole conversation."""
+    limits = live_limits()
+    text = _clean_prompt(prompt, limits)
+    with transaction.atomic():
+        battle = _locked_battle(battle_id=battle_id, session_key=session_key)
+        _refuse_unless_ready(battle, "ask more")
+        assert battle.prompt is not None
+        turns = list(battle.prompt.turns)
+        if len(turns) >= limits.max_turns:
+            raise ArenaError(
+                "turn_limit",
+                f"A battle has at most {limits.max_turns} turns; vote, or start a new battle.",
+                status=409,
+            )
+        _check_concurrency(session_key=session_key, limits=limits, exclude=battle.pk)
+        battle.prompt.turns = [*turns, text]
+        battle.prompt.save(update_fields=["turns"])
+        battle.state = Battle.State.STREAMING
+        battle.save(update_fields=["state", "updated_at"])
+        return _plan_turn(
+            battle=battle, turn=len(turns), text=text, limits=limits, regenerated=False
+        )
+
+
+def battle_regenerate(*, battle_id: object, session_key: str) -> TurnPlan:
+    """Replace the last turn's answers with new ones from the same pair.
+
+    Allowed before the vote, once the turn has ended (done, failed or stopped). The replaced
+    answers stay on record, marked superseded.
+    """
+    limits = live_limits()
+    with transaction.atomic():
+        battle = _locked_battle(battle_id=battle_id, session_key=session_key)
+        if battle.state == Battle.State.VOTED:
+            raise ArenaError(
+                "already_voted", "Answers cannot be regenerated after the vote.", status=409
+            )
+        if battle.state == Battle.State.STREAMING:
+            raise ArenaError(
+                "still_streaming", "Wait for both answers (or stop them) first.", status=409
+            )
+        _check_concurrency(session_key=session_key, limits=limits, exclude=battle.pk)
+        current = list(battle.messages.filter(superseded_at__isnull=True).order_by("-turn"))
+        if not current:
+            raise ArenaError("invalid", "Nothing to regenerate yet.")
+        turn = current[0].turn
+        text = current[0].user_content
+        battle.messages.filter(turn=turn, superseded_at__isnull=True).update(
+            superseded_at=timezone.now()
+        )
+        battle.state = Battle.State.STREAMING
+        battle.save(update_fields=["state", "updated_at"])
+        return _plan_turn(battle=battle, turn=turn, text=text, limits=limits, regenerated=True)
+
+
+def _plan_turn(
+    *, battle: Battle, turn: int, text: str, limits: Limits, regenerated: bool
+) -> TurnPlan:
+    from arena.selectors import battle_payload  # selectors import models only; no cycle
+
+    earlier: dict[str, list[BattleMessage]] = {side: [] for side in SIDES}
+    for message in battle.messages.filter(superseded_at__isnull=True, turn__lt=turn).order_by(
+        "turn"
+    ):
+        earlier[message.side].append(message)
+    sides = {}
+    for side, model in (("a", battle.model_a), ("b", battle.model_b)):
+        history: list[dict[str, str]] = []
+        for message in earlier[side]:
+            history.append({"role": "user", "content": message.user_content})
+            history.append({"role": "assistant", "content": message.content})
+        history.append({"role": "user", "content": text})
+        message = BattleMessage.objects.create(
+            battle=battle,
+            side=side,
+            turn=turn,
+            user_content=text,
+            content="",
+            status=BattleMessage.Status.STREAMING,
+        )
+        sides[side] = SidePlan(message_id=message.pk, target=_target(model), history=history)
+    return TurnPlan(
+        battle_id=battle.pk,
+        turn=turn,
+        prompt=text,
+        regenerated=regenerated,
+        max_tokens=limits.max_output_tokens,
+        sides=sides,
+        battle=battle_payload(battle=battle),
+    )
+
+
+def message_progress(*, message_id: int, content: str) -> None:
+    """Save the partial text of an answer still streaming."""
+    BattleMessage.objects.filter(pk=message_id, status=BattleMessage.Status.STREAMING).update(
+        content=content
+    )
+
+
+def message_finish(*, message_id: int, answer: Answer) -> BattleMessage:
+    """Save an answer as it ended: text, tokens, timings, finish reason and error."""
+    status = {
+        "done": BattleMessage.Status.DONE,
+        "error": BattleMessage.Status.ERROR,
+        "aborted": BattleMessage.Status.ABORTED,
+    }.get(answer.status, BattleMessage.Status.ABORTED)  # still streaming when the turn ended
+    message = BattleMessage.objects.get(pk=message_id)
+    message.content = answer.text
+    message.status = status
+    message.token_count = answer.completion_tokens
+    message.prompt_tokens = answer.prompt_tokens
+    message.time_to_first_token_ms = answer.time_to_first_token_ms
+    message.latency_ms = answer.latency_ms
+    message.finish_reason = answer.finish_reason if status == BattleMessage.Status.DONE else ""
+    message.error = answer.error or ("aborted" if status == BattleMessage.Status.ABORTED else "")
+    message.save()
+    return message
+
+
+def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[str, tuple[int, Answer]]) -> Battle:
+    """Save both answers of a turn and settle the battle's state.
+
+    Ready to vote when both are done; errored when either failed; aborted when either was
+    stopped or cut off by a disconnect. Each provider's breaker hears of its answer.
+    """
+    with transaction.atomic():
+        battle = Battle.objects.select_for_update().get(pk=battle_id)
+        statuses = set()
+        for message_id, answer in answers.values():
+            statuses.add(message_finish(message_id=message_id, answer=answer).status)
+        if BattleMessage.Status.ERROR in statuses:
+            battle.state = Battle.State.ERRORED
+        elif statuses == {BattleMessage.Status.DONE}:
+            battle.state = Battle.State.READY
+        else:
+            battle.state = Battle.State.ABORTED
+        battle.save(update_fields=["state", "updated_at"])
+    targets = {"a": battle.model_a.provider_id, "b": battle.model_b.provider_id}
+    for side, (_, answer) in answers.items():
+        provider_id = targets[side]
+        if provider_id is None:
+            continue
+        if answer.status == "error":
+            provider_failure_record(provider_id=provider_id)
+        elif answer.status == "done":
+            provider_success_record(provider_id=provider_id)
+    return battle

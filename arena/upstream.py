@@ -1,0 +1,253 @@
+"""Streaming one answer from an OpenAI-compatible chat-completions endpoint.
+
+Calls go through the ``openai`` package's async client: base URL and key per provider (the key
+read from the environment variable the provider names), the model's generation parameters and
+system prompt, connect and read timeouts. The client's own retries are off: a call is retried
+here only for a connection failure before the first token, never once text has been shown.
+
+Nothing here touches the database; the caller passes an :class:`UpstreamTarget` built from the
+models and receives an :class:`Answer` that is filled in as the stream goes, so whatever was
+produced survives a cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+import openai
+
+# Parameters the chat-completions call takes by name; anything else goes in the request body
+# as is (e.g. vLLM's top_k), so a provider's own extensions keep working.
+_NAMED_PARAMS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "seed",
+        "stop",
+        "logit_bias",
+        "n",
+    }
+)
+_NO_KEY = "sk-no-key"  # local servers (vLLM, Ollama) accept any key; the client wants one
+_RETRY_BASE_SECONDS = 0.25
+
+PUBLIC_ERRORS = {
+    "timeout": "The model took too long to answer.",
+    "connection": "The model could not be reached.",
+    "upstream": "The model's server returned an error.",
+    "config": "The model is not configured correctly.",
+}
+
+
+@dataclass(frozen=True)
+class UpstreamTarget:
+    """Everything needed to call one model, read from the database beforehand."""
+
+    base_url: str
+    api_key_env: str
+    upstream_model: str
+    params: dict[str, Any]
+    system_prompt: str
+    connect_timeout: float
+    read_timeout: float
+    max_retries: int
+    provider_id: int | None = None
+
+
+@dataclass
+class Answer:
+    """One side's answer as it streams; final once ``status`` is not ``streaming``."""
+
+    parts: list[str] = field(default_factory=list)
+    status: str = "streaming"  # streaming | done | error | aborted
+    finish_reason: str = ""
+    error: str = ""  # full detail, for the record and the admin
+    error_kind: str = ""  # timeout | connection | upstream | config; the client sees only this
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    chunks: int = 0
+    attempts: int = 0
+    time_to_first_token_ms: int | None = None
+    latency_ms: int | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    @property
+    def public_error(self) -> str:
+        return PUBLIC_ERRORS.get(self.error_kind, "") if self.status == "error" else ""
+
+
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _client(target: UpstreamTarget, api_key: str) -> openai.AsyncOpenAI:
+    """One client (one connection pool) per endpoint, key and timeouts, per event loop."""
+    loop = asyncio.get_running_loop()
+    per_loop = _clients.setdefault(loop, {})
+    key = (target.base_url, api_key, target.connect_timeout, target.read_timeout)
+    client = per_loop.get(key)
+    if client is None:
+        timeout = httpx2.Timeout(
+            target.read_timeout, connect=target.connect_timeout, pool=target.connect_timeout
+        )
+        client = openai.AsyncOpenAI(
+            base_url=target.base_url,
+            api_key=api_key,
+            max_retries=0,
+            timeout=timeout,
+            http_client=openai.DefaultAsyncHttpxClient(
+                timeout=timeout,
+                limits=httpx2.Limits(max_connections=None, max_keepalive_connections=256),
+            ),
+        )
+        per_loop[key] = client
+    return client
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    """A failure to reach the server, as opposed to a slow or failing one."""
+    if isinstance(exc, openai.APITimeoutError):
+        return isinstance(exc.__cause__, httpx2.ConnectTimeout | httpx2.PoolTimeout)
+    return isinstance(exc, openai.APIConnectionError)
+
+
+def _classify(exc: BaseException) -> str:
+    if isinstance(exc, openai.APITimeoutError | TimeoutError):
+        return "timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection"
+    return "upstream"
+
+
+def request_kwargs(
+    target: UpstreamTarget, history: list[dict[str, str]], max_tokens: int
+) -> dict[str, Any]:
+    messages = list(history)
+    if target.system_prompt:
+        messages.insert(0, {"role": "system", "content": target.system_prompt})
+    params = dict(target.params)
+    wanted = params.pop("max_tokens", None) or params.pop("max_completion_tokens", None)
+    named = {k: v for k, v in params.items() if k in _NAMED_PARAMS}
+    extra = {k: v for k, v in params.items() if k not in _NAMED_PARAMS}
+    kwargs: dict[str, Any] = {
+        "model": target.upstream_model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": min(int(wanted), max_tokens) if wanted else max_tokens,
+        **named,
+    }
+    if extra:
+        kwargs["extra_body"] = extra
+    return kwargs
+
+
+async def stream_answer(
+    target: UpstreamTarget,
+    history: list[dict[str, str]],
+    *,
+    answer: Answer,
+    on_delta: Callable[[str], Awaitable[None]],
+    max_tokens: int,
+    deadline_seconds: float,
+) -> Answer:
+    """Stream one answer into ``answer``, calling ``on_delta`` with each piece of text.
+
+    Ends with ``answer.status`` done, error or (when cancelled) aborted; a cancellation is
+    re-raised after the HTTP response is closed, so the upstream sees the connection go.
+    """
+    started = time.monotonic()
+    stream: Any = None
+    try:
+        api_key = _NO_KEY
+        if target.api_key_env:
+            api_key = os.environ.get(target.api_key_env, "")
+            if not api_key:
+                answer.status, answer.error_kind = "error", "config"
+                answer.error = f"environment variable {target.api_key_env} is not set"
+                return answer
+        client = _client(target, api_key)
+        kwargs = request_kwargs(target, history, max_tokens)
+        async with asyncio.timeout(deadline_seconds):
+            while True:
+                answer.attempts += 1
+                try:
+                    stream = await client.chat.completions.create(**kwargs)
+                    async for chunk in stream:
+                        if chunk.usage is not None:
+                            answer.prompt_tokens = chunk.usage.prompt_tokens
+                            answer.completion_tokens = chunk.usage.completion_tokens
+                        if not chunk.choices:
+                            continue
+                        choice = chunk.choices[0]
+                        text = choice.delta.content if choice.delta else None
+                        if text:
+                            if answer.time_to_first_token_ms is None:
+                                answer.time_to_first_token_ms = _ms_since(started)
+                            answer.parts.append(text)
+                            answer.chunks += 1
+                            await on_delta(text)
+                            if answer.chunks > max_tokens:
+                                # An upstream that ignores max_tokens is cut off here.
+                                answer.finish_reason = "length"
+                                break
+                        if choice.finish_reason:
+                            answer.finish_reason = choice.finish_reason
+                    break
+                except openai.APIConnectionError as exc:
+                    retry = (
+                        _is_connection_failure(exc)
+                        and not answer.parts
+                        and answer.attempts <= target.max_retries
+                    )
+                    if not retry:
+                        raise
+                    await _close(stream)
+                    stream = None
+                    await asyncio.sleep(_RETRY_BASE_SECONDS * 2 ** (answer.attempts - 1))
+        answer.status = "done"
+        answer.finish_reason = answer.finish_reason or "stop"
+    except asyncio.CancelledError:
+        answer.status = "aborted"
+        raise
+    except TimeoutError:
+        answer.status, answer.error_kind = "error", "timeout"
+        answer.error = f"no complete answer within {deadline_seconds:g}s"
+    except openai.OpenAIError as exc:
+        answer.status, answer.error_kind = "error", _classify(exc)
+        answer.error = f"{type(exc).__name__}: {exc}"[:2000]
+    finally:
+        await _close(stream)
+        answer.latency_ms = _ms_since(started)
+        if answer.completion_tokens is None and answer.chunks:
+            answer.completion_tokens = answer.chunks
+    return answer
+
+
+async def _close(stream: Any) -> None:
+    """Close the HTTP response, even while being cancelled, so the connection is released."""
+    if stream is None:
+        return
+    try:
+        await asyncio.shield(stream.close())
+    except asyncio.CancelledError:
+        pass
+    except Exception:  # noqa: S110  (closing a broken connection may fail; it is gone either way)
+        pass
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)

@@ -1,0 +1,288 @@
+/* Live battles: send a prompt over the battle websocket, stream both answers side by side,
+   then vote through battle.js (one vote path, over HTTP). Frames are documented in
+   arena/consumers.py. Model text is rendered only through ArenaRender (markdown-it with HTML off,
+   then DOMPurify); prompts and errors are set as text. */
+(function () {
+  "use strict";
+  const $ = (id) => document.getElementById(id);
+  if (document.querySelector(".battle").dataset.mode !== "live") return;  // pool battles
+  const A = window.ArenaBattle;
+  const SIDES = ["a", "b"];
+  const form = $("prompt-form");
+  const input = $("prompt-input");
+  const sendButton = $("send");
+  const stopButton = $("stop");
+  const regenButton = $("regenerate");
+  const newButton = $("new-battle");
+  const suggestButton = $("suggest");
+  const namedPicker = $("named-picker");
+  const picks = { a: $("pick-a"), b: $("pick-b") };
+
+  let socket = null;
+  let opening = null;
+  let battle = null;       // the latest battle payload from the server
+  let turns = [];          // [{index, prompt, a: {text, status, error}, b: {...}}]
+  let streaming = false;
+  let voted = false;
+  let dirty = new Set();
+  let frameRequested = false;
+
+  function mode() {
+    const checked = document.querySelector("input[name=mode]:checked");
+    return checked ? checked.value : "anonymous";
+  }
+
+  // --- the socket ---------------------------------------------------------------------------
+  function connect() {
+    if (socket && socket.readyState === WebSocket.OPEN) return Promise.resolve(socket);
+    if (opening) return opening;
+    opening = new Promise((resolve, reject) => {
+      const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+      const ws = new WebSocket(scheme + "//" + location.host + "/ws/battle");
+      ws.addEventListener("open", () => { socket = ws; opening = null; resolve(ws); });
+      ws.addEventListener("message", (event) => onFrame(JSON.parse(event.data)));
+      ws.addEventListener("close", () => {
+        const wasOpen = socket === ws;
+        if (wasOpen) socket = null;
+        opening = null;
+        if (!wasOpen) { reject(new Error("Could not connect to the arena.")); return; }
+        if (streaming) {
+          streaming = false;
+          SIDES.forEach((side) => setSideStatus(side, "Interrupted."));
+          A.setStatus("The connection was lost; what was produced is saved. Start a new battle.", true);
+          updateButtons();
+        }
+      });
+    });
+    return opening;
+  }
+
+  async function send(frame) {
+    try {
+      const ws = await connect();
+      ws.send(JSON.stringify(frame));
+      return true;
+    } catch (error) {
+      A.setStatus(error.message, true);
+      return false;
+    }
+  }
+
+  // --- frames from the server -----------------------------------------------------------------
+  function onFrame(frame) {
+    switch (frame.type) {
+      case "turn_start": return onTurnStart(frame);
+      case "delta": return onDelta(frame);
+      case "side_end": return onSideEnd(frame);
+      case "turn_end": return onTurnEnd(frame);
+      case "models": return fillPicker(frame.models);
+      case "suggestion": return onSuggestion(frame);
+      case "error": return onError(frame);
+      default: return undefined;
+    }
+  }
+
+  function onTurnStart(frame) {
+    const fresh = !battle || battle.id !== frame.battle.id;
+    battle = frame.battle;
+    if (fresh) {
+      turns = [];
+      voted = false;
+      A.resetNames();
+    }
+    const entry = {
+      index: frame.turn, prompt: frame.prompt,
+      a: { text: "", status: "streaming", error: "" }, b: { text: "", status: "streaming", error: "" },
+    };
+    turns = turns.filter((t) => t.index < frame.turn);  // a regenerated turn replaces the last
+    turns.push(entry);
+    streaming = true;
+    A.setBattle(Object.assign({}, battle, { votable: false }));
+    if (battle.models) A.revealNames(battle.models);  // named mode: the visitor chose them
+    A.renderPrompt(turns);
+    SIDES.forEach((side) => { renderSide(side); setSideStatus(side, "Answering…"); });
+    A.setStatus(frame.regenerated ? "Regenerating both answers…" : "Both models are answering…");
+    input.value = "";
+    updateButtons();
+  }
+
+  function current() { return turns[turns.length - 1]; }
+
+  function onDelta(frame) {
+    const turn = current();
+    if (!turn || !turn[frame.side]) return;
+    turn[frame.side].text += frame.text;
+    dirty.add(frame.side);
+    if (!frameRequested) {
+      frameRequested = true;
+      requestAnimationFrame(flush);
+    }
+  }
+
+  function flush() {
+    frameRequested = false;
+    dirty.forEach((side) => renderCurrent(side));
+    dirty = new Set();
+  }
+
+  const SIDE_ENDS = { done: "Done.", aborted: "Stopped.", error: "Failed." };
+
+  function onSideEnd(frame) {
+    const turn = current();
+    if (!turn) return;
+    turn[frame.side].status = frame.status;
+    turn[frame.side].error = frame.error || "";
+    renderCurrent(frame.side);
+    const note = SIDE_ENDS[frame.status] || "";
+    setSideStatus(frame.side, frame.error ? note + " " + frame.error : note);
+  }
+
+  function onTurnEnd(frame) {
+    battle = frame.battle;
+    streaming = false;
+    // The saved texts are authoritative (and hold anything a lost frame missed).
+    const saved = battle.turns[battle.turns.length - 1];
+    const turn = current();
+    if (saved && turn) {
+      SIDES.forEach((side) => {
+        if (saved[side]) { turn[side].text = saved[side].content; turn[side].status = saved[side].status; }
+        renderCurrent(side);
+      });
+    }
+    A.setBattle(battle);
+    if (battle.state === "ready") {
+      A.setStatus("Both answers are complete. Vote for the better one, or ask a follow-up.");
+    } else if (battle.state === "errored") {
+      A.setStatus("A model failed to answer, so this battle cannot be voted on. Regenerate, or start a new battle.", true);
+      newButton.focus();
+    } else if (battle.state === "aborted") {
+      A.setStatus("The answers were stopped, so this battle cannot be voted on. Regenerate, or start a new battle.", true);
+    }
+    updateButtons();
+  }
+
+  function onError(frame) {
+    A.setStatus(frame.message, true);
+    if (frame.field === "prompt") input.focus();
+    updateButtons();
+  }
+
+  function onSuggestion(frame) {
+    if (frame.prompt) { input.value = frame.prompt; input.focus(); }
+    else A.setStatus("No suggested prompts are available.", true);
+  }
+
+  function fillPicker(models) {
+    SIDES.forEach((side, i) => {
+      const select = picks[side];
+      select.replaceChildren();
+      models.forEach((m) => {
+        const option = document.createElement("option");
+        option.value = m.slug;
+        option.textContent = m.organization ? m.name + " (" + m.organization + ")" : m.name;
+        select.appendChild(option);
+      });
+      if (models.length > i) select.selectedIndex = i;
+    });
+  }
+
+  // --- rendering ----------------------------------------------------------------------------
+  function setSideStatus(side, text) { $("side-status-" + side).textContent = text; }
+
+  function renderSide(side) {
+    const container = $("response-" + side);
+    container.replaceChildren();
+    turns.forEach((turn) => {
+      const block = document.createElement("div");
+      block.className = "turn";
+      block.dataset.turn = String(turn.index);
+      if (turns.length > 1) {
+        const label = document.createElement("div");
+        label.className = "turn-label";
+        label.textContent = "Turn " + (turn.index + 1);
+        block.appendChild(label);
+      }
+      const body = document.createElement("div");
+      body.className = "markdown";
+      block.appendChild(body);
+      container.appendChild(block);
+      ArenaRender.setMarkdown(body, turn[side].text);
+    });
+  }
+
+  function renderCurrent(side) {
+    const turn = current();
+    const container = $("response-" + side);
+    const block = container.querySelector('.turn[data-turn="' + turn.index + '"] .markdown');
+    if (!block) { renderSide(side); return; }
+    const atBottom = container.scrollHeight - container.scrollTop - container.clientHeight < 40;
+    ArenaRender.setMarkdown(block, turn[side].text);
+    block.classList.toggle("streaming", turn[side].status === "streaming");
+    if (atBottom) container.scrollTop = container.scrollHeight;
+  }
+
+  function updateButtons() {
+    const ended = battle && ["ready", "aborted", "errored"].includes(battle.state);
+    stopButton.disabled = !streaming;
+    regenButton.disabled = streaming || voted || !ended;
+    sendButton.disabled = streaming;
+    sendButton.textContent = canFollowUp() ? "Send follow-up" : "Send";
+  }
+
+  function canFollowUp() {
+    return Boolean(battle && battle.state === "ready" && !voted);
+  }
+
+  // --- actions --------------------------------------------------------------------------------
+  async function submit(event) {
+    if (event) event.preventDefault();
+    if (streaming) return;
+    const prompt = input.value.trim();
+    if (!prompt) { A.setStatus("Type a prompt first.", true); input.focus(); return; }
+    if (canFollowUp()) {
+      await send({ type: "turn", battle_id: battle.id, prompt: prompt });
+      return;
+    }
+    const frame = { type: "start", prompt: prompt, mode: mode() };
+    if (frame.mode === "named") frame.models = [picks.a.value, picks.b.value];
+    await send(frame);
+  }
+
+  function startOver() {
+    if (streaming) send({ type: "stop" });
+    battle = null;
+    turns = [];
+    voted = false;
+    streaming = false;
+    A.setBattle(null);
+    A.resetNames();
+    A.renderPrompt([]);
+    SIDES.forEach((side) => { $("response-" + side).replaceChildren(); setSideStatus(side, ""); });
+    A.setStatus("New battle: type a prompt.");
+    updateButtons();
+    input.focus();
+  }
+
+  form.addEventListener("submit", submit);
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) submit(event);
+  });
+  stopButton.addEventListener("click", () => send({ type: "stop" }));
+  regenButton.addEventListener("click", () => {
+    if (battle) send({ type: "regenerate", battle_id: battle.id });
+  });
+  newButton.addEventListener("click", startOver);
+  suggestButton.addEventListener("click", () => send({ type: "suggest" }));
+  document.querySelectorAll("input[name=mode]").forEach((radio) => {
+    radio.addEventListener("change", () => {
+      const named = mode() === "named";
+      namedPicker.hidden = !named;
+      if (named && !picks.a.options.length) send({ type: "models" });
+    });
+  });
+
+  A.onVoted = function () { voted = true; updateButtons(); };
+  A.onNext = startOver;
+  updateButtons();
+  connect().catch(() => undefined);
+})();
