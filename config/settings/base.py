@@ -75,6 +75,19 @@ DATABASES = {
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=0))
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The local/demo database, written from several threads at once (live battles): WAL lets
+    # readers go on during a write and commits without an fsync each (synchronous=NORMAL is
+    # safe with WAL: a power loss may lose the last commits, never corrupt); IMMEDIATE takes the
+    # write lock at BEGIN, so concurrent transactions wait their turn (up to `timeout` seconds)
+    # instead of failing with "database is locked" when a reader tries to become a writer.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+        }
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: cache, channel layer, Celery broker ---------------------------------------------
@@ -178,6 +191,8 @@ RATINGS_LONG_PROMPT_CHARS = env.int("RATINGS_LONG_PROMPT_CHARS", default=500)
 # A recorded vote enqueues a refresh this many seconds later; votes in between share that run.
 RATINGS_REFRESH_DEBOUNCE_SECONDS = env.int("RATINGS_REFRESH_DEBOUNCE_SECONDS", default=60)
 RATINGS_REFRESH_ON_VOTE = env.bool("RATINGS_REFRESH_ON_VOTE", default=True)
+# With eager tasks (no broker), refit in a background thread rather than inside the vote request.
+RATINGS_EAGER_REFRESH_IN_BACKGROUND = env.bool("RATINGS_EAGER_REFRESH_IN_BACKGROUND", default=True)
 
 # --- Live battles ---------------------------------------------------------------------------
 # Defaults for the limits; a staff member overrides any of them in the admin (Live battle limits).

@@ -21,3 +21,5 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not :memory:, so that a live server thread and the test share one database.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
 ARENA_MIN_VOTE_SECONDS = 0.0
+# Tests observe the after-vote refresh as it happens, inside the request, not in a thread.
+RATINGS_EAGER_REFRESH_IN_BACKGROUND = False

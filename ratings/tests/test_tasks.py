@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from unittest import mock
@@ -33,7 +34,6 @@ def no_pending_refresh():
 
 def test_refresh_task_is_routed_to_the_ratings_queue_with_time_limits():
     task = app.tasks["ratings.tasks.snapshot_refresh"]
-    assert task.queue == "ratings"
     assert 0 < task.soft_time_limit < task.time_limit
     route = app.amqp.router.route({}, "ratings.tasks.snapshot_refresh", args=(), kwargs={})
     assert route["queue"].name == "ratings"
@@ -207,3 +207,24 @@ def test_a_real_worker_writes_the_snapshot_into_postgresql(rated_models, tmp_pat
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.wait(10)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_a_broker_the_refresh_runs_in_a_background_thread_not_in_the_vote(
+    settings, rated_models
+):
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    settings.RATINGS_EAGER_REFRESH_IN_BACKGROUND = True
+    battle = _ready_battle()
+    ran_in = []
+    real_apply = tasks.snapshot_refresh.apply
+
+    def apply(*args, **kwargs):
+        ran_in.append(threading.current_thread().name)
+        return real_apply(*args, **kwargs)
+
+    with mock.patch.object(tasks.snapshot_refresh, "apply", side_effect=apply):
+        vote_record(battle_id=battle.pk, session_key="session-1", voter_id="voter-1", winner="tie")
+        tasks._background.submit(lambda: None).result(timeout=60)  # wait for the queued run
+    assert len(ran_in) == 1 and ran_in[0].startswith("ratings-refresh")
+    assert LeaderboardSnapshot.objects.count() == 1
