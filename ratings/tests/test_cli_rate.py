@@ -12,18 +12,9 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from ratings import cli
-from ratings.engine import EngineError
+from ratings.engine import STYLE_COLUMNS, EngineError
 
-FLAT = [
-    "sum_assistant_a_tokens",
-    "sum_assistant_b_tokens",
-    "header_count_a",
-    "header_count_b",
-    "list_count_a",
-    "list_count_b",
-    "bold_count_a",
-    "bold_count_b",
-]
+FLAT = [column for pair in STYLE_COLUMNS.values() for column in pair]
 
 
 def nested(row: pd.Series) -> dict:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ratings.engine import STYLE_COLUMNS
 from ratings.style import conv_metadata, count_tokens, strip_code_blocks, style_counts
 
 ANSWERS = Path(__file__).parent / "data" / "arena_hard_style" / "o3-mini-2025-01-31.jsonl"
@@ -95,16 +96,7 @@ def test_conv_metadata_sums_each_side_over_its_turns():
     assert meta["bold_count_a"] == {"**": 1, "__": 0}
     assert meta["sum_assistant_b_tokens"] == count_tokens("plain")
     assert meta["header_count_b"] == dict.fromkeys(["h1", "h2", "h3", "h4", "h5", "h6"], 0)
-    assert set(meta) == {
-        "sum_assistant_a_tokens",
-        "sum_assistant_b_tokens",
-        "header_count_a",
-        "header_count_b",
-        "list_count_a",
-        "list_count_b",
-        "bold_count_a",
-        "bold_count_b",
-    }
+    assert set(meta) == {column for pair in STYLE_COLUMNS.values() for column in pair}
 
 
 @pytest.mark.parametrize("text", ["", "no markdown at all"])
