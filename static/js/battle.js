@@ -50,19 +50,9 @@
     const container = $("response-" + side);
     container.replaceChildren();
     turns.forEach((turn) => {
-      const block = document.createElement("div");
-      block.className = "turn";
-      if (turns.length > 1) {
-        const label = document.createElement("div");
-        label.className = "turn-label";
-        label.textContent = "Turn " + (turn.index + 1);
-        block.appendChild(label);
-      }
-      const body = document.createElement("div");
-      body.className = "markdown";
-      ArenaRender.setMarkdown(body, turn[side] ? turn[side].content : "");
-      block.appendChild(body);
-      container.appendChild(block);
+      const parts = ArenaRender.turnBlock(turn.index, turns.length);
+      ArenaRender.setMarkdown(parts.body, turn[side] ? turn[side].content : "");
+      container.appendChild(parts.block);
     });
   }
 
@@ -70,12 +60,8 @@
     const container = $("prompt");
     container.replaceChildren();
     turns.forEach((turn) => {
-      if (turns.length > 1) {
-        const label = document.createElement("div");
-        label.className = "turn-label";
-        label.textContent = "Turn " + (turn.index + 1);
-        container.appendChild(label);
-      }
+      const label = ArenaRender.turnLabel(turn.index, turns.length);
+      if (label) container.appendChild(label);
       const p = document.createElement("p");
       p.className = "turn-prompt";
       p.textContent = turn.prompt;  // user text is shown as text, never as HTML

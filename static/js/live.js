@@ -193,20 +193,9 @@
     const container = $("response-" + side);
     container.replaceChildren();
     turns.forEach((turn) => {
-      const block = document.createElement("div");
-      block.className = "turn";
-      block.dataset.turn = String(turn.index);
-      if (turns.length > 1) {
-        const label = document.createElement("div");
-        label.className = "turn-label";
-        label.textContent = "Turn " + (turn.index + 1);
-        block.appendChild(label);
-      }
-      const body = document.createElement("div");
-      body.className = "markdown";
-      block.appendChild(body);
-      container.appendChild(block);
-      ArenaRender.setMarkdown(body, turn[side].text);
+      const parts = ArenaRender.turnBlock(turn.index, turns.length);
+      container.appendChild(parts.block);
+      ArenaRender.setMarkdown(parts.body, turn[side].text);
     });
   }
 

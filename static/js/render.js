@@ -20,5 +20,27 @@
   function setMarkdown(element, text) {
     element.innerHTML = renderMarkdown(text);
   }
-  window.ArenaRender = { renderMarkdown: renderMarkdown, setMarkdown: setMarkdown };
+  /* "Turn N" label, shown only when a battle has more than one turn. */
+  function turnLabel(index, count) {
+    if (count <= 1) return null;
+    const label = document.createElement("div");
+    label.className = "turn-label";
+    label.textContent = "Turn " + (index + 1);
+    return label;
+  }
+  /* One side's answer to one turn: a labelled block whose body receives markdown. */
+  function turnBlock(index, count) {
+    const block = document.createElement("div");
+    block.className = "turn";
+    block.dataset.turn = String(index);
+    const label = turnLabel(index, count);
+    if (label) block.appendChild(label);
+    const body = document.createElement("div");
+    body.className = "markdown";
+    block.appendChild(body);
+    return { block: block, body: body };
+  }
+  window.ArenaRender = {
+    renderMarkdown: renderMarkdown, setMarkdown: setMarkdown, turnLabel: turnLabel, turnBlock: turnBlock,
+  };
 })();
