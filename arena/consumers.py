@@ -29,9 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import random
 import time
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -47,16 +51,40 @@ from arena.services.live import (
     battle_turn_add,
     battle_turn_finish,
     live_models_public,
-    message_progress,
+    messages_progress,
 )
 from arena.upstream import Answer, stream_answer
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Few threads: each one running ORM code holds the GIL against the event loop that relays the
+# tokens, and the database (SQLite's one writer, PostgreSQL's connections) gains little from
+# more. Two let a slow call (a start) overlap another without a convoy of runnable threads.
+_DB_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="arena-db")
+
+
+def _db(func: Callable[..., T]) -> Callable[..., Any]:
+    """``func`` run in a small pool of database threads, with Django's connection upkeep.
+
+    ``database_sync_to_async`` alone runs every call of the process in one shared thread; with
+    hundreds of battles, starting one waits behind every other battle's saves, and that thread's
+    queue holds the GIL against the token relay. Nothing here needs thread affinity (each call
+    is one self-contained service call, its transaction opened and closed inside it), so the
+    calls run side by side, each thread on its own connection.
+    """
+    return database_sync_to_async(func, thread_sensitive=False, executor=_DB_POOL)
 
 
 def _battle_payload(battle_id: Any) -> dict[str, Any]:
     battle = Battle.objects.select_related("model_a", "model_b").get(pk=battle_id)
     return battle_payload(battle=battle)
+
+
+def _turn_finish(battle_id: Any, answers: dict[str, tuple[int, Answer]]) -> dict[str, Any]:
+    """Save the turn's end and read the battle as the page is shown it, in one thread hop."""
+    battle_turn_finish(battle_id=battle_id, answers=answers)
+    return _battle_payload(battle_id)
 
 
 def _session_key(session: Any) -> str:
@@ -73,7 +101,7 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):
     channel_layer_alias = None
 
     async def connect(self) -> None:
-        self.session_key = await database_sync_to_async(_session_key)(self.scope.get("session"))
+        self.session_key = await _db(_session_key)(self.scope.get("session"))
         self.turn_task: asyncio.Task[None] | None = None
         self.connected = True
         await self.accept()
@@ -101,7 +129,7 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):
         kind = content.get("type")
         if kind == "start":
             await self._stop_turn()  # a new battle replaces one still streaming here
-            plan = await database_sync_to_async(battle_start_live)(
+            plan = await _db(battle_start_live)(
                 session_key=self.session_key,
                 prompt=content.get("prompt"),
                 mode=content.get("mode") or Battle.Mode.ANONYMOUS,
@@ -110,7 +138,7 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):
             await self._begin(plan)
         elif kind == "turn":
             self._refuse_while_streaming()
-            plan = await database_sync_to_async(battle_turn_add)(
+            plan = await _db(battle_turn_add)(
                 battle_id=content.get("battle_id"),
                 session_key=self.session_key,
                 prompt=content.get("prompt"),
@@ -118,17 +146,17 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):
             await self._begin(plan)
         elif kind == "regenerate":
             self._refuse_while_streaming()
-            plan = await database_sync_to_async(battle_regenerate)(
+            plan = await _db(battle_regenerate)(
                 battle_id=content.get("battle_id"), session_key=self.session_key
             )
             await self._begin(plan)
         elif kind == "stop":
             await self._stop_turn()
         elif kind == "models":
-            models = await database_sync_to_async(live_models_public)()
+            models = await _db(live_models_public)()
             await self._send({"type": "models", "models": models})
         elif kind == "suggest":
-            prompt = await database_sync_to_async(prompt_suggestion)()
+            prompt = await _db(prompt_suggestion)()
             await self._send({"type": "suggestion", "prompt": prompt})
         else:
             raise ArenaError("invalid", f"Unknown frame type {kind!r}.", field="type")
@@ -138,10 +166,13 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):
             raise ArenaError("still_streaming", "Wait for both answers (or stop them) first.")
 
     async def _send(self, frame: dict[str, Any]) -> None:
+        await self._send_text(json.dumps(frame))
+
+    async def _send_text(self, text: str) -> None:
         if not self.connected:
             return
         try:
-            await self.send_json(frame)
+            await self.base_send({"type": "websocket.send", "text": text})
         except Exception:  # the socket went away; disconnect() does the cleanup
             self.connected = False
 
@@ -185,20 +216,23 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):
                     answer.status = "aborted"
                     await self._send({"type": "side_end", "side": side, "status": "aborted"})
             try:
-                await database_sync_to_async(battle_turn_finish)(
-                    battle_id=plan.battle_id,
-                    answers={s: (plan.sides[s].message_id, a) for s, a in answers.items()},
+                payload = await _db(_turn_finish)(
+                    plan.battle_id,
+                    {s: (plan.sides[s].message_id, a) for s, a in answers.items()},
                 )
-                payload = await database_sync_to_async(_battle_payload)(plan.battle_id)
                 await self._send({"type": "turn_end", "battle": payload})
             except Exception:
                 log.exception("saving the end of a live turn failed (battle %s)", plan.battle_id)
 
     async def _run_side(self, plan: TurnPlan, side: str, answer: Answer) -> None:
         side_plan = plan.sides[side]
+        # The per-token frame is the one hot path: its fixed part is built once, and only the
+        # text is encoded per token (the same JSON as json.dumps of the whole frame).
+        head = '{"type": "delta", "side": ' + json.dumps(side) + ', "text": '
+        send_text = self._send_text
 
         async def on_delta(text: str) -> None:
-            await self._send({"type": "delta", "side": side, "text": text})
+            await send_text(head + json.dumps(text) + "}")
 
         await stream_answer(
             side_plan.target,
@@ -222,16 +256,23 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):
         )
 
     async def _save_progress(self, plan: TurnPlan, answers: dict[str, Answer]) -> None:
-        """Write the partial answers now and then, so a crash loses seconds, not answers."""
+        """Write the partial answers now and then, so a crash loses seconds, not answers.
+
+        One call (one transaction) per interval for both sides, and only for a side whose text
+        grew. The first save comes at a random point of the first interval, so battles started
+        together (a burst of visitors, a benchmark) do not all write in the same instant. What
+        was produced is saved in full at the end of the turn whatever happens here.
+        """
         saved = dict.fromkeys(answers, 0)
         interval = settings.ARENA_LIVE_SAVE_SECONDS
-        next_at = time.monotonic() + interval
+        next_at = time.monotonic() + interval * (0.5 + random.random() / 2)  # noqa: S311
         while True:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             next_at += interval
+            contents = {}
             for side, answer in answers.items():
                 if answer.status == "streaming" and len(answer.parts) > saved[side]:
                     saved[side] = len(answer.parts)
-                    await database_sync_to_async(message_progress)(
-                        message_id=plan.sides[side].message_id, content=answer.text
-                    )
+                    contents[plan.sides[side].message_id] = answer.text
+            if contents:
+                await _db(messages_progress)(contents=contents)

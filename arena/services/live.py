@@ -221,7 +221,9 @@ def battle_start_live(
             session_key=session_key,
             state=Battle.State.STREAMING,
         )
-        return _plan_turn(battle=battle, turn=0, text=text, limits=limits, regenerated=False)
+        return _plan_turn(
+            battle=battle, turn=0, text=text, limits=limits, regenerated=False, new_battle=True
+        )
 
 
 def _locked_battle(*, battle_id: object, session_key: str) -> Battle:
@@ -317,30 +319,44 @@ def battle_regenerate(*, battle_id: object, session_key: str) -> TurnPlan:
 
 
 def _plan_turn(
-    *, battle: Battle, turn: int, text: str, limits: Limits, regenerated: bool
+    *,
+    battle: Battle,
+    turn: int,
+    text: str,
+    limits: Limits,
+    regenerated: bool,
+    new_battle: bool = False,
 ) -> TurnPlan:
     from arena.selectors import battle_payload  # selectors import models only; no cycle
 
     earlier: dict[str, list[BattleMessage]] = {side: [] for side in SIDES}
-    for message in battle.messages.filter(superseded_at__isnull=True, turn__lt=turn).order_by(
-        "turn"
-    ):
-        earlier[message.side].append(message)
+    if not new_battle:  # a battle created just now has no earlier messages to read
+        for message in battle.messages.filter(superseded_at__isnull=True, turn__lt=turn).order_by(
+            "turn"
+        ):
+            earlier[message.side].append(message)
+    # Both messages in one INSERT; PostgreSQL and SQLite (3.35+) return their keys.
+    messages = BattleMessage.objects.bulk_create(
+        [
+            BattleMessage(
+                battle=battle,
+                side=side,
+                turn=turn,
+                user_content=text,
+                content="",
+                status=BattleMessage.Status.STREAMING,
+            )
+            for side in SIDES
+        ]
+    )
     sides = {}
-    for side, model in (("a", battle.model_a), ("b", battle.model_b)):
+    for side, model, message in zip(SIDES, (battle.model_a, battle.model_b), messages, strict=True):
         history: list[dict[str, str]] = []
-        for message in earlier[side]:
-            history.append({"role": "user", "content": message.user_content})
-            history.append({"role": "assistant", "content": message.content})
+        for earlier_message in earlier[side]:
+            history.append({"role": "user", "content": earlier_message.user_content})
+            history.append({"role": "assistant", "content": earlier_message.content})
         history.append({"role": "user", "content": text})
-        message = BattleMessage.objects.create(
-            battle=battle,
-            side=side,
-            turn=turn,
-            user_content=text,
-            content="",
-            status=BattleMessage.Status.STREAMING,
-        )
+        assert message.pk is not None
         sides[side] = SidePlan(message_id=message.pk, target=_target(model), history=history)
     return TurnPlan(
         battle_id=battle.pk,
@@ -358,6 +374,13 @@ def message_progress(*, message_id: int, content: str) -> None:
     BattleMessage.objects.filter(pk=message_id, status=BattleMessage.Status.STREAMING).update(
         content=content
     )
+
+
+def messages_progress(*, contents: dict[int, str]) -> None:
+    """Save the partial texts of answers still streaming (message id -> text), in one commit."""
+    with transaction.atomic():
+        for message_id, content in contents.items():
+            message_progress(message_id=message_id, content=content)
 
 
 def message_finish(*, message_id: int, answer: Answer) -> BattleMessage:
@@ -387,7 +410,13 @@ def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[str, tuple[int, An
     stopped or cut off by a disconnect. Each provider's breaker hears of its answer.
     """
     with transaction.atomic():
-        battle = Battle.objects.select_for_update().get(pk=battle_id)
+        # The models come along for their provider ids (the breakers below); only the battle's
+        # row is locked.
+        battle = (
+            Battle.objects.select_related("model_a", "model_b")
+            .select_for_update(of=("self",))
+            .get(pk=battle_id)
+        )
         statuses = set()
         for message_id, answer in answers.values():
             statuses.add(message_finish(message_id=message_id, answer=answer).status)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FAULTS = ("none", "error_midstream", "http_500", "hang", "endless")
+_SHORT_PAUSE = 0.25  # seconds; a longer pause also ends as soon as the client goes
 
 
 @dataclass
@@ -261,6 +262,14 @@ class FakeUpstream:
         if gone.done():
             raise _ClientGone
         if seconds <= 0:
+            return
+        if seconds <= _SHORT_PAUSE:
+            # The pause between tokens: a plain sleep costs a fraction of a wait on the watch
+            # (which the benchmark's upstream does thousands of times a second); a client that
+            # goes meanwhile is noticed when it ends.
+            await asyncio.sleep(seconds)
+            if gone.done():
+                raise _ClientGone
             return
         done, _ = await asyncio.wait({gone}, timeout=seconds)
         if done:

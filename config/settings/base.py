@@ -81,6 +81,9 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # safe with WAL: a power loss may lose the last commits, never corrupt); IMMEDIATE takes the
     # write lock at BEGIN, so concurrent transactions wait their turn (up to `timeout` seconds)
     # instead of failing with "database is locked" when a reader tries to become a writer.
+    # Kept connections (DATABASE_CONN_MAX_AGE) spare each database call the opening of the file
+    # and the PRAGMAs below; off unless set, as for PostgreSQL.
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=0))
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
