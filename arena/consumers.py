@@ -31,8 +31,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import random
-import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -95,13 +94,89 @@ def _session_key(session: Any) -> str:
     return ""
 
 
+def _loaded_session_key(session: Any) -> str | None:
+    """The session key without a database query when the session is loaded already, else None.
+
+    Channels' ``AuthMiddleware`` loads the session (to find the user) before the consumer runs;
+    loading a session whose key names no live row (forged, expired) clears ``session_key``, so
+    a loaded session's key is one that exists. ``_session_cache`` is how Django's session
+    backends mark a loaded session; without it, ``_session_key`` asks the database.
+    """
+    if session is None:
+        return ""
+    if not hasattr(session, "_session_cache"):
+        return None
+    return str(session.session_key or "")
+
+
+_SAVE_SLICE = 25  # messages per partial save
+
+
+class _ProgressSaver:
+    """Writes the partial answers of every turn streaming in this event loop, now and then.
+
+    So that a crash loses seconds, not answers. One save (one thread hop, one transaction, one
+    statement run for every message) per interval for all the turns of the process, only for
+    sides whose text grew, rather than one per battle: at 500 battles that was 100 hops and
+    transactions a second, each running ORM code in a database thread that holds the GIL
+    against the event loop relaying the tokens. What was produced is saved in full at the end
+    of each turn whatever happens here.
+    """
+
+    def __init__(self) -> None:
+        self.turns: dict[int, tuple[TurnPlan, dict[str, Answer], dict[str, int]]] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    def add(self, plan: TurnPlan, answers: dict[str, Answer]) -> None:
+        self.turns[id(plan)] = (plan, answers, dict.fromkeys(answers, 0))
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def remove(self, plan: TurnPlan) -> None:
+        self.turns.pop(id(plan), None)
+
+    async def _run(self) -> None:
+        while self.turns:
+            await asyncio.sleep(settings.ARENA_LIVE_SAVE_SECONDS)
+            contents = {}
+            for plan, answers, saved in list(self.turns.values()):
+                for side, answer in answers.items():
+                    if answer.status == "streaming" and len(answer.parts) > saved[side]:
+                        saved[side] = len(answer.parts)
+                        contents[plan.sides[side].message_id] = answer.text
+            # In slices: the thread holds the GIL while it adapts and sends a slice, so one
+            # statement over hundreds of rows would stall the relay of every battle at once.
+            items = list(contents.items())
+            for start in range(0, len(items), _SAVE_SLICE):
+                try:
+                    await _db(messages_progress)(contents=dict(items[start : start + _SAVE_SLICE]))
+                except Exception:
+                    log.exception("saving partial answers failed")
+
+
+# One saver per event loop (tests run one loop per test; a server, one per process).
+_SAVERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ProgressSaver] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _progress_saver() -> _ProgressSaver:
+    loop = asyncio.get_running_loop()
+    saver = _SAVERS.get(loop)
+    if saver is None:
+        saver = _SAVERS[loop] = _ProgressSaver()
+    return saver
+
+
 class BattleConsumer(AsyncJsonWebsocketConsumer):
     # Nothing is sent to a battle socket from elsewhere, so it does not subscribe to the channel
     # layer: no Redis connection held in a blocking receive per open socket.
     channel_layer_alias = None
 
     async def connect(self) -> None:
-        self.session_key = await _db(_session_key)(self.scope.get("session"))
+        session = self.scope.get("session")
+        key = _loaded_session_key(session)
+        self.session_key = key if key is not None else await _db(_session_key)(session)
         self.turn_task: asyncio.Task[None] | None = None
         self.connected = True
         await self.accept()
@@ -110,8 +185,21 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):
         self.connected = False
         await self._stop_turn()
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        """Every frame, good or malformed, ends in a dispatch or an error frame, never a crash."""
         try:
+            if text_data is None:
+                raise ArenaError(
+                    "invalid_frame", "Frames are JSON text, not binary.", field="frame"
+                )
+            try:
+                content = await self.decode_json(text_data)
+            except ValueError:
+                raise ArenaError(
+                    "invalid_json", "The frame is not valid JSON.", field="frame"
+                ) from None
             await self._dispatch(content)
         except ArenaError as exc:
             await self._send(
@@ -202,15 +290,17 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):
         sides = [
             asyncio.create_task(self._run_side(plan, side, answers[side])) for side in plan.sides
         ]
-        saver = asyncio.create_task(self._save_progress(plan, answers))
+        progress = _progress_saver()
+        progress.add(plan, answers)
         try:
             await asyncio.wait(sides)
         finally:
             # Reached on completion, on stop and on disconnect alike: whatever was produced is
             # saved, and a cancelled side has closed its upstream response before this goes on.
-            for task in (*sides, saver):
+            progress.remove(plan)
+            for task in sides:
                 task.cancel()
-            await asyncio.gather(*sides, saver, return_exceptions=True)
+            await asyncio.gather(*sides, return_exceptions=True)
             for side, answer in answers.items():
                 if answer.status in ("streaming", "aborted"):
                     answer.status = "aborted"
@@ -254,25 +344,3 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):
                 "error": answer.public_error,
             }
         )
-
-    async def _save_progress(self, plan: TurnPlan, answers: dict[str, Answer]) -> None:
-        """Write the partial answers now and then, so a crash loses seconds, not answers.
-
-        One call (one transaction) per interval for both sides, and only for a side whose text
-        grew. The first save comes at a random point of the first interval, so battles started
-        together (a burst of visitors, a benchmark) do not all write in the same instant. What
-        was produced is saved in full at the end of the turn whatever happens here.
-        """
-        saved = dict.fromkeys(answers, 0)
-        interval = settings.ARENA_LIVE_SAVE_SECONDS
-        next_at = time.monotonic() + interval * (0.5 + random.random() / 2)  # noqa: S311
-        while True:
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-            next_at += interval
-            contents = {}
-            for side, answer in answers.items():
-                if answer.status == "streaming" and len(answer.parts) > saved[side]:
-                    saved[side] = len(answer.parts)
-                    contents[plan.sides[side].message_id] = answer.text
-            if contents:
-                await _db(messages_progress)(contents=contents)

@@ -28,14 +28,23 @@ def model_public_dict(model: ArenaModel) -> dict[str, Any]:
     }
 
 
-def battle_payload(*, battle: Battle) -> dict[str, Any]:
+def battle_payload(
+    *, battle: Battle, new_messages: list[BattleMessage] | None = None
+) -> dict[str, Any]:
     """What a client is shown of a battle.
 
     Model identities are included only once the battle is voted on, or in named mode where the
     visitor chose the models; nothing else in the payload can identify a model.
+
+    ``new_messages``: for a battle created in the same transaction, its only messages (in
+    memory already); then neither its messages nor its (absent) vote are read back.
     """
     turns: dict[int, dict[str, Any]] = {}
-    for message in battle_current_messages(battle=battle):
+    if new_messages is None:
+        messages = battle_current_messages(battle=battle)
+    else:
+        messages = sorted(new_messages, key=lambda m: (m.turn, m.side))
+    for message in messages:
         turn = turns.setdefault(message.turn, {"index": message.turn, "prompt": ""})
         turn["prompt"] = message.user_content
         turn[message.side] = {
@@ -43,7 +52,9 @@ def battle_payload(*, battle: Battle) -> dict[str, Any]:
             "status": message.status,
             "error": bool(message.error),
         }
-    vote = Vote.objects.filter(battle=battle).only("winner").first()
+    vote = (
+        Vote.objects.filter(battle=battle).only("winner").first() if new_messages is None else None
+    )
     payload: dict[str, Any] = {
         "id": str(battle.id),
         "mode": battle.mode,

@@ -1,15 +1,15 @@
 """Benchmark of live-battle streaming: relay overhead per token and memory per battle.
 
     .venv/bin/python bench/streaming.py [--battles 100,500] [--rate 10] [--seconds 40]
-        [--ramp-concurrency 25] [--ws-deflate on|off] [--database-url URL]
+        [--ramp-concurrency 25] [--ws-deflate on|off] [--workers 1] [--database-url URL]
 
 Three processes on loopback, started and stopped by this script:
 
 1. the fake OpenAI-compatible upstream (``arena/tests/fake_openai.py``), every token of which
    is the CLOCK_MONOTONIC time of its emission, at a fixed ``--rate`` tokens per second per
    answer (one token per SSE chunk);
-2. the arena's ASGI app under uvicorn (one worker, uvloop, httptools, websockets-sansio, as
-   docker-compose runs it), with DEBUG off, the database of ``--database-url`` (default
+2. the arena's ASGI app under uvicorn (``--workers`` processes, default one; uvloop, httptools,
+   websockets-sansio, as docker-compose runs it), with DEBUG off, the database of ``--database-url`` (default
    ``$DATABASE_URL``, else SQLite in a temporary directory), and the Redis channel layer when
    Redis answers at ``$REDIS_URL`` (tokens never pass through the layer anyway);
 3. this script (on uvloop), which opens N websocket clients, each with its own session,
@@ -18,7 +18,7 @@ Three processes on loopback, started and stopped by this script:
 Relay overhead of a token = its arrival at the client minus its emission at the upstream, over
 tokens emitted while all N battles were streaming (the ramp excluded; "p99 all" includes it).
 CLOCK_MONOTONIC is system-wide on Linux, so the three processes share it: no clock skew.
-Memory per battle = (peak RSS of the server process during the run - its RSS before) / N.
+Memory per battle = (peak RSS of the server's process tree during the run - that before) / N.
 
 Target (on 2 cores): p99 overhead under 20 ms at 500 concurrent battles.
 """
@@ -82,6 +82,20 @@ def rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def tree_rss_kib(pid: int) -> int:
+    """RSS of a process and its descendants (uvicorn's workers under ``--workers``)."""
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            total += rss_kib(current)
+            with open(f"/proc/{current}/task/{current}/children") as handle:
+                todo.extend(int(child) for child in handle.read().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
 
 
 def redis_url() -> str:
@@ -164,7 +178,7 @@ async def run_battles(
     tasks = [asyncio.create_task(b.run(url, gate)) for b in battles]
     peak = 0
     while not all(t.done() for t in tasks):
-        peak = max(peak, rss_kib(server_pid))
+        peak = max(peak, tree_rss_kib(server_pid))
         await asyncio.sleep(0.1)
     failures = [t.exception() for t in tasks if t.exception() is not None]
     if failures:
@@ -235,6 +249,12 @@ def main() -> int:
         help="permessage-deflate on the server's websockets (on: as docker-compose runs it)",
     )
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="uvicorn worker processes (sockets are per process: no shared state needed)",
+    )
+    parser.add_argument(
         "--database-url",
         default=os.environ.get("DATABASE_URL", ""),
         help="default: $DATABASE_URL, else SQLite in a temporary directory",
@@ -297,7 +317,7 @@ def main() -> int:
                 f"--provider-url={upstream_url}",
                 f"--upstream-model=bench-{side}",
             )
-        total = 1 + sum(counts)
+        total = 2 * args.workers + sum(counts)
         out = manage("shell", "-c", SESSIONS.replace("TOTAL", str(total)))
         keys = next(line for line in out.splitlines() if line.startswith("KEYS ")).split()[1:]
         port = free_port()
@@ -317,6 +337,7 @@ def main() -> int:
                 "--backlog=4096",
                 "--lifespan=off",
                 f"--ws-per-message-deflate={args.ws_deflate == 'on'}",
+                f"--workers={args.workers}",
             ],
             cwd=ROOT,
             env=env,
@@ -331,16 +352,20 @@ def main() -> int:
             f"{2 * args.rate:g} x N tokens/s; {os.cpu_count()} CPUs; database "
             f"{'PostgreSQL' if postgres else 'SQLite (temporary file)'}; channel layer "
             f"{'Redis' if redis else 'in-memory'} (tokens go direct); battles opened "
-            f"{args.ramp_concurrency} at a time; uvicorn (uvloop, httptools, websockets-sansio, "
-            f"permessage-deflate {args.ws_deflate})"
+            f"{args.ramp_concurrency} at a time; uvicorn x {args.workers} worker(s) (uvloop, "
+            f"httptools, websockets-sansio, permessage-deflate {args.ws_deflate})"
         )
         print(
             "method: every token's text is the CLOCK_MONOTONIC ns of its emission at the "
             "upstream; the client takes CLOCK_MONOTONIC on receipt (one machine, one clock, no "
             "skew); overhead = receipt - emission"
         )
-        _run(warm_up(url, keys[0]))
-        base_kib = rss_kib(server.pid)
+        # Each worker process takes its share of connections: warm a few, so every worker
+        # has imported the consumer's code and opened its database connections.
+        warm = 2 * args.workers
+        for key in keys[:warm]:
+            _run(warm_up(url, key))
+        base_kib = tree_rss_kib(server.pid)
         print(f"server RSS after warm-up: {base_kib / 1024:.1f} MiB\n")
         header = (
             f"{'battles':>8} {'ready':>6} {'ramp s':>7} {'steady s':>9} {'tokens':>8} "
@@ -348,7 +373,7 @@ def main() -> int:
             f"{'KiB/battle':>11} {'p99/target':>11}"
         )
         print(header)
-        used = 1
+        used = warm
         for count in counts:
             result = _run(
                 run_battles(url, keys[used : used + count], server.pid, args.ramp_concurrency)
@@ -364,7 +389,7 @@ def main() -> int:
                 flush=True,
             )
             time.sleep(2.0)
-            base_kib = rss_kib(server.pid)
+            base_kib = tree_rss_kib(server.pid)
         print(
             f"\np50/p99/max: relay overhead per token (upstream emit -> websocket receive) over "
             f"the tokens emitted while all N battles stream ('steady s' long, 'tokens' of them, "

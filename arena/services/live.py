@@ -14,8 +14,8 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import QuerySet
+from django.db import connection, transaction
+from django.db.models import Field, QuerySet
 from django.utils import timezone
 
 from arena.errors import ArenaError, not_found
@@ -365,7 +365,8 @@ def _plan_turn(
         regenerated=regenerated,
         max_tokens=limits.max_output_tokens,
         sides=sides,
-        battle=battle_payload(battle=battle),
+        # A battle created just now has only these messages and no vote: nothing to read back.
+        battle=battle_payload(battle=battle, new_messages=messages if new_battle else None),
     )
 
 
@@ -376,11 +377,29 @@ def message_progress(*, message_id: int, content: str) -> None:
     )
 
 
+def _message_column(name: str) -> str:
+    field = BattleMessage._meta.get_field(name)
+    assert isinstance(field, Field) and field.column
+    return connection.ops.quote_name(field.column)
+
+
 def messages_progress(*, contents: dict[int, str]) -> None:
-    """Save the partial texts of answers still streaming (message id -> text), in one commit."""
-    with transaction.atomic():
-        for message_id, content in contents.items():
-            message_progress(message_id=message_id, content=content)
+    """Save the partial texts of answers still streaming (message id -> text), in one commit.
+
+    The UPDATE of ``message_progress`` as one statement run for every message: the consumer
+    saves all the streaming answers of its process at once, hundreds of rows, and the ORM's
+    query building per row would hold the GIL against the token relay for that long.
+    """
+    if not contents:
+        return
+    # Identifiers come from the model's metadata; values go as parameters.
+    table = connection.ops.quote_name(BattleMessage._meta.db_table)
+    pk, content, status = (_message_column(name) for name in ("id", "content", "status"))
+    sql = f"UPDATE {table} SET {content} = %s WHERE {pk} = %s AND {status} = %s"  # noqa: S608
+    streaming = BattleMessage.Status.STREAMING.value
+    rows = [(text, message_id, streaming) for message_id, text in contents.items()]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
 
 
 def message_finish(*, message_id: int, answer: Answer) -> BattleMessage:
