@@ -21,7 +21,7 @@ demo: install
 	$(BIN)/python manage.py load_demo
 	$(BIN)/python manage.py rate_snapshot
 	@echo "Arena demo on http://$(HOST):$(PORT)/  (Ctrl-C to stop; 'make admin' creates a staff user)"
-	$(BIN)/uvicorn config.asgi:application --host $(HOST) --port $(PORT) --ws websockets-sansio --lifespan off
+	$(BIN)/uvicorn config.asgi:application --host $(HOST) --port $(PORT) --ws websockets-sansio --ws-per-message-deflate False --lifespan off
 
 test: install
 	mkdir -p var
@@ -39,7 +39,7 @@ format: install
 	$(BIN)/ruff format .
 
 serve: install
-	$(BIN)/uvicorn config.asgi:application --host $(HOST) --port $(PORT) --ws websockets-sansio --lifespan off
+	$(BIN)/uvicorn config.asgi:application --host $(HOST) --port $(PORT) --ws websockets-sansio --ws-per-message-deflate False --lifespan off
 
 worker: install
 	$(BIN)/celery -A config worker -Q default,ratings --loglevel INFO

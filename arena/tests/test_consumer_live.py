@@ -372,3 +372,24 @@ async def test_named_mode_shows_the_chosen_models_from_the_start(fake_upstream, 
     battle = frames[-1]["battle"]
     assert battle["mode"] == "named" and battle["models"]["a"]["slug"] == "zephyrine-2"
     await comm.disconnect()
+
+
+async def test_malformed_frames_get_error_frames_and_the_socket_stays_usable(
+    fake_upstream, live_models
+):
+    comm = await open_socket()
+    await comm.send_to(text_data="{not json")
+    assert await comm.receive_json_from(FRAME_TIMEOUT) == {
+        "type": "error",
+        "code": "invalid_json",
+        "message": "The frame is not valid JSON.",
+        "field": "frame",
+    }
+    await comm.send_to(bytes_data=b"\x00\x01")
+    assert (await comm.receive_json_from(FRAME_TIMEOUT))["code"] == "invalid_frame"
+    await comm.send_json_to(["start"])
+    assert (await comm.receive_json_from(FRAME_TIMEOUT))["code"] == "invalid"
+    await comm.send_json_to({"type": "start", "prompt": "Still here?"})
+    frames = await frames_until(comm, "turn_end")
+    assert frames[-1]["battle"]["votable"] is True
+    await comm.disconnect()
