@@ -8,12 +8,13 @@ from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponseRedirect
 from django.urls import path, reverse
 
+from arena.admin import ReadOnlyAdmin
 from ratings.models import LeaderboardSnapshot
 from ratings.tasks import snapshot_refresh_enqueue
 
 
 @admin.register(LeaderboardSnapshot)
-class LeaderboardSnapshotAdmin(admin.ModelAdmin):
+class LeaderboardSnapshotAdmin(ReadOnlyAdmin):
     """Snapshots are records of runs: visible, never edited or deleted here."""
 
     list_display = ["id", "created_at", "vote_high_water", "n_votes", "duration_seconds"]
@@ -28,15 +29,6 @@ class LeaderboardSnapshotAdmin(admin.ModelAdmin):
     ]
     change_list_template = "ratings/admin/snapshot_change_list.html"
     actions = ["recompute_now"]
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_urls(self) -> list[Any]:
         recompute = path(

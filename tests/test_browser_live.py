@@ -6,6 +6,7 @@ import pytest
 
 from arena.models import Battle, BattleMessage, Vote
 from arena.tests.fake_openai import FakeModel
+from tests.helpers import assert_names_revealed
 from tests.test_browser_pool_battle import XSS_PAYLOADS, record_bodies
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -82,16 +83,7 @@ def test_visitor_streams_two_answers_follows_up_votes_and_sees_the_names(
     vote = Vote.objects.select_related("battle__model_a", "battle__model_b").get()
     assert vote.winner == "model_b" and vote.battle.source == Battle.Source.LIVE
     assert vote.battle.prompt.turns == ["Tell me something", "And a follow-up"]
-    assert (
-        page.get_by_test_id("model-name-a")
-        .inner_text()
-        .startswith(vote.battle.model_a.display_name)
-    )
-    assert (
-        page.get_by_test_id("model-name-b")
-        .inner_text()
-        .startswith(vote.battle.model_b.display_name)
-    )
+    assert_names_revealed(page, vote.battle)
     assert page.get_by_test_id("regenerate").is_disabled()
 
 

@@ -7,6 +7,7 @@ from django.core.management import call_command
 
 from arena.models import ArenaModel, Battle, BattleMessage, Vote
 from arena.tests.factories import ArenaModelFactory, CompletionFactory, PromptFactory
+from tests.helpers import assert_names_revealed
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -54,16 +55,7 @@ def test_visitor_completes_a_demo_pool_battle_and_sees_the_names(asgi_server, pa
     vote = Vote.objects.exclude(battle__source=Battle.Source.IMPORT).get()
     assert vote.winner == "model_a"
     assert vote.style["sum_assistant_a_tokens"] > 0 and "header_count_b" in vote.style
-    assert (
-        page.get_by_test_id("model-name-a")
-        .inner_text()
-        .startswith(vote.battle.model_a.display_name)
-    )
-    assert (
-        page.get_by_test_id("model-name-b")
-        .inner_text()
-        .startswith(vote.battle.model_b.display_name)
-    )
+    assert_names_revealed(page, vote.battle)
 
     page.get_by_test_id("next-battle").click()
     page.wait_for_function(
