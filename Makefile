@@ -26,6 +26,8 @@ demo: install
 test: install
 	mkdir -p var
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy arena ratings config
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest
 

@@ -20,7 +20,7 @@ from arena.models import (
 )
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(admin.ModelAdmin[Any]):
     """Records of what happened: visible and searchable, never edited or deleted here."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -34,7 +34,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 @admin.register(Provider)
-class ProviderAdmin(admin.ModelAdmin):
+class ProviderAdmin(admin.ModelAdmin[Provider]):
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_display = [
         "name",
@@ -59,7 +59,7 @@ class ProviderAdmin(admin.ModelAdmin):
 
 
 @admin.register(ArenaModel)
-class ArenaModelAdmin(admin.ModelAdmin):
+class ArenaModelAdmin(admin.ModelAdmin[ArenaModel]):
     list_display = [
         "slug",
         "display_name",
@@ -88,38 +88,41 @@ class ArenaModelAdmin(admin.ModelAdmin):
 
 
 @admin.register(Prompt)
-class PromptAdmin(admin.ModelAdmin):
+class PromptAdmin(admin.ModelAdmin[Prompt]):
     list_display = ["id", "__str__", "category", "language", "source", "created_at"]
     list_filter = ["category", "language", "source"]
     search_fields = ["turns", "external_id"]
 
 
 @admin.register(Completion)
-class CompletionAdmin(admin.ModelAdmin):
+class CompletionAdmin(admin.ModelAdmin[Completion]):
     list_display = ["id", "model", "prompt", "source", "created_at"]
     list_filter = ["source", "model"]
     search_fields = ["model__slug", "turns"]
     raw_id_fields = ["prompt"]
 
 
-class BattleMessageInline(admin.TabularInline):
+MESSAGE_FIELDS = (
+    "turn",
+    "side",
+    "status",
+    "user_content",
+    "content",
+    "token_count",
+    "time_to_first_token_ms",
+    "latency_ms",
+    "finish_reason",
+    "error",
+    "superseded_at",
+)
+
+
+class BattleMessageInline(admin.TabularInline[BattleMessage, Battle]):
     model = BattleMessage
     extra = 0
     can_delete = False
-    fields = [
-        "turn",
-        "side",
-        "status",
-        "user_content",
-        "content",
-        "token_count",
-        "time_to_first_token_ms",
-        "latency_ms",
-        "finish_reason",
-        "error",
-        "superseded_at",
-    ]
-    readonly_fields = fields
+    fields = MESSAGE_FIELDS
+    readonly_fields = MESSAGE_FIELDS
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -151,7 +154,7 @@ class VoteAdmin(ReadOnlyAdmin):
 
 
 @admin.register(LiveLimits)
-class LiveLimitsAdmin(admin.ModelAdmin):
+class LiveLimitsAdmin(admin.ModelAdmin[Any]):
     """One row of limits; a blank field falls back to its ARENA_LIVE_* setting."""
 
     list_display = [

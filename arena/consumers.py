@@ -72,7 +72,10 @@ def _db(func: Callable[..., T]) -> Callable[..., Any]:
     is one self-contained service call, its transaction opened and closed inside it), so the
     calls run side by side, each thread on its own connection.
     """
-    return database_sync_to_async(func, thread_sensitive=False, executor=_DB_POOL)
+    wrapped: Callable[..., Any] = database_sync_to_async(
+        func, thread_sensitive=False, executor=_DB_POOL
+    )
+    return wrapped
 
 
 def _battle_payload(battle_id: Any) -> dict[str, Any]:
@@ -168,7 +171,7 @@ def _progress_saver() -> _ProgressSaver:
     return saver
 
 
-class BattleConsumer(AsyncJsonWebsocketConsumer):
+class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
     # Nothing is sent to a battle socket from elsewhere, so it does not subscribe to the channel
     # layer: no Redis connection held in a blocking receive per open socket.
     channel_layer_alias = None

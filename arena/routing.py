@@ -1,9 +1,9 @@
 """Websocket routes, mounted by config/asgi.py."""
 
-from django.urls import path
+from django.urls import URLPattern, path
 
 from arena.consumers import BattleConsumer
 
-websocket_urlpatterns: list = [
+websocket_urlpatterns: list[URLPattern] = [
     path("ws/battle", BattleConsumer.as_asgi(), name="ws-battle"),
 ]

@@ -73,7 +73,9 @@ def battle_payload(
     return payload
 
 
-def votes_for_rating(*, anonymous_only: bool = True, include_flagged: bool = False) -> QuerySet:
+def votes_for_rating(
+    *, anonymous_only: bool = True, include_flagged: bool = False
+) -> QuerySet[Any, Any]:
     """The votes the leaderboard is computed from: anonymous, unflagged by default.
 
     The one read through which the ratings app sees arena's votes. Rows carry the battle's model

@@ -1,6 +1,7 @@
 """HTTP views: thin wrappers that parse input, call one service and shape the output."""
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -40,9 +41,9 @@ def battle_page(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-@ratelimit(key="ip", rate=lambda group, request: settings.ARENA_RATELIMIT_BATTLES, block=True)
+@ratelimit(key="ip", rate=lambda group, request: settings.ARENA_RATELIMIT_BATTLES, block=True)  # type: ignore[untyped-decorator]
 @api_view
-def battle_create(request: HttpRequest) -> tuple[dict, int]:
+def battle_create(request: HttpRequest) -> tuple[dict[str, Any], int]:
     session_key, _ = session_identity(request)
     battle = battle_start_pool(session_key=session_key)
     return battle_payload(battle=battle), 201
@@ -50,7 +51,7 @@ def battle_create(request: HttpRequest) -> tuple[dict, int]:
 
 @require_GET
 @api_view
-def battle_detail(request: HttpRequest, battle_id: str) -> dict:
+def battle_detail(request: HttpRequest, battle_id: str) -> dict[str, Any]:
     session_key, _ = session_identity(request)
     try:
         pk = uuid.UUID(battle_id)
@@ -67,9 +68,9 @@ def battle_detail(request: HttpRequest, battle_id: str) -> dict:
 
 
 @require_POST
-@ratelimit(key="ip", rate=lambda group, request: settings.ARENA_RATELIMIT_VOTES, block=True)
+@ratelimit(key="ip", rate=lambda group, request: settings.ARENA_RATELIMIT_VOTES, block=True)  # type: ignore[untyped-decorator]
 @api_view
-def vote_create(request: HttpRequest, battle_id: str) -> tuple[dict, int]:
+def vote_create(request: HttpRequest, battle_id: str) -> tuple[dict[str, Any], int]:
     body = json_body(request)
     session_key, voter_id = session_identity(request)
     vote = vote_record(
@@ -86,7 +87,7 @@ def vote_create(request: HttpRequest, battle_id: str) -> tuple[dict, int]:
 
 @require_POST
 @api_view
-def terms_accept_view(request: HttpRequest) -> dict:
+def terms_accept_view(request: HttpRequest) -> dict[str, Any]:
     body = json_body(request)
     if body.get("accept") is not True:
         raise ArenaError("invalid", 'Send {"accept": true} to accept the terms.', field="accept")

@@ -73,6 +73,13 @@ def _language_label(code: str) -> str:
         return code.upper()
 
 
+def _language_selector(code: str) -> Callable[[pd.DataFrame], pd.Series]:
+    def select(df: pd.DataFrame) -> pd.Series:
+        return df["language"].map(_language_code) == code
+
+    return select
+
+
 def snapshot_categories(battles: pd.DataFrame, *, long_prompt_chars: int) -> list[Category]:
     """The fixed categories, then one per language present (most votes first)."""
     categories = [
@@ -111,7 +118,7 @@ def snapshot_categories(battles: pd.DataFrame, *, long_prompt_chars: int) -> lis
                 f"lang-{code}",
                 _language_label(code),
                 f"Prompts whose language is {code!r}.",
-                lambda df, code=code: df["language"].map(_language_code) == code,
+                _language_selector(code),
             )
         )
     return categories

@@ -21,7 +21,7 @@ REFRESH_PENDING_KEY = "ratings:snapshot-refresh-pending"
 
 # Routed to the heavy "ratings" queue by CELERY_TASK_ROUTES (the task-level ``queue``
 # attribute is deprecated in Celery 5).
-@shared_task(
+@shared_task(  # type: ignore[untyped-decorator]
     name="ratings.tasks.snapshot_refresh",
     soft_time_limit=15 * 60,
     time_limit=16 * 60,

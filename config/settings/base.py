@@ -8,7 +8,11 @@ in-memory channel layer, a local-memory cache and Celery tasks run eagerly. ``DA
 
 from pathlib import Path
 
+import django_stubs_ext
 import environ
+
+# Lets Django's classes be subscripted in annotations and bases (ModelAdmin[Provider]) at run time.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = BASE_DIR / "var"

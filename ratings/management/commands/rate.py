@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -18,6 +18,6 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            cli.run(options, self.stdout)
+            cli.run(options, cast(TextIO, self.stdout))
         except EngineError as exc:
             raise CommandError(str(exc)) from exc
