@@ -15,6 +15,7 @@ from arena.errors import ArenaError, not_found
 from arena.models import Battle
 from arena.selectors import battle_payload, terms_accepted
 from arena.services.battles import battle_start_pool
+from arena.services.live import live_battles_enabled
 from arena.services.terms import terms_accept
 from arena.services.votes import vote_record
 
@@ -35,6 +36,7 @@ def battle_page(request: HttpRequest) -> HttpResponse:
         "arena/battle.html",
         {
             "terms_accepted": terms_accepted(voter_id=voter_id),
+            "live": live_battles_enabled(),
             "terms_version": settings.ARENA_TERMS_VERSION,
         },
     )
