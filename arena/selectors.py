@@ -1,12 +1,34 @@
 """Reads. Everything a view or a downstream app needs to know about battles and votes."""
 
+import uuid
 from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce, Length
 
+from arena.errors import not_found
 from arena.models import ArenaModel, Battle, BattleMessage, Prompt, TermsAcceptance, Vote
+
+
+def battle_pk(battle_id: object) -> uuid.UUID:
+    """A battle id from a URL or a frame; anything that is not a UUID is an unknown battle."""
+    try:
+        return uuid.UUID(str(battle_id))
+    except ValueError:
+        raise not_found("Battle") from None
+
+
+def battle_for_session(*, battle_id: object, session_key: str) -> Battle:
+    """The battle, if it was served to this session; another session's is as good as unknown."""
+    battle = (
+        Battle.objects.select_related("model_a", "model_b")
+        .filter(pk=battle_pk(battle_id), session_key=session_key)
+        .first()
+    )
+    if battle is None or not session_key:
+        raise not_found("Battle")
+    return battle
 
 
 def terms_accepted(*, voter_id: str) -> bool:

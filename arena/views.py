@@ -1,6 +1,5 @@
 """HTTP views: thin wrappers that parse input, call one service and shape the output."""
 
-import uuid
 from typing import Any
 
 from django.conf import settings
@@ -11,9 +10,9 @@ from django.views.decorators.http import require_GET, require_POST
 from django_ratelimit.decorators import ratelimit
 
 from arena.api import api_view, client_ip, json_body, session_identity
-from arena.errors import ArenaError, not_found
+from arena.errors import ArenaError
 from arena.models import Battle
-from arena.selectors import battle_payload, terms_accepted
+from arena.selectors import battle_for_session, battle_payload, terms_accepted
 from arena.services.battles import battle_start_pool
 from arena.services.live import live_battles_enabled
 from arena.services.terms import terms_accept
@@ -55,18 +54,7 @@ def battle_create(request: HttpRequest) -> tuple[dict[str, Any], int]:
 @api_view
 def battle_detail(request: HttpRequest, battle_id: str) -> dict[str, Any]:
     session_key, _ = session_identity(request)
-    try:
-        pk = uuid.UUID(battle_id)
-    except ValueError:
-        raise not_found("Battle") from None
-    battle = (
-        Battle.objects.select_related("model_a", "model_b")
-        .filter(pk=pk, session_key=session_key)
-        .first()
-    )
-    if battle is None:  # another session's battle is as good as unknown to this one
-        raise not_found("Battle")
-    return battle_payload(battle=battle)
+    return battle_payload(battle=battle_for_session(battle_id=battle_id, session_key=session_key))
 
 
 @require_POST

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from arena.errors import ArenaError, not_found
 from arena.models import ArenaModel, Battle, BattleMessage, LiveLimits, Prompt
+from arena.selectors import battle_pk
 from arena.services.breaker import (
     provider_failure_record,
     provider_success_record,
@@ -227,10 +228,7 @@ def battle_start_live(
 
 
 def _locked_battle(*, battle_id: object, session_key: str) -> Battle:
-    try:
-        pk = uuid.UUID(str(battle_id))
-    except ValueError:
-        raise not_found("Battle") from None
+    pk = battle_pk(battle_id)
     battle = (
         Battle.objects.select_for_update(of=("self",))
         .select_related("model_a__provider", "model_b__provider", "prompt")

@@ -1,6 +1,5 @@
 """Recording a visitor's vote."""
 
-import uuid
 from datetime import timedelta
 
 from django.conf import settings
@@ -9,19 +8,12 @@ from django.utils import timezone
 
 from arena.errors import ArenaError, not_found
 from arena.models import Battle, BattleMessage, Vote
-from arena.selectors import terms_accepted
+from arena.selectors import battle_pk, terms_accepted
 from arena.services.identity import ip_hash, user_agent_class
 from arena.signals import vote_recorded
 from ratings.style import conv_metadata
 
 WINNERS = frozenset(Vote.Winner.values)
-
-
-def _parse_battle_id(battle_id: object) -> uuid.UUID:
-    try:
-        return uuid.UUID(str(battle_id))
-    except ValueError:
-        raise not_found("Battle") from None
 
 
 def vote_record(
@@ -45,7 +37,7 @@ def vote_record(
             f"winner must be one of {', '.join(sorted(WINNERS))}.",
             field="winner",
         )
-    pk = _parse_battle_id(battle_id)
+    pk = battle_pk(battle_id)
     try:
         with transaction.atomic():
             battle = Battle.objects.select_for_update().filter(pk=pk).first()
