@@ -4,6 +4,7 @@ Tests marked ``postgres``, ``redis`` or ``browser`` skip with the reason when th
 missing; with ARENA_REQUIRE_SERVICES=1 / ARENA_REQUIRE_BROWSER=1 (as in CI) they fail instead.
 """
 
+import asyncio
 import os
 import socket
 import threading
@@ -97,7 +98,15 @@ class AsgiServer:
             lifespan="off",
         )
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True)
+
+    async def _serve(self) -> None:
+        from arena.upstream import close_clients
+
+        try:
+            await self.server.serve()
+        finally:
+            await close_clients()
 
     def __enter__(self) -> "AsgiServer":
         self.thread.start()

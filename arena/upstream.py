@@ -39,6 +39,7 @@ _NAMED_PARAMS = frozenset(
 )
 _NO_KEY = "sk-no-key"  # local servers (vLLM, Ollama) accept any key; the client wants one
 _RETRY_BASE_SECONDS = 0.25
+_MAX_CONNECTIONS = 100_000  # per endpoint and process
 
 PUBLIC_ERRORS = {
     "timeout": "The model took too long to answer.",
@@ -108,9 +109,16 @@ def _client(target: UpstreamTarget, api_key: str) -> openai.AsyncOpenAI:
             api_key=api_key,
             max_retries=0,
             timeout=timeout,
-            http_client=openai.DefaultAsyncHttpxClient(
+            # The aiohttp transport (openai's ``aiohttp`` extra): its C HTTP parser reads a
+            # streamed chunk for about half the CPU of httpcore's h11 and anyio read timeouts,
+            # and the relay spends most of a token's CPU reading it (bench/streaming.py).
+            http_client=openai.DefaultAioHttpClient(
                 timeout=timeout,
-                limits=httpx2.Limits(max_connections=None, max_keepalive_connections=256),
+                # A streaming answer holds its connection throughout: no pool limit worth the
+                # name (aiohttp reads None as its default of 100, which would queue the 101st).
+                limits=httpx2.Limits(
+                    max_connections=_MAX_CONNECTIONS, max_keepalive_connections=256
+                ),
             ),
         )
         per_loop[key] = client
@@ -124,9 +132,23 @@ def _is_connection_failure(exc: BaseException) -> bool:
     return isinstance(exc, openai.APIConnectionError)
 
 
+def _refused(exc: BaseException) -> bool:
+    """Whether an operating-system error other than a timeout (refused, unreachable) caused it.
+
+    The aiohttp transport reports a refused connection as a connect *timeout*; its cause chain
+    still holds the ``ConnectionRefusedError`` (an ``OSError`` that is not a ``TimeoutError``).
+    """
+    cause = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
+            return True
+        cause = cause.__cause__
+    return False
+
+
 def _classify(exc: BaseException) -> str:
     if isinstance(exc, openai.APITimeoutError | TimeoutError):
-        return "timeout"
+        return "connection" if _refused(exc) else "timeout"
     if isinstance(exc, openai.APIConnectionError):
         return "connection"
     return "upstream"
@@ -270,6 +292,13 @@ async def _close(stream: Any) -> None:
         pass
     except Exception:  # noqa: S110  (closing a broken connection may fail; it is gone either way)
         pass
+
+
+async def close_clients() -> None:
+    """Close this event loop's clients and their connections (a test's or a server's end)."""
+    clients = _clients.pop(asyncio.get_running_loop(), {})
+    for client in clients.values():
+        await client.close()
 
 
 def _ms_since(started: float) -> int:

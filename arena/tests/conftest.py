@@ -20,3 +20,12 @@ def other_visitor(db) -> Client:
     client.get("/")
     terms_accept(voter_id=client.session[VOTER_SESSION_KEY])
     return client
+
+
+@pytest.fixture
+async def upstream_clients():
+    """Closes the upstream HTTP clients this test's event loop opened (and their sockets)."""
+    from arena.upstream import close_clients
+
+    yield
+    await close_clients()

@@ -15,7 +15,7 @@ from arena.services.votes import vote_record
 from arena.tests.fake_openai import FakeModel
 from config.asgi import application
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("upstream_clients")]
 
 FRAME_TIMEOUT = 10
 

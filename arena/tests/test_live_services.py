@@ -23,7 +23,7 @@ from arena.services.votes import vote_record
 from arena.tests.factories import ArenaModelFactory, ProviderFactory, pool_of
 from arena.upstream import Answer
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("upstream_clients")]
 
 
 def live(n: int, provider=None, **kwargs) -> list[ArenaModel]:

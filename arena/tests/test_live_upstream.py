@@ -9,7 +9,7 @@ from arena.upstream import Answer, UpstreamTarget, request_kwargs, stream_answer
 
 # No database is touched; the mark makes pytest-django order these async tests with the database
 # tests, before the browser tests whose session-long Playwright loop would stop asyncio tests.
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("upstream_clients")]
 
 
 def free_port() -> int:
