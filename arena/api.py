@@ -5,7 +5,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from arena.errors import ArenaError
 from arena.services.identity import voter_id_new
@@ -45,16 +45,16 @@ def client_ip(request: HttpRequest) -> str | None:
     return request.META.get("REMOTE_ADDR")
 
 
-def api_view(func: Callable[..., Any]) -> Callable[..., HttpResponse]:
+def api_view(func: Callable[..., Any]) -> Callable[..., HttpResponseBase]:
     """Turn a view returning (payload, status) or payload into JSON, and ArenaError into 4xx."""
 
     @functools.wraps(func)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         try:
             result = func(request, *args, **kwargs)
         except ArenaError as exc:
             return JsonResponse(exc.as_dict(), status=exc.status)
-        if isinstance(result, HttpResponse):
+        if isinstance(result, HttpResponseBase):  # a page, a file, a stream
             return result
         status = 200
         if isinstance(result, tuple):

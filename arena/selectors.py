@@ -1,10 +1,11 @@
 """Reads. Everything a view or a downstream app needs to know about battles and votes."""
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models import Count, Exists, OuterRef, Prefetch, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce, Length
 
 from arena.errors import not_found
@@ -142,6 +143,34 @@ def votes_for_rating(
             "prompt_chars",
             "prompt_has_code",
         )
+    )
+
+
+def votes_for_export(
+    *,
+    include_named: bool = False,
+    include_flagged: bool = False,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> QuerySet[Vote, Vote]:
+    """The votes an export writes, oldest first, each battle with its models, prompt and
+    ``current_messages`` (not superseded, by turn and side).
+
+    By default what the leaderboard counts: anonymous battles, unflagged votes. ``since`` is
+    inclusive and ``until`` exclusive, on the time of the vote.
+    """
+    qs = Vote.objects.select_related("battle__model_a", "battle__model_b", "battle__prompt")
+    if not include_named:
+        qs = qs.filter(battle__mode=Battle.Mode.ANONYMOUS)
+    if not include_flagged:
+        qs = qs.filter(flagged=False)
+    if since is not None:
+        qs = qs.filter(created_at__gte=since)
+    if until is not None:
+        qs = qs.filter(created_at__lt=until)
+    current = BattleMessage.objects.filter(superseded_at__isnull=True).order_by("turn", "side")
+    return qs.order_by("created_at", "id").prefetch_related(
+        Prefetch("battle__messages", queryset=current, to_attr="current_messages")
     )
 
 

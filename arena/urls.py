@@ -10,4 +10,5 @@ urlpatterns = [
     path("api/battles/<str:battle_id>", views.battle_detail, name="battle-detail"),
     path("api/battles/<str:battle_id>/vote", views.vote_create, name="vote-create"),
     path("api/terms", views.terms_accept_view, name="terms-accept"),
+    path("api/exports/votes", views.votes_export, name="votes-export"),
 ]

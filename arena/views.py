@@ -1,9 +1,10 @@
 """HTTP views: thin wrappers that parse input, call one service and shape the output."""
 
+import json
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
@@ -11,6 +12,7 @@ from django_ratelimit.decorators import ratelimit
 
 from arena.api import api_view, client_ip, json_body, session_identity
 from arena.errors import ArenaError
+from arena.exports import ExportStats, export_options, export_rows, voted_battles
 from arena.models import Battle
 from arena.selectors import battle_for_session, battle_payload, terms_accepted
 from arena.services.battles import battle_start_pool
@@ -89,3 +91,26 @@ def terms_accept_view(request: HttpRequest) -> dict[str, Any]:
 @require_GET
 def about_page(request: HttpRequest) -> HttpResponse:
     return render(request, "arena/about.html")
+
+
+@require_GET
+@api_view
+def votes_export(request: HttpRequest) -> StreamingHttpResponse:
+    """Votes as JSONL in a trainer's format (``arena.exports``), for staff signed in to the admin.
+
+    Query: ``format`` (arena, trl, openai, hh-rlhf), ``include_named``, ``include_flagged``,
+    ``since``, ``until``. The manage.py command ``export_votes`` writes the same rows (and
+    Parquet) and reports what it skipped.
+    """
+    if not (request.user.is_authenticated and request.user.is_staff):
+        raise ArenaError(
+            "forbidden", "Exports are for staff: sign in to the admin first.", status=403
+        )
+    fmt, filters = export_options(request.GET)
+    rows = export_rows(voted_battles(**filters), fmt, ExportStats())
+    response = StreamingHttpResponse(
+        (json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
+        content_type="application/x-ndjson; charset=utf-8",
+    )
+    response["Content-Disposition"] = f'attachment; filename="arena-votes-{fmt}.jsonl"'
+    return response
