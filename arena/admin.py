@@ -5,8 +5,9 @@ from typing import Any
 from django.contrib import admin
 from django.db import models
 from django.db.models import Q
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
+from arena.exports import FORMATS
 from arena.models import (
     ArenaModel,
     Battle,
@@ -151,6 +152,14 @@ class VoteAdmin(ReadOnlyAdmin):
     list_filter = ["winner", "flagged", "user_agent_class", "battle__mode", "battle__source"]
     search_fields = ["battle__id", "voter_id", "battle__model_a__slug", "battle__model_b__slug"]
     date_hierarchy = "created_at"
+    change_list_template = "arena/admin/vote_change_list.html"
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # Download links for the trainer formats (arena.exports), above the list.
+        context = {**(extra_context or {}), "export_formats": FORMATS}
+        return super().changelist_view(request, extra_context=context)
 
 
 @admin.register(LiveLimits)

@@ -3,6 +3,7 @@ from datetime import UTC, datetime
 from io import StringIO
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
@@ -207,3 +208,10 @@ def test_the_http_export_streams_jsonl_and_names_a_bad_parameter(admin_client, m
     ):
         bad = admin_client.get(URL, params)
         assert bad.status_code == 400 and bad.json()["error"]["field"] == field
+
+
+def test_the_votes_admin_links_every_export_format(admin_client, make_vote, pair):
+    make_vote(*pair, "model_a")
+    page = admin_client.get(f"/{settings.ADMIN_URL}arena/vote/").content.decode()
+    for fmt in ("arena", "trl", "openai", "hh-rlhf"):
+        assert f"/api/exports/votes?format={fmt}" in page
