@@ -13,6 +13,7 @@ produced survives a cancellation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 import weakref
@@ -274,22 +275,34 @@ async def stream_answer(
     except openai.OpenAIError as exc:
         answer.status, answer.error_kind = "error", _classify(exc)
         answer.error = f"{type(exc).__name__}: {exc}"[:2000]
+    except Exception as exc:
+        # Not the protocol: a data line that is not JSON, a chunk of the wrong shape, an HTTP
+        # response the transport could not parse. The server is at fault, not the visitor.
+        answer.status, answer.error_kind = "error", "upstream"
+        answer.error = f"malformed response: {type(exc).__name__}: {exc}"[:2000]
     finally:
-        await _close(stream)
         answer.latency_ms = _ms_since(started)
         if answer.completion_tokens is None and answer.chunks:
             answer.completion_tokens = answer.chunks
+        await _close(stream)
     return answer
 
 
 async def _close(stream: Any) -> None:
-    """Close the HTTP response, even while being cancelled, so the connection is released."""
+    """Close the HTTP response, even while being cancelled, so the connection is released.
+
+    A cancellation that arrives while closing waits for the close to finish and is then
+    raised again: swallowing it would let a stopped side go on (to a retry, say).
+    """
     if stream is None:
         return
+    closing = asyncio.ensure_future(stream.close())
     try:
-        await asyncio.shield(stream.close())
+        await asyncio.shield(closing)
     except asyncio.CancelledError:
-        pass
+        with contextlib.suppress(Exception):
+            await asyncio.wait([closing])
+        raise
     except Exception:  # noqa: S110  (closing a broken connection may fail; it is gone either way)
         pass
 

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-FAULTS = ("none", "error_midstream", "http_500", "hang", "endless")
+FAULTS = ("none", "error_midstream", "garbage_midstream", "http_500", "hang", "endless")
 _SHORT_PAUSE = 0.25  # seconds; a longer pause also ends as soon as the client goes
 
 
@@ -323,6 +323,11 @@ class FakeUpstream:
             if spec.fault == "error_midstream" and index == spec.fail_after:
                 err = {"error": {"message": "model crashed mid-answer", "type": "server_error"}}
                 await self._write(writer, event(err), gone)
+                await self._write(writer, b"", gone)
+                return
+            if spec.fault == "garbage_midstream" and index == spec.fail_after:
+                # Not the protocol at all: a data line that is not JSON, then the stream ends.
+                await self._write(writer, b"data: {not json\n\n", gone)
                 await self._write(writer, b"", gone)
                 return
             if spec.fault == "hang" and index == spec.fail_after:

@@ -1,11 +1,12 @@
 """The upstream client against the loopback fake: retries, parameters, usage."""
 
+import asyncio
 import socket
 
 import pytest
 
 from arena.tests.fake_openai import FakeModel
-from arena.upstream import Answer, UpstreamTarget, request_kwargs, stream_answer
+from arena.upstream import Answer, UpstreamTarget, _close, request_kwargs, stream_answer
 
 # No database is touched; the mark makes pytest-django order these async tests with the database
 # tests, before the browser tests whose session-long Playwright loop would stop asyncio tests.
@@ -103,3 +104,30 @@ async def test_a_stream_that_stalls_before_any_token_is_not_retried(fake_upstrea
 def test_fake_upstream_rejects_an_unknown_fault():
     with pytest.raises(ValueError):
         FakeModel(fault="melt")
+
+
+async def test_a_stream_that_stops_speaking_the_protocol_is_an_upstream_error(fake_upstream):
+    fake_upstream.default = FakeModel(tokens=5, fault="garbage_midstream", fail_after=2)
+    answer, deltas = await run(target(fake_upstream.url))
+    assert answer.status == "error" and answer.error_kind == "upstream"
+    assert "malformed response" in answer.error
+    assert answer.text == "tok0 tok1 " and deltas == ["tok0 ", "tok1 "]  # what came is kept
+
+
+class SlowToClose:
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def close(self) -> None:
+        await asyncio.sleep(0.05)
+        self.closed = True
+
+
+async def test_a_cancellation_while_closing_waits_for_the_close_and_is_not_swallowed():
+    stream = SlowToClose()
+    task = asyncio.create_task(_close(stream))
+    await asyncio.sleep(0.01)  # inside the close
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert stream.closed
