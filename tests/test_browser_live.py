@@ -181,3 +181,27 @@ def test_stop_ends_both_streams_and_closing_the_page_closes_the_upstream(
     assert set(BattleMessage.objects.filter(battle=battle).values_list("status", flat=True)) == {
         "aborted"
     }
+
+
+def test_new_battle_while_streaming_leaves_the_old_battle_behind(
+    asgi_server, page, fake_upstream, live_models
+):
+    fake_upstream.default = FakeModel(tokens=40, delay=0.05)
+    frames = record_frames(page)
+    open_live_page(page, asgi_server)
+    send_prompt(page, "A long answer, please")
+    page.wait_for_function(
+        "document.querySelector('[data-testid=response-a]').innerText.includes('tok3')"
+    )
+    page.get_by_test_id("new-battle").click()
+    # The server stops the old turn and reports its end; the page must not take it back.
+    deadline = time.monotonic() + 10
+    while not any('"turn_end"' in f for f in frames) and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+    assert any('"turn_end"' in f for f in frames)
+    page.wait_for_timeout(200)
+    assert page.get_by_test_id("response-a").inner_text().strip() == ""
+    assert page.get_by_test_id("regenerate").is_disabled()
+    assert page.get_by_test_id("vote-a").is_disabled()
+    assert page.get_by_test_id("send").inner_text() == "Send"  # not a follow-up to the old one
+    assert Battle.objects.get().state == Battle.State.ABORTED

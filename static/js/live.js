@@ -138,6 +138,8 @@
   }
 
   function onTurnEnd(frame) {
+    // The end of a battle the visitor has left ("New battle" while it streamed) changes nothing.
+    if (!battle || battle.id !== frame.battle.id) return;
     battle = frame.battle;
     streaming = false;
     // The saved texts are authoritative (and hold anything a lost frame missed).
