@@ -121,3 +121,22 @@ def test_model_text_never_runs_as_html_or_script(asgi_server, page):
     # the code block keeps the script visible as text
     assert "window.__xss=8" in page.get_by_test_id("response-a").inner_text()
     assert json.dumps(page.evaluate("typeof window.__xss")) == '"undefined"'
+
+
+def test_a_markdown_image_is_a_link_and_is_never_fetched(asgi_server, page):
+    prompt = PromptFactory(turns=["Draw me something."])
+    pixel = asgi_server.url + "/static/tracking-pixel.png?who=voter"
+    for model in (ArenaModelFactory(), ArenaModelFactory()):
+        CompletionFactory(prompt=prompt, model=model, turns=[f"Here: ![a cat]({pixel}) done."])
+    requested = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.goto(asgi_server.url + "/")
+    page.get_by_test_id("terms-accept").click()
+    page.wait_for_function(
+        "document.querySelector('[data-testid=response-a]').innerText.includes('done')"
+    )
+    page.wait_for_timeout(300)
+    assert page.locator("[data-testid=response-a] img").count() == 0
+    link = page.locator("[data-testid=response-a] a", has_text="[image: a cat]")
+    assert link.get_attribute("href") == pixel
+    assert not any("tracking-pixel" in url for url in requested)

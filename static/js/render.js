@@ -3,9 +3,17 @@
 (function () {
   "use strict";
   const md = window.markdownit({ html: false, linkify: false, breaks: false });
+  /* A markdown image becomes a link to it: an <img> would make the voter's browser fetch any
+     URL a model (or a prompt injected into it) names, before the vote, with no click. */
+  md.renderer.rules.image = function (tokens, idx, options, env, self) {
+    const token = tokens[idx];
+    const alt = self.renderInlineAsText(token.children, options, env) || "image";
+    const src = md.utils.escapeHtml(token.attrGet("src") || "");
+    return '<a href="' + src + '">[image: ' + md.utils.escapeHtml(alt) + "]</a>";
+  };
   const purifyConfig = {
     USE_PROFILES: { html: true },
-    FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "iframe", "object", "embed"],
+    FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "iframe", "object", "embed", "img", "picture", "video", "audio", "source"],
     FORBID_ATTR: ["style"],
   };
   window.DOMPurify.addHook("afterSanitizeAttributes", function (node) {
