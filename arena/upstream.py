@@ -47,7 +47,11 @@ PUBLIC_ERRORS = {
     "connection": "The model could not be reached.",
     "upstream": "The model's server returned an error.",
     "config": "The model is not configured correctly.",
+    "request": "The model's server refused this conversation (it may be too long).",
 }
+# Statuses that refuse one request (too long, filtered, malformed for this model) rather than
+# say the provider is failing: the circuit breaker does not count them.
+_REQUEST_REFUSALS = frozenset({400, 413, 422})
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,8 @@ class Answer:
     status: str = "streaming"  # streaming | done | error | aborted
     finish_reason: str = ""
     error: str = ""  # full detail, for the record and the admin
-    error_kind: str = ""  # timeout | connection | upstream | config; the client sees only this
+    # timeout | connection | upstream | config | request; the client sees only this
+    error_kind: str = ""
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     chunks: int = 0
@@ -84,6 +89,11 @@ class Answer:
     @property
     def text(self) -> str:
         return "".join(self.parts)
+
+    @property
+    def provider_failed(self) -> bool:
+        """An error that counts against the provider's circuit breaker."""
+        return self.status == "error" and self.error_kind != "request"
 
     @property
     def public_error(self) -> str:
@@ -152,6 +162,8 @@ def _classify(exc: BaseException) -> str:
         return "connection" if _refused(exc) else "timeout"
     if isinstance(exc, openai.APIConnectionError):
         return "connection"
+    if isinstance(exc, openai.APIStatusError) and exc.status_code in _REQUEST_REFUSALS:
+        return "request"
     return "upstream"
 
 

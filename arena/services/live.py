@@ -449,7 +449,7 @@ def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[str, tuple[int, An
         provider_id = targets[side]
         if provider_id is None:
             continue
-        if answer.status == "error":
+        if answer.provider_failed:
             provider_failure_record(provider_id=provider_id)
         elif answer.status == "done":
             provider_success_record(provider_id=provider_id)

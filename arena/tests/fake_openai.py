@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-FAULTS = ("none", "error_midstream", "garbage_midstream", "http_500", "hang", "endless")
+FAULTS = ("none", "error_midstream", "garbage_midstream", "http_400", "http_500", "hang", "endless")
 _SHORT_PAUSE = 0.25  # seconds; a longer pause also ends as soon as the client goes
 
 
@@ -227,10 +227,11 @@ class FakeUpstream:
         """Answer one request; returns whether the connection stays open, and any byte of the
         client's next request that the disconnect watch read."""
         spec = self.models.get(request.model, self.default)
-        if spec.fault == "http_500":
-            await self._send_json(
-                writer, 500, {"error": {"message": "upstream exploded", "type": "server_error"}}
-            )
+        if spec.fault in ("http_400", "http_500"):
+            status = int(spec.fault[-3:])
+            message = "context length exceeded" if status == 400 else "upstream exploded"
+            kind = "invalid_request_error" if status == 400 else "server_error"
+            await self._send_json(writer, status, {"error": {"message": message, "type": kind}})
             request.completed = True
             return True, b""
         # The client sends nothing more while its answer streams, so any read that returns

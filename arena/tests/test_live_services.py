@@ -89,6 +89,18 @@ def test_models_of_a_provider_with_an_open_breaker_are_skipped_until_the_cooldow
     assert drawn >= {m.pk for m in failing}
 
 
+def test_refused_requests_do_not_open_the_breaker(settings):
+    settings.ARENA_LIVE_BREAKER_FAILURES = 2
+    models = live(2)
+    for _ in range(3):  # a visitor's too-long follow-ups, say
+        plan = battle_start_live(
+            session_key="s", prompt="Hi", mode="named", model_slugs=[m.slug for m in models]
+        )
+        assert finish(plan, status="error", error_kind="request").state == Battle.State.ERRORED
+    provider = Provider.objects.get()
+    assert provider.breaker_failures == 0 and provider.breaker_open_until is None
+
+
 def test_a_successful_answer_closes_the_breaker():
     models = live(2)
     Provider.objects.update(breaker_failures=5, breaker_open_until=timezone.now())

@@ -131,3 +131,13 @@ async def test_a_cancellation_while_closing_waits_for_the_close_and_is_not_swall
     with pytest.raises(asyncio.CancelledError):
         await task
     assert stream.closed
+
+
+async def test_a_refused_request_is_told_apart_from_a_failing_server(fake_upstream):
+    fake_upstream.default = FakeModel(fault="http_400")
+    answer, _ = await run(target(fake_upstream.url))
+    assert answer.status == "error" and answer.error_kind == "request"
+    assert "too long" in answer.public_error and not answer.provider_failed
+    fake_upstream.default = FakeModel(fault="http_500")
+    answer, _ = await run(target(fake_upstream.url))
+    assert answer.error_kind == "upstream" and answer.provider_failed
