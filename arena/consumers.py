@@ -16,7 +16,8 @@ Frames to the page:
 - ``side_end``    {side, status, error}    status done|error|aborted; error is a public message
 - ``turn_end``    {battle}                 saved state; ``battle.votable`` unlocks voting
 - ``models``      {models}, ``suggestion`` {prompt}
-- ``error``       {code, message, field}   an ``ArenaError``, made into a frame in one place
+- ``error``       {code, message, field}   an ``ArenaError``, made into a frame in one place;
+                  ``turn_lost`` when the end of a turn could not be saved (start over)
 
 Model names appear only in ``models`` frames (asked for by named mode) and in the battle of a
 named-mode turn; the vote that reveals an anonymous pair goes over HTTP as for pool battles.
@@ -113,6 +114,7 @@ def _loaded_session_key(session: Any) -> str | None:
 
 
 _SAVE_SLICE = 25  # messages per partial save
+_FINISH_RETRY_SECONDS = 0.5
 
 
 class _ProgressSaver:
@@ -308,14 +310,37 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                 if answer.status in ("streaming", "aborted"):
                     answer.status = "aborted"
                     await self._send({"type": "side_end", "side": side, "status": "aborted"})
+            await self._finish_turn(plan, answers)
+
+    async def _finish_turn(self, plan: TurnPlan, answers: dict[str, Answer]) -> None:
+        """Save the turn's end and send it; a failed save is retried once, then reported.
+
+        Without a ``turn_end`` the page would wait for ever; on a second failure it is told the
+        turn was lost, and ``live_battles_sweep`` settles the battle later.
+        """
+        saved = {s: (plan.sides[s].message_id, a) for s, a in answers.items()}
+        for attempt in (1, 2):
             try:
-                payload = await _db(_turn_finish)(
-                    plan.battle_id,
-                    {s: (plan.sides[s].message_id, a) for s, a in answers.items()},
-                )
-                await self._send({"type": "turn_end", "battle": payload})
+                payload = await _db(_turn_finish)(plan.battle_id, saved)
             except Exception:
-                log.exception("saving the end of a live turn failed (battle %s)", plan.battle_id)
+                log.exception(
+                    "saving the end of a live turn failed (battle %s, attempt %d)",
+                    plan.battle_id,
+                    attempt,
+                )
+                if attempt == 1:
+                    await asyncio.sleep(_FINISH_RETRY_SECONDS)
+                continue
+            await self._send({"type": "turn_end", "battle": payload})
+            return
+        await self._send(
+            {
+                "type": "error",
+                "code": "turn_lost",
+                "message": "This battle could not be saved. Please start a new battle.",
+                "field": None,
+            }
+        )
 
     async def _run_side(self, plan: TurnPlan, side: str, answer: Answer) -> None:
         side_plan = plan.sides[side]

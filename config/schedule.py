@@ -10,4 +10,11 @@ BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": crontab(minute="*/10"),
         "options": {"queue": "ratings", "expires": 9 * 60},
     },
+    # Live battles a crashed or restarted server left streaming become aborted (and can be
+    # regenerated or left); a battle still streaming on a live server is never that old.
+    "arena-live-battles-sweep": {
+        "task": "arena.tasks.live_battles_sweep",
+        "schedule": crontab(minute="*/5"),
+        "options": {"queue": "default", "expires": 4 * 60},
+    },
 }

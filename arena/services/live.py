@@ -454,3 +454,38 @@ def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[str, tuple[int, An
         elif answer.status == "done":
             provider_success_record(provider_id=provider_id)
     return battle
+
+
+def live_battles_sweep(*, now: Any = None) -> int:
+    """Settle battles left streaming by a server that stopped mid-turn (a crash, a restart, a
+    turn whose end could not be saved): their unfinished answers become aborted, keeping the
+    partial text, and the battle aborted, so the visitor can regenerate or start over.
+
+    Only battles older than the longest an answer may take (``ARENA_LIVE_ANSWER_SECONDS``) and
+    a minute's margin: a live server has ended every turn by then. Returns how many it settled.
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.ARENA_LIVE_ANSWER_SECONDS + 60)
+    settled = 0
+    stale = Battle.objects.filter(state=Battle.State.STREAMING, updated_at__lt=cutoff)
+    for battle_id in stale.values_list("pk", flat=True):
+        with transaction.atomic():
+            battle = (
+                Battle.objects.select_for_update()
+                .filter(pk=battle_id, state=Battle.State.STREAMING, updated_at__lt=cutoff)
+                .first()
+            )
+            if battle is None:  # its turn ended meanwhile
+                continue
+            BattleMessage.objects.filter(
+                battle=battle,
+                superseded_at__isnull=True,
+                status__in=[BattleMessage.Status.PENDING, BattleMessage.Status.STREAMING],
+            ).update(
+                status=BattleMessage.Status.ABORTED,
+                error="The server stopped before this answer ended.",
+            )
+            battle.state = Battle.State.ABORTED
+            battle.save(update_fields=["state", "updated_at"])
+            settled += 1
+    return settled

@@ -2,11 +2,13 @@
 fake upstream through the real openai client."""
 
 import json
+from datetime import timedelta
 
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.sessions.backends.db import SessionStore
+from django.utils import timezone
 
 from arena.errors import ArenaError
 from arena.models import Battle, BattleMessage, Provider
@@ -393,3 +395,49 @@ async def test_malformed_frames_get_error_frames_and_the_socket_stays_usable(
     frames = await frames_until(comm, "turn_end")
     assert frames[-1]["battle"]["votable"] is True
     await comm.disconnect()
+
+
+async def test_a_failed_save_at_the_end_of_a_turn_is_retried(
+    fake_upstream, live_models, monkeypatch
+):
+    from arena import consumers
+
+    real, calls = consumers._turn_finish, []
+
+    def flaky(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("database restarting")
+        return real(*args)
+
+    monkeypatch.setattr(consumers, "_turn_finish", flaky)
+    monkeypatch.setattr(consumers, "_FINISH_RETRY_SECONDS", 0.01)
+    comm = await open_socket()
+    await comm.send_json_to({"type": "start", "prompt": "Hello"})
+    end = (await frames_until(comm, "turn_end"))[-1]
+    assert end["battle"]["state"] == "ready" and len(calls) == 2
+    await comm.disconnect()
+
+
+async def test_a_turn_whose_end_cannot_be_saved_says_so_and_is_swept_later(
+    fake_upstream, live_models, monkeypatch, settings
+):
+    from arena import consumers
+    from arena.services.live import live_battles_sweep
+
+    def broken(*args):
+        raise RuntimeError("database gone")
+
+    monkeypatch.setattr(consumers, "_turn_finish", broken)
+    monkeypatch.setattr(consumers, "_FINISH_RETRY_SECONDS", 0.01)
+    comm = await open_socket()
+    await comm.send_json_to({"type": "start", "prompt": "Hello"})
+    frames = await frames_until(comm, "error")
+    assert frames[-1]["code"] == "turn_lost" and "new battle" in frames[-1]["message"]
+    battle_id = frames[0]["battle"]["id"]
+    assert (await get_battle(battle_id)).state == Battle.State.STREAMING
+    await comm.disconnect()
+    settings.ARENA_LIVE_ANSWER_SECONDS = 0
+    later = timezone.now() + timedelta(seconds=61)
+    assert await database_sync_to_async(live_battles_sweep)(now=later) == 1
+    assert (await get_battle(battle_id)).state == Battle.State.ABORTED

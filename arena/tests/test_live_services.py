@@ -16,6 +16,8 @@ from arena.services.live import (
     battle_turn_add,
     battle_turn_finish,
     live_battles_enabled,
+    live_battles_sweep,
+    messages_progress,
 )
 from arena.services.models import model_register
 from arena.services.terms import terms_accept
@@ -241,3 +243,32 @@ def test_battle_page_serves_live_battles_only_with_two_live_models(client):
     assert 'data-mode="live"' in page
     for hook in ("prompt-input", "send", "stop", "regenerate", "new-battle", "vote-a"):
         assert f'data-testid="{hook}"' in page
+
+
+def test_the_sweep_settles_battles_a_stopped_server_left_streaming_and_keeps_their_text(settings):
+    settings.ARENA_LIVE_ANSWER_SECONDS = 30
+    models = live(2)
+    slugs = [m.slug for m in models]
+    stale = battle_start_live(session_key="s1", prompt="Hi", mode="named", model_slugs=slugs)
+    fresh = battle_start_live(session_key="s2", prompt="Hi", mode="named", model_slugs=slugs)
+    messages_progress(contents={stale.sides["a"].message_id: "half an ans"})
+    Battle.objects.filter(pk=stale.battle_id).update(
+        updated_at=timezone.now() - timedelta(seconds=91)
+    )
+    assert live_battles_sweep() == 1
+    assert live_battles_sweep() == 0  # a rerun finds nothing more
+    assert Battle.objects.get(pk=stale.battle_id).state == Battle.State.ABORTED
+    assert Battle.objects.get(pk=fresh.battle_id).state == Battle.State.STREAMING
+    a = BattleMessage.objects.get(pk=stale.sides["a"].message_id)
+    assert a.status == BattleMessage.Status.ABORTED and a.content == "half an ans"
+    # an aborted battle may be regenerated: the visitor is not stuck
+    assert battle_regenerate(battle_id=stale.battle_id, session_key="s1").turn == 0
+
+
+def test_the_live_sweep_runs_from_the_beat_schedule(settings):
+    entry = settings.CELERY_BEAT_SCHEDULE["arena-live-battles-sweep"]
+    assert entry["task"] == "arena.tasks.live_battles_sweep"
+    from config.celery_app import app
+
+    app.loader.import_default_modules()  # what a worker does at start: autodiscovery
+    assert "arena.tasks.live_battles_sweep" in app.tasks

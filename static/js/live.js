@@ -164,6 +164,11 @@
   }
 
   function onError(frame) {
+    if (frame.code === "turn_lost") {  // the server could not save the turn: nothing to vote on
+      streaming = false;
+      battle = null;
+      A.setBattle(null);
+    }
     A.setStatus(frame.message, true);
     if (frame.field === "prompt") input.focus();
     updateButtons();
