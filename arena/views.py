@@ -1,8 +1,11 @@
 """HTTP views: thin wrappers that parse input, call one service and shape the output."""
 
 import json
+from collections.abc import AsyncIterator, Iterator
+from itertools import islice
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
@@ -96,7 +99,7 @@ def about_page(request: HttpRequest) -> HttpResponse:
 @require_GET
 @api_view
 def votes_export(request: HttpRequest) -> StreamingHttpResponse:
-    """Votes as JSONL in a trainer's format (``arena.exports``), for staff signed in to the admin.
+    """Votes as JSONL in a trainer's format (``arena.exports``), for staff who may view votes.
 
     Query: ``format`` (arena, trl, openai, hh-rlhf), ``include_named``, ``include_flagged``,
     ``since``, ``until``. The manage.py command ``export_votes`` writes the same rows (and
@@ -106,11 +109,25 @@ def votes_export(request: HttpRequest) -> StreamingHttpResponse:
         raise ArenaError(
             "forbidden", "Exports are for staff: sign in to the admin first.", status=403
         )
+    if not request.user.has_perm("arena.view_vote"):
+        raise ArenaError("forbidden", "Exports need the permission to view votes.", status=403)
     fmt, filters = export_options(request.GET)
     rows = export_rows(voted_battles(**filters), fmt, ExportStats())
-    response = StreamingHttpResponse(
-        (json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
-        content_type="application/x-ndjson; charset=utf-8",
-    )
+    response = StreamingHttpResponse(_jsonl_batches(rows), content_type="application/x-ndjson")
     response["Content-Disposition"] = f'attachment; filename="arena-votes-{fmt}.jsonl"'
     return response
+
+
+async def _jsonl_batches(rows: Iterator[dict[str, Any]]) -> AsyncIterator[str]:
+    """The rows as JSONL, a batch at a time from one database thread.
+
+    An async iterator, so that under ASGI the export is sent as it is read; Django would first
+    collect a plain generator into a list (the whole export in memory) before sending a byte.
+    """
+    next_batch = sync_to_async(_jsonl_batch, thread_sensitive=True)
+    while batch := await next_batch(rows):
+        yield batch
+
+
+def _jsonl_batch(rows: Iterator[dict[str, Any]], size: int = 200) -> str:
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in islice(rows, size))

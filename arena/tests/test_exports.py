@@ -4,6 +4,7 @@ from io import StringIO
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
@@ -188,15 +189,23 @@ def test_the_http_export_is_for_staff_only(client, django_user_model, make_vote,
     assert response.status_code == 403 and response.json()["error"]["code"] == "forbidden"
     client.force_login(django_user_model.objects.create_user("visitor", password="x"))
     assert client.get(URL, {"format": "trl"}).status_code == 403
+    staff = django_user_model.objects.create_user("helper", password="x", is_staff=True)
+    client.force_login(staff)  # staff, but not allowed to see votes
+    assert client.get(URL, {"format": "trl"}).status_code == 403
+    staff.user_permissions.add(Permission.objects.get(codename="view_vote"))
+    client.force_login(django_user_model.objects.get(pk=staff.pk))
+    assert client.get(URL, {"format": "trl"}).status_code == 200
 
 
+@pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume asynchronous iterators")
 def test_the_http_export_streams_jsonl_and_names_a_bad_parameter(admin_client, make_vote, pair):
     make_vote(*pair, "model_b", answers=("a", "b"))
     response = admin_client.get(URL, {"format": "hh-rlhf"})
     assert response.status_code == 200
     assert response["Content-Type"].startswith("application/x-ndjson")
     assert 'filename="arena-votes-hh-rlhf.jsonl"' in response["Content-Disposition"]
-    body = b"".join(response.streaming_content).decode()
+    assert response.is_async  # sent as it is read under ASGI, not collected first
+    body = b"".join(response).decode()
     assert [json.loads(line)["chosen"] for line in body.splitlines()] == [
         "\n\nHuman: Question 1?\n\nAssistant: b"
     ]
@@ -215,3 +224,24 @@ def test_the_votes_admin_links_every_export_format(admin_client, make_vote, pair
     page = admin_client.get(f"/{settings.ADMIN_URL}arena/vote/").content.decode()
     for fmt in ("arena", "trl", "openai", "hh-rlhf"):
         assert f"/api/exports/votes?format={fmt}" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_http_export_streams_under_the_asgi_server(asgi_server, make_vote, pair):
+    import urllib.request
+
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    for winner in ("model_a", "model_b", "tie"):
+        make_vote(*pair, winner)
+    client = Client()
+    client.force_login(get_user_model().objects.create_superuser("root", password="x"))
+    cookie = f"sessionid={client.cookies['sessionid'].value}"
+    request = urllib.request.Request(
+        f"{asgi_server.url}{URL}?format=arena", headers={"Cookie": cookie}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.headers["Transfer-Encoding"] == "chunked"  # streamed, no length known
+        lines = response.read().decode().splitlines()
+    assert [json.loads(line)["winner"] for line in lines] == ["model_a", "model_b", "tie"]
