@@ -182,6 +182,10 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
         session = self.scope.get("session")
         key = _loaded_session_key(session)
         self.session_key = key if key is not None else await _db(_session_key)(session)
+        # The peer's address as the ASGI server reports it (behind a proxy, the server's
+        # --forwarded-allow-ips makes it the visitor's): the key of the live-call rate limit.
+        client = self.scope.get("client") or (None, None)
+        self.client_ip: str | None = client[0]
         self.turn_task: asyncio.Task[None] | None = None
         self.connected = True
         await self.accept()
@@ -227,6 +231,7 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                 prompt=content.get("prompt"),
                 mode=content.get("mode") or Battle.Mode.ANONYMOUS,
                 model_slugs=content.get("models"),
+                client_ip=self.client_ip,
             )
             await self._begin(plan)
         elif kind == "turn":
@@ -235,12 +240,15 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                 battle_id=content.get("battle_id"),
                 session_key=self.session_key,
                 prompt=content.get("prompt"),
+                client_ip=self.client_ip,
             )
             await self._begin(plan)
         elif kind == "regenerate":
             self._refuse_while_streaming()
             plan = await _db(battle_regenerate)(
-                battle_id=content.get("battle_id"), session_key=self.session_key
+                battle_id=content.get("battle_id"),
+                session_key=self.session_key,
+                client_ip=self.client_ip,
             )
             await self._begin(plan)
         elif kind == "stop":

@@ -385,6 +385,7 @@ def main() -> int:
         "REDIS_URL": redis,
         "DJANGO_LOG_LEVEL": "WARNING",
         "ARENA_LIVE_MAX_CONCURRENT_BATTLES": "1000000",
+        "ARENA_RATELIMIT_LIVE": "",  # every client is 127.0.0.1 here
         "ARENA_LIVE_MAX_OUTPUT_TOKENS": str(max_tokens + 10),
         "ARENA_LIVE_ANSWER_SECONDS": str(args.seconds * 10 + 120),
         "PYTHONUNBUFFERED": "1",

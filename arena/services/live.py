@@ -8,12 +8,14 @@ saved and the battle becomes ready to vote, or errored/aborted, which are not vo
 """
 
 import random
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection, transaction
 from django.db.models import Field, QuerySet
 from django.utils import timezone
@@ -26,6 +28,7 @@ from arena.services.breaker import (
     provider_success_record,
     providers_available,
 )
+from arena.services.identity import ip_hash
 from arena.upstream import Answer, UpstreamTarget
 
 SIDES = ("a", "b")
@@ -123,7 +126,42 @@ def _clean_prompt(prompt: object, limits: Limits) -> str:
     return text
 
 
+_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _check_call_rate(client_ip: str | None) -> None:
+    """At most ``ARENA_RATELIMIT_LIVE`` model calls (starts, follow-ups, regenerations) per
+    client address, whatever its sessions: a new session is one page load away, model calls
+    cost money. A fixed window counted in the cache (Redis in production, shared by every
+    worker)."""
+    if not settings.RATELIMIT_ENABLE or not client_ip or not settings.ARENA_RATELIMIT_LIVE:
+        return
+    count, _, unit = str(settings.ARENA_RATELIMIT_LIVE).partition("/")
+    period = _PERIODS.get(unit[-1:], 60) * int(unit[:-1] or 1)
+    key = f"arena:live-calls:{ip_hash(client_ip)}:{int(time.time() // period)}"
+    used = 1 if cache.add(key, 1, timeout=period + 1) else cache.incr(key)
+    if used > int(count):
+        raise ArenaError(
+            "rate_limited",
+            "Too many battles from your network in a short time; wait a minute and try again.",
+            status=429,
+        )
+
+
+def _lock_session(session_key: str) -> None:
+    """Serialise the live calls of one session until the transaction ends, so two starts at
+    once cannot both pass the concurrency count. SQLite's IMMEDIATE transactions already
+    serialise every writer; PostgreSQL takes an advisory lock on the session."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                [f"arena-live-session:{session_key}"],
+            )
+
+
 def _check_concurrency(*, session_key: str, limits: Limits, exclude: uuid.UUID | None) -> None:
+    _lock_session(session_key)
     fresh = timezone.now() - timedelta(seconds=settings.ARENA_LIVE_STALE_SECONDS)
     running = Battle.objects.filter(
         session_key=session_key,
@@ -195,6 +233,7 @@ def battle_start_live(
     mode: str = Battle.Mode.ANONYMOUS,
     model_slugs: object = None,
     rng: random.Random | None = None,
+    client_ip: str | None = None,
 ) -> TurnPlan:
     """Start a live battle on the visitor's prompt.
 
@@ -205,6 +244,7 @@ def battle_start_live(
         raise ArenaError("no_session", "Open the battle page first.", status=403)
     limits = live_limits()
     text = _clean_prompt(prompt, limits)
+    _check_call_rate(client_ip)
     if mode not in Battle.Mode.values:
         raise ArenaError("invalid", "Unknown battle mode.", field="mode")
     if mode == Battle.Mode.NAMED:
@@ -260,10 +300,13 @@ def _refuse_unless_ready(battle: Battle, action: str) -> None:
     )
 
 
-def battle_turn_add(*, battle_id: object, session_key: str, prompt: object) -> TurnPlan:
+def battle_turn_add(
+    *, battle_id: object, session_key: str, prompt: object, client_ip: str | None = None
+) -> TurnPlan:
     """Add a follow-up prompt: the same pair answers it with the whole conversation."""
     limits = live_limits()
     text = _clean_prompt(prompt, limits)
+    _check_call_rate(client_ip)
     with transaction.atomic():
         battle = _locked_battle(battle_id=battle_id, session_key=session_key)
         _refuse_unless_ready(battle, "ask more")
@@ -285,13 +328,16 @@ def battle_turn_add(*, battle_id: object, session_key: str, prompt: object) -> T
         )
 
 
-def battle_regenerate(*, battle_id: object, session_key: str) -> TurnPlan:
+def battle_regenerate(
+    *, battle_id: object, session_key: str, client_ip: str | None = None
+) -> TurnPlan:
     """Replace the last turn's answers with new ones from the same pair.
 
     Allowed before the vote, once the turn has ended (done, failed or stopped). The replaced
     answers stay on record, marked superseded.
     """
     limits = live_limits()
+    _check_call_rate(client_ip)
     with transaction.atomic():
         battle = _locked_battle(battle_id=battle_id, session_key=session_key)
         if battle.state == Battle.State.VOTED:

@@ -272,3 +272,45 @@ def test_the_live_sweep_runs_from_the_beat_schedule(settings):
 
     app.loader.import_default_modules()  # what a worker does at start: autodiscovery
     assert "arena.tasks.live_battles_sweep" in app.tasks
+
+
+def test_live_calls_are_rate_limited_per_address_whatever_the_session(settings):
+    settings.RATELIMIT_ENABLE = True
+    settings.ARENA_RATELIMIT_LIVE = "2/m"
+    live(2)
+    for i in range(2):
+        battle_start_live(session_key=f"fresh-{i}", prompt="Hi", client_ip="203.0.113.7")
+    with pytest.raises(ArenaError) as refused:
+        battle_start_live(session_key="fresh-3", prompt="Hi", client_ip="203.0.113.7")
+    assert refused.value.status == 429 and refused.value.code == "rate_limited"
+    battle_start_live(session_key="fresh-4", prompt="Hi", client_ip="198.51.100.1")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_simultaneous_starts_of_one_session_cannot_pass_the_concurrency_limit():
+    import threading
+
+    from django.db import connection
+
+    LiveLimits.objects.create(max_concurrent_battles=1)
+    live(2)
+    barrier = threading.Barrier(4)
+    outcomes = []
+
+    def start():
+        try:
+            barrier.wait()
+            battle_start_live(session_key="same", prompt="Hi")
+            outcomes.append("ok")
+        except ArenaError as exc:
+            outcomes.append(exc.code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["ok"] + ["too_many_battles"] * 3

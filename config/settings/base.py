@@ -170,6 +170,8 @@ ARENA_TERMS_VERSION = env("ARENA_TERMS_VERSION", default="2026-11")
 RATELIMIT_ENABLE = env.bool("ARENA_RATELIMIT_ENABLE", default=True)
 ARENA_RATELIMIT_BATTLES = env("ARENA_RATELIMIT_BATTLES", default="120/m")
 ARENA_RATELIMIT_VOTES = env("ARENA_RATELIMIT_VOTES", default="60/m")
+# Live model calls (starts, follow-ups, regenerations) per client address, over the websocket.
+ARENA_RATELIMIT_LIVE = env("ARENA_RATELIMIT_LIVE", default="30/m")
 RATELIMIT_VIEW = "arena.views.ratelimited"
 
 LOGGING = {
