@@ -264,9 +264,13 @@ def export_rows(
         yield row
 
 
+def jsonl_line(row: dict[str, Any]) -> str:
+    return json.dumps(row, ensure_ascii=False) + "\n"
+
+
 def write_jsonl(rows: Iterable[dict[str, Any]], out: IO[str] | OutputWrapper) -> None:
     for row in rows:
-        out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        out.write(jsonl_line(row))
 
 
 def write_parquet(rows: Iterable[dict[str, Any]], path: str) -> None:

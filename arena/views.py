@@ -1,6 +1,5 @@
 """HTTP views: thin wrappers that parse input, call one service and shape the output."""
 
-import json
 from collections.abc import AsyncIterator, Iterator
 from itertools import islice
 from typing import Any
@@ -15,7 +14,7 @@ from django_ratelimit.decorators import ratelimit
 
 from arena.api import api_view, client_ip, json_body, session_identity
 from arena.errors import ArenaError
-from arena.exports import ExportStats, export_options, export_rows, voted_battles
+from arena.exports import ExportStats, export_options, export_rows, jsonl_line, voted_battles
 from arena.models import Battle
 from arena.selectors import battle_for_session, battle_payload, terms_accepted
 from arena.services.battles import battle_start_pool
@@ -130,4 +129,4 @@ async def _jsonl_batches(rows: Iterator[dict[str, Any]]) -> AsyncIterator[str]:
 
 
 def _jsonl_batch(rows: Iterator[dict[str, Any]], size: int = 200) -> str:
-    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in islice(rows, size))
+    return "".join(jsonl_line(row) for row in islice(rows, size))

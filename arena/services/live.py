@@ -11,7 +11,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -502,7 +502,7 @@ def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[str, tuple[int, An
     return battle
 
 
-def live_battles_sweep(*, now: Any = None) -> int:
+def live_battles_sweep(*, now: datetime | None = None) -> int:
     """Settle battles left streaming by a server that stopped mid-turn (a crash, a restart, a
     turn whose end could not be saved): their unfinished answers become aborted, keeping the
     partial text, and the battle aborted, so the visitor can regenerate or start over.
