@@ -41,7 +41,6 @@ from arena.errors import ArenaError
 from arena.models import Battle, BattleMessage, Vote
 from arena.selectors import votes_for_export
 
-FORMATS = ("arena", "trl", "openai", "hh-rlhf")
 _BOOLEANS = {
     "": False,
     "0": False,
@@ -202,6 +201,7 @@ SHAPERS: dict[str, Callable[[VotedBattle], dict[str, Any] | str]] = {
     "openai": to_openai,
     "hh-rlhf": to_hh_rlhf,
 }
+FORMATS = tuple(SHAPERS)  # what --format and ?format= accept
 
 
 def parse_moment(value: str, *, field_name: str) -> datetime:
