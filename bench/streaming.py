@@ -414,6 +414,7 @@ def main() -> int:
                 f"--slug=bench-{side}",
                 f"--provider-url={upstream_url}",
                 f"--upstream-model=bench-{side}",
+                "--update",  # each rate's upstream replaces the previous one
             )
 
     def start_server() -> tuple[subprocess.Popen, str]:

@@ -1,59 +1,203 @@
-"""Registering live models from the shell (the admin is the main way)."""
+"""Registering live models from the shell (the admin is the main way).
 
+An existing model is changed only when the caller says so (``update=True``), every change is
+reported as ``field: old -> new``, and a deactivated model stays deactivated unless
+``activate=True``: staff who switched a model off are never overruled by a script.
+"""
+
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
 
 from arena.errors import ArenaError
-from arena.models import ArenaModel, Provider
+from arena.models import ArenaModel, Provider, Vote
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One field an update changed, as shown to the operator."""
+
+    field: str
+    old: str
+    new: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.old} -> {self.new}"
+
+
+@dataclass(frozen=True)
+class ModelRegistration:
+    """What ``model_register`` did.
+
+    ``became_live``: the model was pool-only (no provider) and now also answers live battles.
+    ``still_inactive``: the model is deactivated and was left so (no ``activate``).
+    """
+
+    model: ArenaModel
+    created: bool
+    changes: tuple[FieldChange, ...] = ()
+    became_live: bool = False
+    still_inactive: bool = False
+    votes: int = 0
+    notes: tuple[str, ...] = ()
+
+
+def _shown(value: object) -> str:
+    if value is None or value == "":
+        return "(none)"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _model_votes(*, model: ArenaModel) -> int:
+    return Vote.objects.filter(Q(battle__model_a=model) | Q(battle__model_b=model)).count()
 
 
 def model_register(
     *,
     slug: str,
-    provider_url: str,
-    upstream_model: str,
-    api_key_env: str = "",
-    weight: float = 1.0,
-    display_name: str = "",
-    organization: str = "",
-) -> ArenaModel:
-    """Create or update the live model ``slug`` served by the provider at ``provider_url``.
+    provider_url: str | None = None,
+    upstream_model: str | None = None,
+    api_key_env: str | None = None,
+    weight: float | None = None,
+    display_name: str | None = None,
+    organization: str | None = None,
+    update: bool = False,
+    activate: bool = False,
+) -> ModelRegistration:
+    """Register the live model ``slug`` served by the provider at ``provider_url``.
 
-    The provider is found by its base URL, or created and named after the URL's host and port.
-    Running the same registration again changes nothing.
+    A new slug needs ``provider_url`` and ``upstream_model``. An existing slug is refused unless
+    ``update`` is true; then only the options given change, and each change is reported. A
+    deactivated model is re-activated only with ``activate``. The provider is found by its base
+    URL, or created and named after the URL's host and port. Nothing is written when an
+    ``ArenaError`` is raised.
     """
-    url = provider_url.rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ArenaError(
-            "invalid", f"{provider_url!r} is not an http(s) URL.", field="provider_url"
-        )
-    if weight < 0:
+    if not slug:
+        raise ArenaError("invalid", "Name the model's slug.", field="slug")
+    url = None
+    if provider_url is not None:
+        url = provider_url.rstrip("/")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ArenaError(
+                "invalid", f"{provider_url!r} is not an http(s) URL.", field="provider_url"
+            )
+    if weight is not None and weight < 0:
         raise ArenaError("invalid", "The weight cannot be negative.", field="weight")
-    if not upstream_model:
+    if upstream_model is not None and not upstream_model:
         raise ArenaError("invalid", "Name the upstream model.", field="upstream_model")
     with transaction.atomic():
-        provider = Provider.objects.filter(base_url=url).first()
-        if provider is None:
-            provider = Provider(name=_provider_name(url), base_url=url, api_key_env=api_key_env)
-            _validate(provider)
-            provider.save()
-        elif api_key_env and provider.api_key_env != api_key_env:
-            provider.api_key_env = api_key_env
-            _validate(provider)
-            provider.save(update_fields=["api_key_env", "updated_at"])
-        model = ArenaModel.objects.filter(slug=slug).first() or ArenaModel(slug=slug)
-        model.display_name = display_name or model.display_name or slug
-        model.organization = organization or model.organization
+        model = ArenaModel.objects.select_related("provider").filter(slug=slug).first()
+        created = model is None
+        votes = 0 if model is None else _model_votes(model=model)
+        if model is not None and not update:
+            kind = "a live model" if model.is_live else "a pool-only model"
+            raise ArenaError(
+                "exists",
+                f"model {slug!r} already exists ({kind} with {votes} votes); "
+                "pass --update to change it.",
+                field="slug",
+                status=409,
+            )
+        if model is None:
+            if url is None or upstream_model is None:
+                missing = "--provider-url" if url is None else "--upstream-model"
+                raise ArenaError(
+                    "invalid", f"A new model needs {missing}.", field=missing.lstrip("-")
+                )
+            model = ArenaModel(slug=slug, display_name=display_name or slug, is_active=True)
+        was_live = model.is_live
+        notes: list[str] = []
+        changes: list[FieldChange] = []
+        provider: Provider | None
+        if url is not None:
+            provider = _provider_for(url, api_key_env or "", changes)
+        elif api_key_env is not None and model.provider is not None:
+            provider = model.provider
+            _set_key_env(provider, api_key_env, changes)
+        else:
+            provider = model.provider
+        if url is None and upstream_model is not None and provider is None:
+            raise ArenaError(
+                "invalid",
+                f"model {slug!r} has no provider: give --provider-url too.",
+                field="provider_url",
+            )
+        old_provider = model.provider
+        if not created and provider != old_provider:
+            changes.append(
+                FieldChange(
+                    "provider",
+                    old_provider.base_url if old_provider else "(none: pool-only)",
+                    provider.base_url if provider else "(none)",
+                )
+            )
         model.provider = provider
-        model.upstream_model_id = upstream_model
-        model.sampling_weight = weight
-        model.is_active = True
+        updates: dict[str, object] = {
+            "upstream_model_id": upstream_model,
+            "sampling_weight": weight,
+            "display_name": display_name or None,
+            "organization": organization,
+        }
+        for name, value in updates.items():
+            if value is None:
+                continue
+            old = getattr(model, name)
+            if old != value:
+                if not created:
+                    changes.append(FieldChange(name, _shown(old), _shown(value)))
+                setattr(model, name, value)
+        if not model.is_active:
+            if activate:
+                changes.append(FieldChange("is_active", "False", "True"))
+                model.is_active = True
         _validate(model)
-        model.save()
-    return model
+        if created or changes:
+            model.save()
+        became_live = not created and not was_live and model.is_live
+        if became_live:
+            notes.append(
+                f"{slug} was a pool-only model ({votes} votes); it now also answers live battles."
+            )
+    return ModelRegistration(
+        model=model,
+        created=created,
+        changes=tuple(changes),
+        became_live=became_live,
+        still_inactive=not model.is_active,
+        votes=votes,
+        notes=tuple(notes),
+    )
+
+
+def _provider_for(url: str, api_key_env: str, changes: list[FieldChange]) -> Provider:
+    provider = Provider.objects.filter(base_url=url).first()
+    if provider is None:
+        provider = Provider(name=_provider_name(url), base_url=url, api_key_env=api_key_env)
+        _validate(provider)
+        provider.save()
+    elif api_key_env:
+        _set_key_env(provider, api_key_env, changes)
+    return provider
+
+
+def _set_key_env(provider: Provider, api_key_env: str, changes: list[FieldChange]) -> None:
+    """Point ``provider`` at another key variable; it is shared by its models, so it is reported."""
+    if provider.api_key_env == api_key_env:
+        return
+    changes.append(
+        FieldChange(
+            f"provider {provider.name} api_key_env",
+            _shown(provider.api_key_env),
+            _shown(api_key_env),
+        )
+    )
+    provider.api_key_env = api_key_env
+    _validate(provider)
+    provider.save(update_fields=["api_key_env", "updated_at"])
 
 
 def _provider_name(url: str) -> str:

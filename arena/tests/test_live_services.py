@@ -205,10 +205,14 @@ def test_model_register_creates_provider_and_model_once():
         slug="local-llama", provider_url="http://127.0.0.1:8001/v1/", upstream_model="llama3"
     )
     again = model_register(
-        slug="local-llama", provider_url="http://127.0.0.1:8001/v1", upstream_model="llama3"
+        slug="local-llama",
+        provider_url="http://127.0.0.1:8001/v1",
+        upstream_model="llama3",
+        update=True,
     )
-    assert first.pk == again.pk and Provider.objects.count() == 1
-    assert again.is_live and again.provider.base_url == "http://127.0.0.1:8001/v1"
+    assert first.created and not again.created and again.changes == ()
+    assert first.model.pk == again.model.pk and Provider.objects.count() == 1
+    assert again.model.is_live and again.model.provider.base_url == "http://127.0.0.1:8001/v1"
 
 
 def test_add_model_command_registers_a_live_model_from_the_shell():
