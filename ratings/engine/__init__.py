@@ -1,23 +1,41 @@
 """The arena's rating engine: Bradley-Terry with style control, without Django.
 
-Public API: ``rate``, ``flatten_conv_metadata``, ``EngineError``, ``read_battles`` (files in
-the public arena schema), ``online_elo`` and the schema constants.
+Public API: ``rate``, ``identify_table`` (which models can be rated, without fitting),
+``flatten_conv_metadata``, ``EngineError`` and ``CannotRateError`` (valid battles that do not
+determine ratings), ``Provisional``, ``read_battles`` (files in the public arena schema),
+``online_elo`` and the schema constants.
 """
 
-from .api import ELO_PER_LOGIT, rate, upper_bound_ranks
+from .api import ELO_PER_LOGIT, identify_table, rate, upper_bound_ranks
 from .data import OUTCOMES, STYLE_COLUMNS, STYLE_ELEMENTS, BattleTable, flatten_conv_metadata
 from .elo import online_elo
-from .errors import EngineError
+from .errors import CannotRateError, EngineError
+from .identify import (
+    PROVISIONAL_REASONS,
+    Identification,
+    Provisional,
+    ProvisionalDict,
+    ProvisionalReason,
+    Record,
+)
 from .io import read_battles
 
 __all__ = [
     "BattleTable",
+    "CannotRateError",
     "ELO_PER_LOGIT",
     "OUTCOMES",
+    "PROVISIONAL_REASONS",
+    "Provisional",
+    "ProvisionalDict",
+    "ProvisionalReason",
+    "Record",
     "STYLE_COLUMNS",
     "STYLE_ELEMENTS",
     "EngineError",
+    "Identification",
     "flatten_conv_metadata",
+    "identify_table",
     "online_elo",
     "rate",
     "read_battles",

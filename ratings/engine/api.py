@@ -10,9 +10,10 @@ import numpy as np
 
 from . import bt
 from ._blas import single_threaded_blas
-from .data import STYLE_ELEMENTS, BattleTable, FloatArray, encode
+from .data import STYLE_ELEMENTS, Battles, BattleTable, FloatArray, as_table, encode
 from .elo import online_elo as replay_elo
-from .errors import EngineError
+from .errors import CannotRateError, EngineError
+from .identify import Identification, identify
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,6 +63,16 @@ def rate(
     feature; an element that never varies or is collinear with earlier ones is ``None``.
     ``matrices.predicted_win_probability`` is ``sigma(theta_i - theta_j)``, i.e. for answers of
     equal style. ``online_elo=False`` skips the sequential Elo replay (~1 s per 1M battles).
+
+    Only the models where maximum-likelihood ratings exist are rated: the largest strongly
+    connected component of the "scored against" graph, fitted with the battles among its
+    members alone, exactly as if the other battles were not there (see ``identify`` for the
+    rule and its tie-breaks). ``provisional`` lists every other model as
+    ``{"model", "battles", "wins", "losses", "ties", "reason"}`` with its whole record and a
+    reason in ``no_losses``, ``no_wins``, ``not_connected``. ``n_battles`` counts the battles
+    used by the fit (those among rated models), ``n_battles_input`` every battle given; a rated
+    model's ``votes`` count its battles in the fit. Fewer than two ratable models raise
+    ``CannotRateError`` whose ``provisional`` lists every model.
     """
     with single_threaded_blas():
         return _rate(
@@ -76,6 +87,29 @@ def rate(
             progress=progress,
             online_elo=online_elo,
         )
+
+
+def identify_table(df: pd.DataFrame | BattleTable) -> Identification:
+    """Which models ``rate`` would rate and which it would list as provisional, and every
+    model's record, without fitting (style counts are not needed; see ``identify``).
+
+    An empty table raises ``CannotRateError``.
+    """
+    battles = encode(as_table(df), style_control=False, reweight=False)
+    return identify(battles, with_records=True)
+
+
+def _restricted(
+    table: BattleTable,
+    battles: Battles,
+    split: Identification,
+    *,
+    style_control: bool,
+    reweight: bool,
+) -> Battles:
+    """The battles among rated models, encoded afresh (style z-scores and weights included)."""
+    keep = split.rated_mask[battles.file_a] & split.rated_mask[battles.file_b]
+    return encode(table.take(np.flatnonzero(keep)), style_control=style_control, reweight=reweight)
 
 
 def _rate(
@@ -97,12 +131,22 @@ def _rate(
         raise EngineError("bootstrap needs at least 2 rounds")
     if style_l2 < 0:
         raise EngineError("style_l2 must be non-negative")
-    battles = encode(df, style_control=style_control, reweight=reweight)
+    table = as_table(df)
+    battles = encode(table, style_control=style_control, reweight=reweight)
+    n_input = battles.n_battles
+    split = identify(battles)
+    if not split.ratable:
+        raise CannotRateError(split.reason_text(), split.provisional)
+    if not split.everyone_rated:
+        battles = _restricted(table, battles, split, style_control=style_control, reweight=reweight)
     models = battles.models
     p = battles.n_models
     anchor_index: int | None = None
     if anchor is not None:
         if anchor[0] not in models:
+            reason = next((e.reason for e in split.provisional if e.model == anchor[0]), None)
+            if reason is not None:
+                raise EngineError(f"anchor model {anchor[0]!r} is provisional ({reason})")
             raise EngineError(f"anchor model {anchor[0]!r} has no battles")
         anchor_index = models.index(anchor[0])
     total = rounds if ci == "bootstrap" else 1
@@ -110,7 +154,6 @@ def _rate(
         progress(0, total)
 
     rows = bt.rows_from_battles(battles, style_l2)
-    bt.check_identified(rows, models)
     start = None
     if rows.features is not None:
         coarse = bt.fit(bt.pair_rows(rows))
@@ -190,6 +233,8 @@ def _rate(
         "style_coefficients": coefficients,
         "style_coefficient_intervals": intervals,
         "n_battles": battles.n_battles,
+        "n_battles_input": n_input,
+        "provisional": [entry.as_dict() for entry in split.provisional],
         "method": {
             "style_control": style_control,
             "ci": ci,

@@ -16,7 +16,7 @@ reference model is held at 0 during the fit and the result is re-centred afterwa
 Convergence: Newton iterations (halving steps that overshoot, see ``fit``) stop when the
 gradient of ``l`` (the sum over battles, not the mean) has max-norm below ``tol`` (1e-8 by
 default); there is no iteration-count or relative-change early stop. Failing to converge in
-``max_iter`` iterations raises ``EngineError``.
+``max_iter`` iterations raises ``CannotRateError``.
 
 Every per-battle sum is taken per ordered pair with one ``np.add.reduceat`` over the
 pair-sorted rows, then spread onto models with ``np.bincount`` over the (at most p^2) pairs,
@@ -43,7 +43,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .data import Battles, FloatArray, IntArray
-from .errors import EngineError
+from .errors import CannotRateError
+from .identify import scored_against, strongly_connected
 
 TOL = 1e-8
 MAX_ITER = 100
@@ -184,7 +185,7 @@ def _newton_step(hessian: FloatArray, gradient: FloatArray, ref: int) -> FloatAr
     try:
         step[keep] = np.linalg.solve(_reduced(hessian, ref), gradient[keep])
     except np.linalg.LinAlgError as exc:
-        raise EngineError(
+        raise CannotRateError(
             "the ratings are not identified: some models or style elements are not linked by "
             "enough battles"
         ) from exc
@@ -214,50 +215,21 @@ def pair_rows(rows: Rows) -> Rows:
     )
 
 
-def _reachable(adjacency: NDArray[np.bool_], start: int) -> NDArray[np.bool_]:
-    """Nodes reachable from ``start`` along directed edges (breadth-first, p x p matvecs)."""
-    seen = np.zeros(adjacency.shape[0], dtype=bool)
-    seen[start] = True
-    frontier = seen.copy()
-    while frontier.any():
-        frontier = adjacency[frontier].any(axis=0) & ~seen
-        seen |= frontier
-    return seen
-
-
 def check_identified(rows: Rows, models: list[str]) -> None:
     """Finite maximum-likelihood ratings need every model to have beaten and lost to the rest.
 
     Formally the directed graph "a scored against b" (a win or a tie) must be strongly
-    connected (Zermelo 1929; Ford 1957); otherwise some rating runs off to infinity.
+    connected (Zermelo 1929; Ford 1957); otherwise some rating runs off to infinity. ``rate``
+    restricts the battles to such a set first (``identify``); this check is for bootstrap
+    replicates, which can lose a model's only wins or losses and are then redrawn.
     """
-    p = rows.n_models
-    scored_a = np.add.reduceat(rows.c * rows.y, rows.starts) > 0
-    scored_b = np.add.reduceat(rows.c * (1.0 - rows.y), rows.starts) > 0
-    adjacency = np.zeros((p, p), dtype=bool)
-    adjacency[rows.pair_a[scored_a], rows.pair_b[scored_a]] = True
-    adjacency[rows.pair_b[scored_b], rows.pair_a[scored_b]] = True
-    met = _reachable(adjacency | adjacency.T, 0)
-    if not met.all():
-        raise EngineError(
-            "the battles split the models into groups that never met (e.g. "
-            f"{', '.join(models[i] for i in np.flatnonzero(~met)[:5])} never met "
-            f"{models[0]}); ratings across groups are not comparable"
-        )
-    reach = adjacency | np.eye(p, dtype=bool)
-    while True:  # transitive closure by repeated squaring: log2(p) small matrix products
-        grown = (reach.astype(np.float32) @ reach.astype(np.float32)) > 0
-        if (grown == reach).all():
-            break
-        reach = grown
-    component = reach & reach.T  # i ~ j when each reaches the other
-    if not component.all():
-        sizes = component.sum(axis=1)
-        smallest = np.flatnonzero(component[int(np.argmin(sizes))])[:5]
-        raise EngineError(
+    a_points = np.add.reduceat(rows.c * rows.y, rows.starts)
+    b_points = np.add.reduceat(rows.c * (1.0 - rows.y), rows.starts)
+    adjacency = scored_against(rows.n_models, rows.pair_a, rows.pair_b, a_points, b_points)
+    if not strongly_connected(adjacency):
+        raise CannotRateError(
             "maximum-likelihood ratings do not exist: some models won (or lost) every battle "
-            f"against the rest, e.g. {', '.join(models[i] for i in smallest)}; "
-            "add battles or drop these models"
+            f"against the rest, or never met them (among {', '.join(models[:5])}, ...)"
         )
 
 
@@ -302,7 +274,7 @@ def fit(
                 break
             t *= 0.5
         theta, g = candidate, g_new
-    raise EngineError(
+    raise CannotRateError(
         f"the fit did not converge in {max_iter} Newton iterations "
         f"(gradient max-norm {gmax:.3g}); the ratings may not exist for these battles"
     )
@@ -447,11 +419,11 @@ def _fast_replicate(
             break
         try:
             check_identified(_weighted(rows, counts), [str(i) for i in range(p)])
-        except EngineError:
+        except CannotRateError:
             continue  # the MLE of this replicate does not exist: draw again
         break
     else:
-        raise EngineError("bootstrap replicates keep losing a model's only wins or losses")
+        raise CannotRateError("bootstrap replicates keep losing a model's only wins or losses")
     c = counts if boot.weight is None else counts * boot.weight
     ref = full.reference
     keep = np.arange(len(full.theta)) != ref
@@ -515,11 +487,11 @@ def _grouped_replicate(
         sample = _resample(rows, battles, rng)
         try:
             check_identified(sample, battles.models)
-        except EngineError:
+        except CannotRateError:
             continue  # the MLE of this replicate does not exist: draw again
         break
     else:
-        raise EngineError("bootstrap replicates keep losing a model's only wins or losses")
+        raise CannotRateError("bootstrap replicates keep losing a model's only wins or losses")
     result = fit(sample, theta0=full.theta)
     return result.theta, result.iterations
 

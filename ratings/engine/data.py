@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .errors import EngineError
+from .errors import CannotRateError, EngineError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -90,8 +90,9 @@ class BattleTable:
     """Battle columns as plain arrays, the engine's input without pandas.
 
     ``strings`` maps a column to ``(codes, names)`` (code -1 = missing), ``numbers`` maps a
-    column to its values. Rows are labelled 0..n-1 in error messages. ``io.read_battles``
-    builds one straight from Arrow for Parquet files, skipping pandas' import and conversion.
+    column to its values. Rows are labelled ``first_label``, ``first_label + 1``, ... in error
+    messages (or by ``labels``). ``io.read_battles`` builds one straight from Arrow for Parquet
+    files, skipping pandas' import and conversion.
     """
 
     def __init__(
@@ -99,10 +100,25 @@ class BattleTable:
         strings: Mapping[str, tuple[IntArray, list[str]]],
         numbers: Mapping[str, NDArray[Any]],
         n: int,
+        *,
+        first_label: int = 0,
+        labels: IntArray | None = None,
     ) -> None:
         self.strings = dict(strings)
         self.numbers = dict(numbers)
         self.n = n
+        self.first_label = first_label
+        self.labels = labels
+
+    def take(self, positions: IntArray) -> BattleTable:
+        """The rows at ``positions`` (in that order), keeping their labels."""
+        labels = self.labels[positions] if self.labels is not None else positions + self.first_label
+        return BattleTable(
+            {c: (codes[positions], names) for c, (codes, names) in self.strings.items()},
+            {c: values[positions] for c, values in self.numbers.items()},
+            len(positions),
+            labels=labels,
+        )
 
     @property
     def columns(self) -> list[str]:
@@ -122,7 +138,9 @@ class BattleTable:
         return np.asarray(parsed[codes], dtype=np.float64)
 
     def label(self, position: int) -> object:
-        return position
+        if self.labels is not None:
+            return int(self.labels[position])
+        return position + self.first_label
 
     def value(self, column: str, position: int) -> object:
         if column in self.numbers:
@@ -170,6 +188,9 @@ class _FrameTable(BattleTable):
 
     def label(self, position: int) -> object:
         return self.df.index[position]
+
+    def take(self, positions: IntArray) -> BattleTable:
+        return _FrameTable(self.df.iloc[positions])
 
     def value(self, column: str, position: int) -> object:
         return self.df[column].iloc[position]
@@ -306,7 +327,7 @@ def encode(
     _require_columns(table, ("model_a", "model_b", "winner"))
     n = len(table)
     if n == 0:
-        raise EngineError("no battles to rate")
+        raise CannotRateError("no battles to rate")
     models, a, b = _encode_models(table)
     if len(models) < 2:
         raise EngineError("at least 2 models are needed to rate, found " + str(len(models)))

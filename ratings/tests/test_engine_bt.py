@@ -278,13 +278,14 @@ def test_a_single_model_is_refused():
         rate(df, style_control=False)
 
 
-def test_a_model_that_won_every_battle_has_no_finite_rating_and_is_reported():
+def test_a_model_that_won_every_battle_has_no_finite_rating_and_is_listed_provisional():
     df = identified_battles([], 3)
     df = pd.concat(
         [df, pd.DataFrame({"model_a": ["champ"] * 3, "model_b": ["m0"] * 3, "winner": "model_a"})]
     )
-    with pytest.raises(EngineError, match="champ"):
-        rate(df, style_control=False)
+    result = rate(df, style_control=False)
+    assert "champ" not in [m["model"] for m in result["models"]]
+    assert [(e["model"], e["reason"]) for e in result["provisional"]] == [("champ", "no_losses")]
 
 
 def test_a_style_element_that_never_varies_is_reported_as_null():
