@@ -10,15 +10,30 @@ import argparse
 import csv
 import io
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from ratings.csv_cells import neutralise
 from ratings.engine import EngineError, rate
 from ratings.engine.io import has_style_counts, read_battles
 
 FORMATS = ("json", "csv", "table")
-CSV_FIELDS = ("rank", "model", "rating", "rating_lower", "rating_upper", "votes")
+CSV_FIELDS = (
+    "rank",
+    "model",
+    "rating",
+    "rating_lower",
+    "rating_upper",
+    "votes",
+    "status",
+    "battles",
+    "wins",
+    "losses",
+    "ties",
+    "reason",
+)
 
 
 def parse_anchor(text: str) -> tuple[str, float]:
@@ -33,7 +48,9 @@ def parse_anchor(text: str) -> tuple[str, float]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("input", help="battles: .json, .jsonl, .csv or .parquet")
+    parser.add_argument(
+        "input", help="battles: .json, .jsonl, .csv or .parquet; - reads JSON Lines from stdin"
+    )
     parser.add_argument(
         "--no-style-control",
         dest="style_control",
@@ -47,24 +64,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reweight", action="store_true", help="inverse pair-frequency weights")
     parser.add_argument("--style-l2", type=float, default=0.0, help="L2 on style coefficients")
     parser.add_argument("--format", choices=FORMATS, default="json")
-    parser.add_argument("--output", help="write here instead of standard output")
+    parser.add_argument("--output", "-o", help="write here instead of standard output")
 
 
 def _public(result: dict[str, Any]) -> dict[str, Any]:
-    keys = ("models", "style_coefficients", "style_coefficient_intervals", "n_battles", "method")
+    keys = (
+        "models",
+        "style_coefficients",
+        "style_coefficient_intervals",
+        "n_battles",
+        "n_battles_input",
+        "method",
+        "provisional",
+    )
     return {key: result[key] for key in keys}
 
 
+def _csv(result: dict[str, Any]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    for row in result["models"]:
+        writer.writerow({**row, "model": neutralise(row["model"]), "status": "rated"})
+    for entry in result["provisional"]:
+        writer.writerow({**entry, "model": neutralise(entry["model"]), "status": "provisional"})
+    return buffer.getvalue()
+
+
+def _provisional_table(entries: list[dict[str, Any]]) -> list[str]:
+    width = max(len("model"), *(len(e["model"]) for e in entries))
+    lines = [
+        "",
+        "provisional (needs more battles; not rated):",
+        f"  {'model':<{width}}  {'battles':>7}  {'wins':>5}  {'losses':>6}  {'ties':>5}  reason",
+    ]
+    for e in entries:
+        lines.append(
+            f"  {e['model']:<{width}}  {e['battles']:>7}  {e['wins']:>5}  {e['losses']:>6}"
+            f"  {e['ties']:>5}  {e['reason']}"
+        )
+    return lines
+
+
 def render(result: dict[str, Any], fmt: str) -> str:
+    """The result as JSON (the engine's keys, ``provisional`` included), CSV or a text table.
+
+    CSV rows have ``status`` ``rated`` (rank, rating, interval, votes) or ``provisional``
+    (battles, wins, losses, ties, reason); the table lists provisional models below.
+    """
     if fmt == "json":
         return json.dumps(_public(result), indent=2) + "\n"
     if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        for row in result["models"]:
-            writer.writerow(row)
-        return buffer.getvalue()
+        return _csv(result)
     width = max(len("model"), *(len(m["model"]) for m in result["models"]))
     lines = [f"{'rank':>4}  {'model':<{width}}  {'rating':>8}  {'95% interval':>19}  {'votes':>7}"]
     for m in result["models"]:
@@ -84,17 +135,26 @@ def render(result: dict[str, Any], fmt: str) -> str:
                 continue
             lo, hi = intervals[name]
             lines.append(f"  {name:<7} {value:+.4f}  ({lo:+.4f} to {hi:+.4f})")
+    if result["provisional"]:
+        lines.extend(_provisional_table(result["provisional"]))
     method = result["method"]
     lines.append("")
+    unused = result["n_battles_input"] - result["n_battles"]
     lines.append(
-        f"{result['n_battles']} battles, {method['ci']} intervals, "
+        f"{result['n_battles']} battles"
+        + (f" ({unused} more with provisional models, not used)" if unused else "")
+        + f", {method['ci']} intervals, "
         f"style control {'on' if method['style_control'] else 'off'}"
     )
     return "\n".join(lines) + "\n"
 
 
 def run(options: dict[str, Any], stdout: TextIO) -> dict[str, Any]:
-    """Do what the options say; errors are ``EngineError`` naming the row or column."""
+    """Do what the options say; errors are ``EngineError`` naming the row or column.
+
+    Fewer than two ratable models raise ``CannotRateError`` naming the reason. The progress
+    bar is drawn only when standard error is a terminal.
+    """
     from tqdm import tqdm
 
     fmt = options.get("format") or "json"
@@ -110,7 +170,13 @@ def run(options: dict[str, Any], stdout: TextIO) -> dict[str, Any]:
             f"{options['input']} has no style counts (conv_metadata or the flat count "
             "columns); rerun with --no-style-control to rate without style control"
         )
-    bar = tqdm(total=rounds if ci == "bootstrap" else 1, desc="rating", unit="fit", file=sys.stderr)
+    bar = tqdm(
+        total=rounds if ci == "bootstrap" else 1,
+        desc="rating",
+        unit="fit",
+        file=sys.stderr,
+        disable=not sys.stderr.isatty(),
+    )
 
     def progress(done: int, total: int) -> None:
         bar.total = total
@@ -134,8 +200,11 @@ def run(options: dict[str, Any], stdout: TextIO) -> dict[str, Any]:
         bar.close()
     text = render(result, fmt)
     if options.get("output"):
-        with open(options["output"], "w", encoding="utf-8") as handle:
-            handle.write(text)
+        try:
+            with open(options["output"], "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            raise EngineError(f"cannot write {options['output']}: {exc.strerror or exc}") from exc
     else:
         stdout.write(text)
     return result
@@ -149,6 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         run(options, sys.stdout)
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (e.g. ``| head``): nothing more to say, and nothing to flush.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     return 0
 

@@ -420,7 +420,13 @@ def flatten_conv_metadata(df: pd.DataFrame, column: str = "conv_metadata") -> pd
     flat: dict[str, list[int]] = {key: [] for key in CONV_METADATA_KEYS}
     for position, meta in enumerate(df[column].tolist()):
         if isinstance(meta, str):
-            meta = json.loads(meta)
+            try:
+                meta = json.loads(meta)
+            except ValueError as exc:
+                row = df.index[position]
+                raise EngineError(
+                    f"row {row}: {column} is not valid JSON", column=column, row=row
+                ) from exc
         if not isinstance(meta, Mapping):
             row = df.index[position]
             raise EngineError(f"row {row}: {column} is not an object", column=column, row=row)

@@ -7,6 +7,9 @@ a struct and is flattened column-wise by Arrow, without a Python loop over rows.
 
 from __future__ import annotations
 
+import io
+import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -101,7 +104,7 @@ def _dictionary_codes(column: pa.ChunkedArray, name: str) -> tuple[IntArray, lis
     indices = combined.indices
     if indices.null_count:
         codes = np.asarray(_as_numpy(indices), dtype=np.float64)
-        row = int(np.flatnonzero(np.isnan(codes))[0])
+        row = int(np.flatnonzero(np.isnan(codes))[0]) + 1
         raise EngineError(f"row {row}: {name} is empty", column=name, row=row)
     names = [str(value) for value in combined.dictionary.to_pylist()]
     return np.asarray(_as_numpy(indices), dtype=np.int64), names
@@ -118,51 +121,105 @@ def _read_parquet(path: Path) -> pd.DataFrame | BattleTable:
     table = parquet.read(columns=columns)
     if "conv_metadata" in names and not flat:
         if not pa.types.is_struct(parquet.schema_arrow.field("conv_metadata").type):
+            import pandas as pd
+
             meta = parquet.read(columns=["conv_metadata"]).to_pandas()  # JSON text
-            return flatten_conv_metadata(
-                table.to_pandas().assign(conv_metadata=meta["conv_metadata"])
-            )
+            frame = table.to_pandas().assign(conv_metadata=meta["conv_metadata"])
+            frame.index = pd.RangeIndex(1, len(frame) + 1)
+            return flatten_conv_metadata(frame)
     strings = {c: _dictionary_codes(table.column(c), c) for c in REQUIRED}
     numbers: dict[str, FloatArray] = {}
     if flat:
         for c in FLAT_COLUMNS:
-            numbers[c] = _numbers(table.column(c).combine_chunks(), c, 0)
+            numbers[c] = _numbers(table.column(c).combine_chunks(), c, 1)
     elif "conv_metadata" in names:
         # Batches keep the ~20 nested count columns from being held in memory at once.
         numbers = {key: np.empty(table.num_rows, dtype=np.float64) for key in FLAT_COLUMNS}
         offset = 0
         for batch in parquet.iter_batches(batch_size=1 << 17, columns=["conv_metadata"]):
-            for key, values in _flatten_struct(batch.column(0), offset).items():
+            for key, values in _flatten_struct(batch.column(0), offset + 1).items():
                 numbers[key][offset : offset + len(values)] = values
             offset += batch.num_rows
-    return BattleTable(strings, numbers, table.num_rows)
+    return BattleTable(strings, numbers, table.num_rows, first_label=1)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _bad_json_line(data: bytes) -> tuple[int, str] | None:
+    """The first line (1-based) of JSONL ``data`` that is not a JSON object, and why."""
+    for number, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            return number, f"not valid JSON: {exc.msg} at column {exc.colno}"
+        except ValueError as exc:  # UnicodeDecodeError
+            return number, f"not valid JSON: {_first_line(exc)}"
+        if not isinstance(value, dict):
+            return number, f"a JSON {type(value).__name__}, not an object"
+    return None
+
+
+def _read_jsonl(source: Path | None, name: str) -> pd.DataFrame:
+    import pandas as pd
+
+    data = sys.stdin.buffer.read() if source is None else source.read_bytes()
+    try:
+        return pd.read_json(io.BytesIO(data), lines=True, dtype=False)
+    except ValueError as exc:
+        bad = _bad_json_line(data)
+        if bad is None:
+            raise EngineError(f"{name}: not JSON Lines ({_first_line(exc)})") from exc
+        raise EngineError(f"{name}: line {bad[0]}: {bad[1]}") from exc
 
 
 def read_battles(path: str | Path) -> pd.DataFrame | BattleTable:
     """Battles from ``path``; the format follows the suffix (.json, .jsonl, .csv, .parquet).
 
+    ``-`` reads JSON Lines from standard input (what ``export_votes --format arena`` writes).
     Returns ``model_a``, ``model_b``, ``winner`` and, when the file has them, the flat style
     count columns, as a DataFrame (JSON, CSV) or a ``BattleTable`` (Parquet); ``rate`` takes
-    either. Row labels are 0-based data-row numbers, which error messages quote.
+    either. Rows are labelled 1, 2, ... in file order (the first battle is row 1; in JSON
+    Lines without blank lines row N is line N), and error messages quote these labels. A file
+    that cannot be parsed raises ``EngineError`` in one line (JSON Lines: the first bad line).
     """
+    if str(path) == "-":
+        return _prepare(_read_jsonl(None, "standard input"))
     path = Path(path)
     suffix = path.suffix.lower()
     if not path.exists():
         raise EngineError(f"{path}: no such file")
-    if suffix in (".parquet", ".pq"):
-        return _read_parquet(path)
+    if suffix not in (".parquet", ".pq", ".jsonl", ".json", ".csv"):
+        raise EngineError(f"{path}: unknown format {suffix!r} (use .json, .jsonl, .csv, .parquet)")
+    try:
+        if suffix in (".parquet", ".pq"):
+            return _read_parquet(path)
+        import pandas as pd
+
+        if suffix == ".jsonl":
+            df = _read_jsonl(path, str(path))
+        elif suffix == ".json":
+            df = pd.read_json(path, dtype=False)
+        else:
+            df = pd.read_csv(path, dtype={"model_a": str, "model_b": str, "winner": str})
+    except EngineError:
+        raise
+    except (ValueError, OSError, pa.ArrowException) as exc:
+        # The file's own fault (not valid JSON, CSV or Parquet, unreadable): one line.
+        raise EngineError(f"{path}: cannot read it ({_first_line(exc)})") from exc
+    return _prepare(df)
+
+
+def _prepare(df: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
-    if suffix == ".jsonl":
-        df = pd.read_json(path, lines=True, dtype=False)
-    elif suffix == ".json":
-        df = pd.read_json(path, dtype=False)
-    elif suffix == ".csv":
-        df = pd.read_csv(path, dtype={"model_a": str, "model_b": str, "winner": str})
-    else:
-        raise EngineError(f"{path}: unknown format {suffix!r} (use .json, .jsonl, .csv, .parquet)")
     _require(df.columns)
     df = df.reset_index(drop=True)
+    df.index = pd.RangeIndex(1, len(df) + 1)
     if not has_style_counts(df) and "conv_metadata" in df.columns:
         df = flatten_conv_metadata(df[[*REQUIRED, "conv_metadata"]])
     keep = [*REQUIRED, *(c for c in FLAT_COLUMNS if c in df.columns)]

@@ -121,12 +121,12 @@ def test_parquet_with_a_struct_conv_metadata_reads_like_the_flat_file(tmp_path, 
     assert json.loads(call(str(parquet))) == json.loads(call(str(csv_path)))
 
 
-def test_bad_winner_fails_with_the_row_named(tmp_path, flat_battles):
+def test_bad_winner_fails_with_the_1_based_row_named(tmp_path, flat_battles):
     df = flat_battles.copy()
-    df.loc[17, "winner"] = "model_c"
+    df.loc[17, "winner"] = "model_c"  # the 18th battle
     path = tmp_path / "battles.csv"
     df.to_csv(path, index=False)
-    with pytest.raises(CommandError, match=r"row 17.*model_c"):
+    with pytest.raises(CommandError, match=r"row 18: winner 'model_c'"):
         call(str(path))
 
 
@@ -171,7 +171,7 @@ def test_command_line_module_exits_non_zero_on_bad_input(tmp_path, flat_battles,
     path = tmp_path / "battles.csv"
     df.to_csv(path, index=False)
     assert cli.main([str(path)]) == 1
-    assert "row 3" in capsys.readouterr().err
+    assert "row 4: winner '?'" in capsys.readouterr().err
 
 
 def test_parquet_with_flat_count_columns_reads_like_the_csv_file(tmp_path, flat_battles):
@@ -184,8 +184,150 @@ def test_parquet_with_flat_count_columns_reads_like_the_csv_file(tmp_path, flat_
 
 def test_parquet_with_an_empty_model_name_names_the_row(tmp_path, flat_battles):
     df = flat_battles.copy()
-    df.loc[5, "model_a"] = None
+    df.loc[5, "model_a"] = None  # the 6th battle
     parquet = tmp_path / "battles.parquet"
     df.to_parquet(parquet)
-    with pytest.raises(CommandError, match=r"row 5: model_a"):
+    with pytest.raises(CommandError, match=r"row 6: model_a"):
         call(str(parquet))
+
+
+def split_battles(flat_battles: pd.DataFrame) -> pd.DataFrame:
+    """``flat_battles`` plus a newcomer that won its 3 battles and two models that met only
+    each other."""
+    extra = pd.DataFrame(
+        {
+            "model_a": ["newbie", "alpha", "newbie", "live-1", "live-2", "live-1"],
+            "model_b": ["beta", "newbie", "gamma", "live-2", "live-1", "live-2"],
+            "winner": ["model_a", "model_b", "model_a", "model_a", "model_a", "tie"],
+        }
+    )
+    for column in FLAT:
+        extra[column] = [3, 5, 7, 2, 4, 6]
+    return pd.concat([flat_battles, extra], ignore_index=True)
+
+
+def test_json_output_adds_the_provisional_models_and_keeps_its_schema(tmp_path, flat_battles):
+    path = tmp_path / "battles.jsonl"
+    split_battles(flat_battles).to_json(path, orient="records", lines=True)
+
+    result = json.loads(call(str(path), "--format", "json"))
+
+    assert sorted(m["model"] for m in result["models"]) == ["alpha", "beta", "delta", "gamma"]
+    assert set(result["models"][0]) == {
+        "model",
+        "rating",
+        "rating_lower",
+        "rating_upper",
+        "rank",
+        "votes",
+    }
+    assert result["provisional"] == [
+        {
+            "model": "live-1",
+            "battles": 3,
+            "wins": 1,
+            "losses": 1,
+            "ties": 1,
+            "reason": "not_connected",
+        },
+        {
+            "model": "live-2",
+            "battles": 3,
+            "wins": 1,
+            "losses": 1,
+            "ties": 1,
+            "reason": "not_connected",
+        },
+        {"model": "newbie", "battles": 3, "wins": 3, "losses": 0, "ties": 0, "reason": "no_losses"},
+    ]
+    assert result["n_battles"] == len(flat_battles)
+    assert result["n_battles_input"] == len(flat_battles) + 6
+
+
+def test_command_line_exits_0_with_provisional_models(tmp_path, flat_battles, capsys):
+    path = tmp_path / "battles.csv"
+    split_battles(flat_battles).to_csv(path, index=False)
+
+    assert cli.main([str(path), "--format", "csv"]) == 0
+
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["status"] for r in rows] == ["rated"] * 4 + ["provisional"] * 3
+    newbie = rows[-1]
+    assert (newbie["model"], newbie["wins"], newbie["reason"]) == ("newbie", "3", "no_losses")
+    assert newbie["rating"] == ""
+
+
+def test_table_output_lists_provisional_models_below_the_ratings(tmp_path, flat_battles):
+    path = tmp_path / "battles.csv"
+    split_battles(flat_battles).to_csv(path, index=False)
+
+    text = call(str(path), "--format", "table")
+
+    ratings, _, below = text.partition("provisional (needs more battles")
+    assert "alpha" in ratings and "newbie" not in ratings
+    assert "newbie" in below and "no_losses" in below and "not_connected" in below
+
+
+def test_no_ratable_models_exit_non_zero_with_one_line_naming_the_reason(tmp_path, capsys):
+    path = tmp_path / "battles.jsonl"
+    path.write_text(
+        '{"model_a": "a", "model_b": "b", "winner": "model_a"}\n' * 3,
+        encoding="utf-8",
+    )
+
+    assert cli.main([str(path), "--no-style-control"]) == 1
+
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("error: no two models can be rated")
+    assert "no_losses: a" in lines[0] and "no_wins: b" in lines[0]
+
+
+def test_malformed_jsonl_names_its_1_based_line_in_one_line(tmp_path, capsys):
+    path = tmp_path / "battles.jsonl"
+    good = '{"model_a": "a", "model_b": "b", "winner": "model_a"}'
+    path.write_text(f'{good}\n{good}\n{{"model_a": "a",\n{good}\n', encoding="utf-8")
+
+    assert cli.main([str(path), "--no-style-control"]) == 1
+
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"error: {path}: line 3: not valid JSON")
+
+
+def test_a_file_that_is_not_parquet_fails_in_one_line(tmp_path):
+    path = tmp_path / "battles.parquet"
+    path.write_text("not parquet", encoding="utf-8")
+    with pytest.raises(CommandError, match="cannot read it"):
+        call(str(path))
+
+
+def test_dash_reads_json_lines_from_standard_input(tmp_path, flat_battles, monkeypatch):
+    data = split_battles(flat_battles).to_json(orient="records", lines=True)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data.encode())))
+
+    result = json.loads(call("-"))
+
+    assert len(result["models"]) == 4 and len(result["provisional"]) == 3
+
+
+def test_progress_bar_is_drawn_only_on_a_terminal(tmp_path, flat_battles, capsys):
+    path = tmp_path / "battles.csv"
+    flat_battles.to_csv(path, index=False)
+
+    assert cli.main([str(path), "--ci", "bootstrap", "--rounds", "3"]) == 0
+
+    assert capsys.readouterr().err == ""  # capsys' stderr is not a terminal
+
+
+def test_csv_cells_that_start_a_formula_are_neutralised(tmp_path, flat_battles, capsys):
+    df = flat_battles.replace({"alpha": "=HYPERLINK(1)", "beta": "@SUM(A1)"})
+    path = tmp_path / "battles.csv"
+    df.to_csv(path, index=False)
+
+    assert cli.main([str(path), "--format", "csv"]) == 0
+
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert {"'=HYPERLINK(1)", "'@SUM(A1)"} <= {r["model"] for r in rows}
