@@ -11,7 +11,7 @@ from django.db import transaction
 
 from arena.errors import ArenaError
 from arena.models import ArenaModel, Battle, BattleMessage, Prompt, Vote
-from arena.services.pool import PoolLine, pool_write
+from arena.services.pool import PoolLine, Progress, no_progress, pool_write
 from ratings.style import conv_metadata
 
 DEMO_DATA_DIR = Path(__file__).resolve().parent.parent / "demo_data"
@@ -87,8 +87,13 @@ def _history_battles(data_dir: Path) -> tuple[list[dict[str, Any]], int]:
     return battles, skipped
 
 
-def demo_load(*, data_dir: Path = DEMO_DATA_DIR) -> DemoLoadResult:
-    """Load the MT-bench pool and the historical expert votes. Running it again adds nothing."""
+def demo_load(
+    *, data_dir: Path = DEMO_DATA_DIR, progress: Progress = no_progress
+) -> DemoLoadResult:
+    """Load the MT-bench pool and the historical expert votes. Running it again adds nothing.
+
+    ``progress`` wraps the two long steps (the pool, the historical votes).
+    """
     if not (data_dir / "mt_bench" / "question.jsonl").exists():
         raise ArenaError("missing_data", f"No demo data under {data_dir}.", field="data_dir")
     with (data_dir / "models.json").open(encoding="utf-8") as handle:
@@ -104,14 +109,17 @@ def demo_load(*, data_dir: Path = DEMO_DATA_DIR) -> DemoLoadResult:
     history, skipped = _history_battles(data_dir)
     with transaction.atomic():
         pool = pool_write(
-            lines=_pool_lines(data_dir), source=MT_BENCH_SOURCE, model_defaults=model_defaults
+            lines=_pool_lines(data_dir),
+            source=MT_BENCH_SOURCE,
+            model_defaults=model_defaults,
+            progress=progress,
         )
         models_created = len(pool.models_created)
         for slug in {b["model_a"] for b in history} | {b["model_b"] for b in history}:
             defaults = {"display_name": slug, **model_defaults.get(slug, {})}
             _, created = ArenaModel.objects.get_or_create(slug=slug, defaults=defaults)
             models_created += created
-        battles_created = _write_history(history)
+        battles_created = _write_history(history, progress)
     return DemoLoadResult(
         prompts_created=pool.prompts_created,
         completions_created=pool.completions_created,
@@ -121,7 +129,7 @@ def demo_load(*, data_dir: Path = DEMO_DATA_DIR) -> DemoLoadResult:
     )
 
 
-def _write_history(history: list[dict[str, Any]]) -> int:
+def _write_history(history: list[dict[str, Any]], progress: Progress) -> int:
     existing = set(
         Battle.objects.filter(id__in=[b["id"] for b in history]).values_list("id", flat=True)
     )
@@ -131,7 +139,7 @@ def _write_history(history: list[dict[str, Any]]) -> int:
     models = dict(ArenaModel.objects.values_list("slug", "id"))
     prompts = {int(p.external_id): p for p in Prompt.objects.filter(source=MT_BENCH_SOURCE)}
     battles, messages, votes = [], [], []
-    for item in todo:
+    for item in progress(todo, desc="historical votes"):
         prompt = prompts[item["question_id"]]
         battles.append(
             Battle(

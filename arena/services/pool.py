@@ -5,25 +5,59 @@ Each line is a JSON object::
     {"prompt": ["first user turn", "second user turn"],   # or one string
      "model": "my-model-7b",                               # slug of the answering model
      "completion": ["first answer", "second answer"],      # or one string; as many turns as prompt
-     "category": "coding",                                 # optional
-     "language": "en",                                     # optional
+     "category": "coding",                                 # optional; one of PROMPT_CATEGORIES
+     "language": "en",                                     # optional (default en); a language tag
      "prompt_id": "q-17"}                                  # optional; groups lines on one prompt
 
-Every line is checked before anything is written; a malformed line is reported with its line
-number and nothing of the file is imported. Unknown models are registered as pool-only models.
+Every line is checked before anything is written; every malformed line is reported with its
+1-based line number and nothing of the file is imported. Unknown models are registered as
+pool-only models.
 """
 
 import hashlib
 import json
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from django.db import transaction
 from django.utils.text import slugify
 
 from arena.errors import ArenaError
 from arena.models import ArenaModel, Completion, Prompt
+
+# The prompt categories a pool may use: MT-bench's eight (the demo pool's), and ``other``. The
+# leaderboard's *coding* view selects the ``coding`` category. Stored in lower case.
+PROMPT_CATEGORIES = (
+    "writing",
+    "roleplay",
+    "reasoning",
+    "math",
+    "coding",
+    "extraction",
+    "stem",
+    "humanities",
+    "other",
+)
+# A BCP 47 language tag's common shape: a language (2-3 letters), an optional script (4 letters)
+# and an optional region (2 letters or 3 digits), e.g. en, en-US, zh-Hant, zh-Hant-TW, es-419.
+_LANGUAGE_TAG = re.compile(r"[A-Za-z]{2,3}(-[A-Za-z]{4})?(-(?:[A-Za-z]{2}|[0-9]{3}))?")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+MAX_REPORTED_LINES = 50
+
+_T = TypeVar("_T")
+
+
+class Progress(Protocol):
+    """Wraps a long step's items to show progress (a terminal's bar, or nothing)."""
+
+    def __call__(self, items: Sequence[_T], /, *, desc: str) -> Iterable[_T]: ...
+
+
+def no_progress(items: Sequence[_T], /, *, desc: str) -> Iterable[_T]:
+    return items
 
 
 @dataclass(frozen=True)
@@ -46,6 +80,24 @@ class PoolImportResult:
     models_created: list[str] = field(default_factory=list)
 
 
+def _text(value: str, name: str, line_no: int) -> str:
+    """``value`` if a database can store it: no NUL character, no unpaired surrogate.
+
+    JSON's ``\\u0000`` and a lone ``\\ud800`` decode to such strings, which PostgreSQL refuses.
+    """
+    if "\x00" in value:
+        raise ArenaError(
+            "invalid_line", f"line {line_no}: '{name}' holds a NUL character.", field=name
+        )
+    if _SURROGATE.search(value):
+        raise ArenaError(
+            "invalid_line",
+            f"line {line_no}: '{name}' holds an unpaired surrogate (not a Unicode character).",
+            field=name,
+        )
+    return value
+
+
 def _turns(value: Any, name: str, line_no: int) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
@@ -59,16 +111,44 @@ def _turns(value: Any, name: str, line_no: int) -> tuple[str, ...]:
             f"line {line_no}: '{name}' must be a non-empty string or list of non-empty strings.",
             field=name,
         )
-    return tuple(value)
+    return tuple(_text(t, name, line_no) for t in value)
 
 
 def _optional_str(obj: dict[str, Any], name: str, line_no: int, default: str = "") -> str:
     value = obj.get(name, default)
     if value is None:
         return default
-    if not isinstance(value, str | int):
+    if isinstance(value, bool) or not isinstance(value, str | int):
         raise ArenaError("invalid_line", f"line {line_no}: '{name}' must be a string.", field=name)
-    return str(value)
+    return _text(str(value), name, line_no)
+
+
+def _category(obj: dict[str, Any], line_no: int) -> str:
+    value = _optional_str(obj, "category", line_no).strip().lower()
+    if value and value not in PROMPT_CATEGORIES:
+        raise ArenaError(
+            "invalid_line",
+            f"line {line_no}: 'category' {value!r} is not one of {', '.join(PROMPT_CATEGORIES)}.",
+            field="category",
+        )
+    return value
+
+
+def _language(obj: dict[str, Any], line_no: int) -> str:
+    value = _optional_str(obj, "language", line_no, "en").strip() or "en"
+    if not _LANGUAGE_TAG.fullmatch(value):
+        raise ArenaError(
+            "invalid_line",
+            f"line {line_no}: 'language' {value!r} is not a language tag such as en, en-US or "
+            "zh-Hant.",
+            field="language",
+        )
+    # The tag's canonical case (en-US, zh-Hant), so that one language is one leaderboard view.
+    parts = value.split("-")
+    return "-".join(
+        [parts[0].lower()]
+        + [p.title() if len(p) == 4 else p.upper() for p in parts[1:]]  # script, region
+    )
 
 
 def pool_parse_line(raw: str, line_no: int) -> PoolLine:
@@ -99,10 +179,10 @@ def pool_parse_line(raw: str, line_no: int) -> PoolLine:
     return PoolLine(
         line_no=line_no,
         prompt=prompt,
-        model=model,
+        model=_text(model, "model", line_no),
         completion=completion,
-        category=_optional_str(obj, "category", line_no),
-        language=_optional_str(obj, "language", line_no, "en"),
+        category=_category(obj, line_no),
+        language=_language(obj, line_no),
         prompt_id=_optional_str(obj, "prompt_id", line_no),
     )
 
@@ -113,28 +193,97 @@ def _model_slug(name: str) -> str:
     return cleaned[:100] or slugify(name)[:100]
 
 
-def pool_import(*, path: Path, source: str | None = None) -> PoolImportResult:
-    """Import a JSONL pool file atomically; re-importing the same file changes nothing."""
+def pool_import(
+    *, path: Path, source: str | None = None, progress: Progress = no_progress
+) -> PoolImportResult:
+    """Import a JSONL pool file atomically; re-importing the same file changes nothing.
+
+    Every line is checked first; if any is malformed, one ``ArenaError`` names each (up to
+    ``MAX_REPORTED_LINES``), one per line of its message, and nothing is written.
+    """
     source = source or f"import:{path.name}"
+    if "\x00" in source or _SURROGATE.search(source):
+        raise ArenaError("invalid", "The source label holds a NUL or a surrogate.", field="source")
     lines: list[PoolLine] = []
+    problems: list[str] = []
     try:
-        with path.open(encoding="utf-8") as handle:
-            for line_no, raw in enumerate(handle, start=1):
-                if raw.strip():
-                    lines.append(pool_parse_line(raw, line_no))
+        with path.open("rb") as handle:
+            raw_lines = handle.readlines()
     except OSError as exc:
         raise ArenaError(
             "unreadable", f"cannot read {path}: {exc.strerror}", field="file"
         ) from None
-    except UnicodeDecodeError:
-        raise ArenaError("unreadable", f"{path} is not UTF-8 text.", field="file") from None
+    for line_no, raw in enumerate(progress(raw_lines, desc="checking lines"), start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.append(f"line {line_no}: not UTF-8 text (byte {exc.start + 1}).")
+            continue
+        if not text.strip():
+            continue
+        try:
+            lines.append(pool_parse_line(text, line_no))
+        except ArenaError as exc:
+            problems.append(exc.message)
+    problems += _prompt_id_conflicts(lines, source)
+    if len(problems) == 1:
+        raise ArenaError(
+            "invalid_file", f"{path}: {problems[0]} Nothing was imported.", field="file"
+        )
+    if problems:
+        shown = sorted(problems, key=_line_number)[:MAX_REPORTED_LINES]
+        more = len(problems) - len(shown)
+        raise ArenaError(
+            "invalid_file",
+            f"{path}: {len(problems)} malformed lines; "
+            "nothing was imported.\n"
+            + "\n".join(shown)
+            + (f"\n... and {more} more." if more else ""),
+            field="file",
+        )
     if not lines:
         raise ArenaError("empty", f"{path} holds no pool lines.", field="file")
-    return pool_write(lines=lines, source=source)
+    return pool_write(lines=lines, source=source, progress=progress)
+
+
+def _line_number(problem: str) -> int:
+    match = re.match(r"line (\d+):", problem)
+    return int(match.group(1)) if match else 0
+
+
+def _prompt_id_conflicts(lines: list[PoolLine], source: str) -> list[str]:
+    """Lines whose ``prompt_id`` names other turns than an earlier line or the stored prompt."""
+    seen: dict[str, tuple[str, ...]] = {}
+    ids = {line.prompt_id for line in lines if line.prompt_id}
+    stored = {
+        external_id: tuple(turns)
+        for external_id, turns in Prompt.objects.filter(
+            source=source, external_id__in=ids
+        ).values_list("external_id", "turns")
+    }
+    problems = []
+    for line in lines:
+        if not line.prompt_id:
+            continue
+        if line.prompt_id in stored and stored[line.prompt_id] != line.prompt:
+            problems.append(
+                f"line {line.line_no}: prompt_id {line.prompt_id!r} was imported earlier from "
+                f"{source!r} with other turns."
+            )
+        elif seen.setdefault(line.prompt_id, line.prompt) != line.prompt:
+            problems.append(
+                f"line {line.line_no}: prompt_id {line.prompt_id!r} was given other turns on an "
+                "earlier line."
+            )
+    return problems
 
 
 def pool_write(
-    *, lines: list[PoolLine], source: str, model_defaults: dict[str, dict[str, str]] | None = None
+    *,
+    lines: list[PoolLine],
+    source: str,
+    model_defaults: dict[str, dict[str, str]] | None = None,
+    progress: Progress = no_progress,
 ) -> PoolImportResult:
     """Write parsed pool lines in one transaction: models, prompts, pool completions.
 
@@ -156,7 +305,7 @@ def pool_write(
                 models[slug] = model
                 if created:
                     result.models_created.append(slug)
-        for line in lines:
+        for line in progress(lines, desc="writing the pool"):
             external_id = (
                 line.prompt_id or hashlib.sha256(json.dumps(line.prompt).encode()).hexdigest()[:40]
             )

@@ -1,3 +1,5 @@
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,8 @@ from arena.exports import (
     write_jsonl,
     write_parquet,
 )
+from arena.management.progress import on_terminal, progress_iter
+from arena.selectors import votes_for_export
 
 
 class Command(BaseCommand):
@@ -44,21 +48,46 @@ class Command(BaseCommand):
             fmt, filters = export_options(params)
         except ArenaError as exc:
             raise CommandError(f"--{exc.field}: {exc.message}") from exc
+        if output is not None:
+            folder = output.parent
+            if not folder.is_dir():
+                raise CommandError(f"--output: the folder {folder} does not exist.")
+            if output.is_dir():
+                raise CommandError(f"--output: {output} is a folder; name a file in it.")
         stats = ExportStats()
-        rows = export_rows(voted_battles(**filters), fmt, stats)
+        # The count costs a query, so it is made only when a bar is shown.
+        total = votes_for_export(**filters).count() if on_terminal() else None
+        records = progress_iter(voted_battles(**filters), desc=fmt, total=total, unit="vote")
+        rows = export_rows(records, fmt, stats)
         if output is None:
-            write_jsonl(rows, self.stdout)
+            self._to_stdout(rows)
         else:
-            # Written beside the target and moved into place: a failed export leaves no
-            # half-written file under the name a training job reads.
-            partial = output.with_name(output.name + ".partial")
-            try:
-                if output.suffix == ".parquet":
-                    write_parquet(rows, str(partial))
-                else:
-                    with partial.open("w", encoding="utf-8") as handle:
-                        write_jsonl(rows, handle)
-                partial.replace(output)
-            finally:
-                partial.unlink(missing_ok=True)
+            self._to_file(rows, output)
         self.stderr.write(f"{fmt}: {stats.summary()}")
+
+    def _to_stdout(self, rows: Any) -> None:
+        try:
+            write_jsonl(rows, self.stdout)
+            self.stdout.flush()
+        except BrokenPipeError:
+            # The reader left (``| head``): the way the Python docs give for SIGPIPE. Further
+            # writes, including the interpreter's last flush, go to devnull; exit quietly.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(1)
+
+    def _to_file(self, rows: Any, output: Path) -> None:
+        # Written beside the target and moved into place: a failed export leaves no
+        # half-written file under the name a training job reads.
+        partial = output.with_name(output.name + ".partial")
+        try:
+            if output.suffix == ".parquet":
+                write_parquet(rows, str(partial))
+            else:
+                with partial.open("w", encoding="utf-8") as handle:
+                    write_jsonl(rows, handle)
+            partial.replace(output)
+        except OSError as exc:
+            raise CommandError(f"--output: cannot write {output}: {exc.strerror or exc}") from None
+        finally:
+            partial.unlink(missing_ok=True)

@@ -4,6 +4,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from arena.errors import ArenaError
+from arena.management.progress import progress
 from arena.services.demo import DEMO_DATA_DIR, demo_load
 
 
@@ -15,9 +16,13 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, data_dir: Path, **options: Any) -> None:
         try:
-            result = demo_load(data_dir=data_dir)
+            result = demo_load(data_dir=data_dir, progress=progress)
         except ArenaError as exc:
-            raise CommandError(exc.message) from exc
+            raise CommandError(exc.message) from None
+        except OSError as exc:  # a demo data folder with a file missing or unreadable
+            raise CommandError(
+                f"cannot read the demo data: {exc.strerror}: {exc.filename}"
+            ) from None
         self.stdout.write(
             self.style.SUCCESS(
                 f"Demo loaded: {result.prompts_created} prompts, "
