@@ -1,0 +1,54 @@
+"""Static files build with the storage production serves them from (whitenoise's manifest)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VENDOR = ROOT / "static" / "vendor"
+SOURCE_MAP = re.compile(r"[#@]\s*sourceMappingURL=(\S+)")
+
+
+def test_no_vendored_file_names_a_source_map_that_is_not_shipped():
+    scripts = sorted(VENDOR.glob("*.js")) + sorted(VENDOR.glob("*.css"))
+    assert scripts
+    for path in scripts:
+        for name in SOURCE_MAP.findall(path.read_text(encoding="utf-8")):
+            assert (path.parent / name).exists(), f"{path.name} names {name}, which is not shipped"
+
+
+def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manifest(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_"))}
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.settings.production",
+        DJANGO_SECRET_KEY="collectstatic-only-" + "x" * 40,
+        DJANGO_ALLOWED_HOSTS="localhost",
+        # Placeholders, as in the Dockerfile: collectstatic connects to neither.
+        DATABASE_URL="postgres://build@localhost:1/build",
+        REDIS_URL="redis://localhost:1/0",
+        DJANGO_STATIC_ROOT=str(tmp_path / "static"),
+    )
+    result = subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+
+    manifest = json.loads((tmp_path / "static" / "staticfiles.json").read_text())["paths"]
+    for name in (
+        "css/arena.css",
+        "js/battle.js",
+        "vendor/purify.min.js",
+        "vendor/markdown-it.min.js",
+    ):
+        hashed = manifest[name]
+        assert hashed != name and re.search(r"\.[0-9a-f]{12}\.", hashed), hashed
+        assert (tmp_path / "static" / hashed).is_file()
+        assert (tmp_path / "static" / (hashed + ".gz")).is_file()  # whitenoise's compression
