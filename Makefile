@@ -1,19 +1,33 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
-VENV := .venv
+# Python 3.11, 3.12 or 3.13: the newest found (bin/find-python), or name one: make PYTHON=python3.12
+PYTHON ?= $(shell bin/find-python || command -v python3)
+PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+VENV ?= .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# The rating engine's and the services' tests, run on a second Python by CI (`make test-engine`).
+ENGINE_TESTS := ratings/tests/test_engine_*.py ratings/tests/test_style.py \
+	ratings/tests/test_cli_rate.py arena/tests/test_services_*.py arena/tests/test_live_services.py
 
-.PHONY: install demo test lint format serve worker beat admin bench clean
+.PHONY: install demo test test-engine lint format serve worker beat admin bench clean FORCE
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: requirements/lock.txt
-	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required"'
-	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/lock.txt
-	touch $@
+# The stamp holds the Python version the virtualenv was built with: another one rebuilds it.
+ifneq ($(shell cat $(VENV)/.installed 2>/dev/null),$(PY_VERSION))
+$(VENV)/.installed: FORCE
+endif
+
+$(VENV)/.installed: requirements/runtime.txt requirements/dev.txt
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 11) <= v < (3, 14) else "Python 3.11, 3.12 or 3.13 is required, found %d.%d at $(PYTHON); install one or name it: make PYTHON=/path/to/python3.13" % v)'
+	@if [ -x $(BIN)/python ] && [ "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" != "$(PY_VERSION)" ]; then \
+		echo "$(VENV) was built with another Python; rebuilding it with Python $(PY_VERSION)"; rm -rf $(VENV); fi
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	echo $(PY_VERSION) > $@
+
+FORCE:
 
 demo: install
 	mkdir -p var
@@ -21,7 +35,7 @@ demo: install
 	$(BIN)/python manage.py load_demo
 	$(BIN)/python manage.py rate_snapshot
 	@echo "Arena demo on http://$(HOST):$(PORT)/  (Ctrl-C to stop; 'make admin' creates a staff user)"
-	$(BIN)/uvicorn config.asgi:application --host $(HOST) --port $(PORT) --ws websockets-sansio --ws-per-message-deflate False --lifespan off
+	ARENA_PYTHON=$(BIN)/python ARENA_HOST=$(HOST) ARENA_PORT=$(PORT) ARENA_WEB_WORKERS=1 bin/serve
 
 test: install
 	mkdir -p var
@@ -30,6 +44,9 @@ test: install
 	$(BIN)/mypy arena ratings config
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest
+
+test-engine: install
+	$(BIN)/pytest -q $(ENGINE_TESTS)
 
 lint: install
 	$(BIN)/ruff check .
@@ -41,7 +58,7 @@ format: install
 	$(BIN)/ruff format .
 
 serve: install
-	$(BIN)/uvicorn config.asgi:application --host $(HOST) --port $(PORT) --ws websockets-sansio --ws-per-message-deflate False --lifespan off
+	ARENA_PYTHON=$(BIN)/python ARENA_HOST=$(HOST) ARENA_PORT=$(PORT) ARENA_WEB_WORKERS=1 bin/serve
 
 worker: install
 	$(BIN)/celery -A config worker -Q default,ratings --loglevel INFO
