@@ -15,16 +15,19 @@ class SnapshotImmutableError(RuntimeError):
 class LeaderboardSnapshot(models.Model):
     """Everything the leaderboard page and its downloads show, computed once by the task.
 
-    ``payload`` (schema version 1)::
+    ``payload`` (schema version 2)::
 
-        {"schema": 1,
+        {"schema": 2,
          "models": {slug: {"name", "organization", "license", "active"}},
          "categories": [{"key", "label", "description", "n_votes", "status": "ok"|"insufficient",
                          "reason", "results": {"on": <engine result>|null,
                                                "off": <engine result>|null},
-                         "reasons": {"on"|"off": why that fit is missing} (only if one is)}]}
+                         "reasons": {"on"|"off": why that fit is missing} (only if one is),
+                         "provisional": {"on"|"off": [<provisional>]} (for a missing fit)}]}
 
-    ``<engine result>`` is ``ratings.engine.rate``'s dictionary, restricted to public models.
+    ``<engine result>`` is ``ratings.engine.rate``'s dictionary, restricted to public models;
+    its ``provisional`` list, and the category's for a view without a fit, hold
+    ``{"model", "battles", "wins", "losses", "ties", "reason"}`` (``ratings.services``).
     Rows are never updated: ``save`` refuses an existing row and a database trigger (migration
     0002) refuses ``UPDATE`` statements from anywhere else.
     """

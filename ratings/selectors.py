@@ -18,6 +18,17 @@ from ratings.models import LeaderboardSnapshot
 STYLE_OPTIONS = ("on", "off")
 DEFAULT_CATEGORY = "overall"
 
+#: A provisional model's reason, in words (``ratings.services.SnapshotReason``).
+PROVISIONAL_REASON_TEXT = {
+    "no_losses": "No rated model has beaten or tied it yet, directly or through others, so its "
+    "rating has no upper bound.",
+    "no_wins": "It has not beaten or tied a rated model yet, directly or through others, so its "
+    "rating has no lower bound.",
+    "not_connected": "It has not met the rated models, directly or through others, so its rating "
+    "cannot be put on their scale.",
+    "few_votes": "This view has too few votes to rate any model yet.",
+}
+
 BATTLE_COLUMNS = {
     "id": "vote_id",
     "battle__model_a__slug": "model_a",
@@ -74,6 +85,7 @@ class LeaderboardView:
     style: str
     result: dict[str, Any] | None  # the engine's result, or None for "not enough votes"
     rows: list[dict[str, Any]]
+    provisional: list[dict[str, Any]]  # models not rated in this view, with record and reason
 
     @property
     def reason(self) -> str:
@@ -96,6 +108,10 @@ def leaderboard_view(
     style = style if style in STYLE_OPTIONS else "on"
     result = (chosen.get("results") or {}).get(style)
     meta = snapshot.payload.get("models", {})
+    if result:
+        provisional = result.get("provisional") or []
+    else:
+        provisional = (chosen.get("provisional") or {}).get(style) or []
     rows = []
     for entry in (result or {}).get("models", []):
         info = meta.get(entry["model"], {})
@@ -110,6 +126,22 @@ def leaderboard_view(
                 "plus": entry["rating_upper"] - entry["rating"],
             }
         )
+    unrated = [
+        {
+            **entry,
+            "name": meta.get(entry["model"], {}).get("name", entry["model"]),
+            "organization": meta.get(entry["model"], {}).get("organization", ""),
+            "license": meta.get(entry["model"], {}).get("license", ""),
+            "active": meta.get(entry["model"], {}).get("active", True),
+            "reason_text": PROVISIONAL_REASON_TEXT.get(entry["reason"], entry["reason"]),
+        }
+        for entry in provisional
+    ]
     return LeaderboardView(
-        snapshot=snapshot, category=chosen, style=style, result=result, rows=rows
+        snapshot=snapshot,
+        category=chosen,
+        style=style,
+        result=result,
+        rows=rows,
+        provisional=unrated,
     )

@@ -14,9 +14,15 @@ Categories (a battle belongs to every one whose rule it meets):
 - ``lang-<code>``, one per language present: the prompt's ``language`` field, lowercased and
   without its region (``en-US`` counts as ``en``); ``lang-en`` is "English".
 
-A category with fewer than ``RATINGS_MIN_CATEGORY_VOTES`` votes or fewer than two models, or one
-the engine cannot fit (e.g. disconnected comparisons), is stored as ``"insufficient"`` with the
-reason, and the rest of the snapshot is still written.
+Within a view (a category with style control on or off; "on" uses the votes that carry style
+counts) the engine rates the largest set of models where ratings exist and lists every other
+model as provisional with its record and reason (``ratings.engine.identify``): a model that has
+only won so far, one that has only lost, live models that never met the pool. A view is
+``"insufficient"`` only when fewer than two models can be rated, when the category has fewer
+than ``RATINGS_MIN_CATEGORY_VOTES`` votes, or when the style-controlled fit has no maximum on a
+handful of votes (the engine's ``CannotRateError``); it then lists every model as provisional
+(reason ``few_votes`` for models the engine would otherwise rate). Any other error is a bug:
+it is logged and fails the run, and the previous snapshot stays on the page.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -42,7 +48,8 @@ from ratings.selectors import models_metadata, rating_battles, rating_votes_mark
 
 logger = logging.getLogger(__name__)
 
-PAYLOAD_SCHEMA = 1
+# 2: provisional models (``results[style]["provisional"]`` and ``provisional[style]``).
+PAYLOAD_SCHEMA = 2
 # Key of the PostgreSQL advisory lock that serialises snapshot runs (any fixed 64-bit integer).
 SNAPSHOT_LOCK_KEY = 0x5241_5449_4E47  # "RATING"
 CODING_CATEGORY = "coding"
@@ -52,6 +59,20 @@ STYLE_KEYS = tuple(
     for side in ("a", "b")
     for element in ("header_count", "list_count", "bold_count")
 ) + ("sum_assistant_a_tokens", "sum_assistant_b_tokens")
+
+
+#: Why a model is listed as provisional in a snapshot: the engine's reasons, and ``few_votes``
+#: for a model in a view that has too few votes to rate anyone.
+SnapshotReason = Literal["no_losses", "no_wins", "not_connected", "few_votes"]
+
+
+class ProvisionalEntry(TypedDict):
+    model: str
+    battles: int
+    wins: int
+    losses: int
+    ties: int
+    reason: SnapshotReason
 
 
 @dataclass(frozen=True)
@@ -178,7 +199,38 @@ def _public_only(result: dict[str, Any], public: set[str]) -> dict[str, Any]:
         }
     if result.get("online_elo"):
         out["online_elo"] = {k: v for k, v in result["online_elo"].items() if k in public}
+    out["provisional"] = [e for e in result.get("provisional", []) if e["model"] in public]
     return out
+
+
+def _everyone_provisional(battles: pd.DataFrame, public: set[str]) -> list[ProvisionalEntry]:
+    """Every public model of ``battles`` with its record, for a view that rates no one.
+
+    The engine's reason where it has one; ``few_votes`` for the models it would rate.
+    """
+    if not len(battles):
+        return []
+    split = engine.identify_table(battles[["model_a", "model_b", "winner"]].reset_index(drop=True))
+    reasons: dict[str, SnapshotReason] = {e.model: e.reason for e in split.provisional}
+    entries = [
+        _entry(r.model, r, reasons.get(r.model, "few_votes"))
+        for r in split.records
+        if r.model in public
+    ]
+    return sorted(entries, key=lambda e: (-e["battles"], e["model"]))
+
+
+def _entry(
+    model: str, record: engine.Record | engine.Provisional, reason: SnapshotReason
+) -> ProvisionalEntry:
+    return {
+        "model": model,
+        "battles": record.battles,
+        "wins": record.wins,
+        "losses": record.losses,
+        "ties": record.ties,
+        "reason": reason,
+    }
 
 
 def _style_complete(meta: Any) -> bool:
@@ -219,27 +271,48 @@ def snapshot_build(
             "reason": "",
             "results": {"on": None, "off": None},
         }
+        views = {
+            "on": subset[styled.loc[subset.index].astype(bool)] if len(subset) else subset,
+            "off": subset,
+        }
         if len(subset) < params["min_category_votes"] or n_models < 2:
             entry["status"] = "insufficient"
             entry["reason"] = (
                 f"Not enough votes yet: {len(subset)} votes over {n_models} models "
                 f"(at least {params['min_category_votes']} votes and 2 models are needed)."
             )
+            entry["provisional"] = {
+                style: _everyone_provisional(rows, public) for style, rows in views.items()
+            }
             categories.append(entry)
             continue
         reasons = {}
-        for style, on in (("on", True), ("off", False)):
-            rows = subset[styled.loc[subset.index].astype(bool)] if on else subset
+        provisional: dict[str, list[ProvisionalEntry]] = {}
+        for style, rows in views.items():
             try:
-                result = _fit(rows, style_control=on, params=params)
-            # EngineError is a ValueError, as is numpy's LinAlgError (a singular fit).
-            except (ValueError, ArithmeticError) as exc:
-                logger.warning("ratings: %s, style %s not fitted: %s", category.key, style, exc)
-                reasons[style] = f"Not enough votes yet to rate this view ({exc})."
+                result = _fit(rows, style_control=style == "on", params=params)
+            except engine.CannotRateError as exc:
+                # Too few votes to rate this view: an ordinary state, listed, not an error.
+                logger.info("ratings: %s, style %s not rated: %s", category.key, style, exc)
+                if exc.provisional:
+                    reasons[style] = (
+                        "No two models can be rated yet: each model in this view has won every "
+                        "comparison, lost every one, or not met the others."
+                    )
+                    provisional[style] = [
+                        _entry(e.model, e, e.reason) for e in exc.provisional if e.model in public
+                    ]
+                else:
+                    reasons[style] = f"Not enough votes yet to rate this view ({exc})."
+                    provisional[style] = _everyone_provisional(rows, public)
                 continue
+            except Exception:
+                logger.exception("ratings: %s, style %s failed", category.key, style)
+                raise
             entry["results"][style] = _finite(_public_only(result, public))
         if reasons:
             entry["reasons"] = reasons
+            entry["provisional"] = provisional
         if len(reasons) == 2:
             entry["status"] = "insufficient"
             entry["reason"] = reasons["off"]

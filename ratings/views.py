@@ -12,9 +12,10 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
 from ratings import plots
+from ratings.csv_cells import neutralise
 from ratings.selectors import LeaderboardView, leaderboard_view, snapshot_latest
 
-CSV_FIELDS = (
+RATED_FIELDS = (
     "rank",
     "model",
     "name",
@@ -26,6 +27,22 @@ CSV_FIELDS = (
     "rating_upper",
     "votes",
 )
+PROVISIONAL_FIELDS = (
+    "model",
+    "name",
+    "organization",
+    "license",
+    "active",
+    "battles",
+    "wins",
+    "losses",
+    "ties",
+    "reason",
+)
+# One row per model: rated ones fill the rating columns, provisional ones the record.
+CSV_FIELDS = (*RATED_FIELDS, "status", "battles", "wins", "losses", "ties", "reason")
+# Cells whose text comes from people (model names and descriptions), never numbers.
+TEXT_FIELDS = ("model", "name", "organization", "license")
 NOT_COMPUTED = "The leaderboard has not been computed yet."
 
 
@@ -123,9 +140,19 @@ def leaderboard_csv(request: HttpRequest) -> HttpResponse:
         writer.writerow(
             {
                 **row,
+                **{key: neutralise(row[key]) for key in TEXT_FIELDS},
                 "rating": f"{row['rating']:.2f}",
                 "rating_lower": f"{row['rating_lower']:.2f}",
                 "rating_upper": f"{row['rating_upper']:.2f}",
+                "status": "rated",
+            }
+        )
+    for row in view.provisional:
+        writer.writerow(
+            {
+                **{key: row[key] for key in PROVISIONAL_FIELDS},
+                **{key: neutralise(row[key]) for key in TEXT_FIELDS},
+                "status": "provisional",
             }
         )
     response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
@@ -154,10 +181,12 @@ def leaderboard_json(request: HttpRequest) -> JsonResponse:
         "status": "ok" if view.result else "insufficient",
         "reason": view.reason,
         "style_control": view.style == "on",
-        "models": [{k: row[k] for k in CSV_FIELDS} for row in view.rows],
+        "models": [{k: row[k] for k in RATED_FIELDS} for row in view.rows],
+        "provisional": [{k: row[k] for k in PROVISIONAL_FIELDS} for row in view.provisional],
         "style_coefficients": result.get("style_coefficients"),
         "style_coefficient_intervals": result.get("style_coefficient_intervals"),
         "n_battles": result.get("n_battles", 0),
+        "n_battles_input": result.get("n_battles_input", result.get("n_battles", 0)),
         "method": result.get("method"),
         "matrices": result.get("matrices"),
     }
