@@ -1,0 +1,477 @@
+"""The production shape, started natively as docker-compose.yml starts it, walked in Chromium.
+
+Every process runs ``config.settings.production`` as a subprocess: ``migrate``,
+``collectstatic`` (whitenoise's manifest storage, into a temporary STATIC_ROOT), the demo data,
+a staff user, uvicorn with two workers, a Celery worker on both queues and Celery beat. They use
+a PostgreSQL database and a Redis db number of their own (never pytest-django's test database:
+subprocesses cannot see a test's transaction). The one fake is the loopback OpenAI-compatible
+upstream behind the two live models.
+
+The leaderboard refresh after a vote must be the worker's: production settings run no task
+eagerly and start no refresh thread, so the votes' refresh waits in the broker's ``ratings``
+queue, and the snapshot moves only once the worker has been started and has run it.
+
+Every process's output is written to a file in the test's temporary directory and printed at
+teardown, so a failing step shows it (pytest shows a passing test's output only with -rP).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from django.conf import settings
+
+from arena.tests.fake_openai import FakeModel, FakeUpstream
+from conftest import free_port
+from tests.helpers import revealed_names
+
+pytestmark = [
+    pytest.mark.production,
+    pytest.mark.postgres,
+    pytest.mark.redis,
+    pytest.mark.browser,
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+# A Redis db number for the production processes alone; only this one is ever flushed.
+REDIS_DB = 13
+ADMIN_PATH = "staff-console/"
+STAFF_USER = "operator"
+STAFF_PASSWORD = secrets.token_urlsafe(16)
+LIVE_MODELS = {  # slug: (display name, upstream model id, streamed answer)
+    "zephyrine-1": (
+        "Zephyrine Turbo 1",
+        "upstream-quokka-1",
+        ["# Heading one\n\n", "Some ", "**bold** ", "words ", "from ", "the ", "first."],
+    ),
+    "zephyrine-2": (
+        "Zephyrine Turbo 2",
+        "upstream-quokka-2",
+        ["- item ", "one\n", "- item ", "two\n\n", "`code` ", "and ", "the ", "second."],
+    ),
+}
+LIVE_ANSWERS = {
+    "Heading one Some bold words from the first.",
+    "item one item two code and the second.",
+}
+WAIT_SECONDS = 60
+
+
+def _server_url(url: str, dbname: str) -> str:
+    """``url`` (a postgres:// URL) with its database name replaced."""
+    parts = urlsplit(url)
+    return parts._replace(path="/" + dbname).geturl()
+
+
+def _postgres_url() -> str:
+    db = settings.DATABASES["default"]
+    user = db.get("USER") or "postgres"
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    return f"postgres://{user}{password}@{host}:{port}/postgres"
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class ProductionShape:
+    """The processes of docker-compose.yml, started as subprocesses on loopback."""
+
+    tmp: Path
+    database_url: str
+    redis_url: str
+    upstream: FakeUpstream
+    port: int = field(default_factory=free_port)
+    processes: list[Process] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        # A clean environment: nothing of the test process's settings leaks in.
+        keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PGPASSWORD")
+        env = {k: os.environ[k] for k in keep if k in os.environ}
+        env.update(
+            DJANGO_SETTINGS_MODULE="config.settings.production",
+            DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+            DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
+            DATABASE_URL=self.database_url,
+            REDIS_URL=self.redis_url,
+            DJANGO_STATIC_ROOT=str(self.tmp / "staticfiles"),
+            DJANGO_ADMIN_URL=ADMIN_PATH,
+            # Plain http on loopback: no TLS-terminating proxy in front.
+            DJANGO_SECURE_SSL_REDIRECT="false",
+            DJANGO_SECURE_COOKIES="false",
+            DJANGO_SECURE_HSTS_SECONDS="0",
+            ARENA_IP_HASH_SALT="production-shape-salt",
+            ARENA_MIN_VOTE_SECONDS="0",
+            RATINGS_REFRESH_DEBOUNCE_SECONDS="1",
+            DJANGO_SUPERUSER_PASSWORD=STAFF_PASSWORD,
+            PYTHONUNBUFFERED="1",
+        )
+        return env
+
+    def _log(self, name: str) -> Path:
+        path = self.tmp / f"{len(self.logs):02d}-{name}.log"
+        self.logs.append(path)
+        return path
+
+    def run(self, name: str, *args: str, timeout: float = 120) -> str:
+        """Run one command to its end; its output, or a failure that shows it."""
+        log = self._log(name)
+        with log.open("wb") as out:
+            done = subprocess.run(
+                args, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout
+            )
+        text = log.read_text(errors="replace")
+        if done.returncode != 0:
+            pytest.fail(f"{name} exited with {done.returncode}:\n{text}", pytrace=False)
+        return text
+
+    def manage(self, *args: str) -> str:
+        return self.run(f"manage-{args[0]}", str(BIN / "python"), "manage.py", *args)
+
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> Process:
+        log = self._log(name)
+        with log.open("wb") as out:
+            popen = subprocess.Popen(
+                args,
+                cwd=ROOT,
+                env=self.env | (env or {}),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stopped with its children
+            )
+        process = Process(name, popen, log)
+        self.processes.append(process)
+        return process
+
+    def wait_for(self, what: str, ready: Callable[[], bool], *watched: Process) -> None:
+        deadline = time.monotonic() + WAIT_SECONDS
+        while time.monotonic() < deadline:
+            for process in watched:
+                if process.popen.poll() is not None:
+                    pytest.fail(
+                        f"{process.name} exited with {process.popen.returncode} while waiting "
+                        f"for {what}:\n{process.log.read_text(errors='replace')}",
+                        pytrace=False,
+                    )
+            if ready():
+                return
+            time.sleep(0.25)
+        pytest.fail(f"timed out waiting for {what}", pytrace=False)
+
+    def start_web(self) -> Process:
+        # bin/serve is the image's CMD and compose's web command: two uvicorn workers.
+        web = self.start(
+            "uvicorn",
+            str(ROOT / "bin" / "serve"),
+            env={"ARENA_PYTHON": str(BIN / "python"), "ARENA_HOST": "127.0.0.1"}
+            | {"ARENA_PORT": str(self.port)},
+        )
+        self.wait_for("the web server", lambda: self.get("/about")[0] == 200, web)
+        return web
+
+    def start_worker(self) -> Process:
+        worker = self.start(
+            "celery-worker",
+            str(BIN / "celery"),
+            "-A",
+            "config",
+            "worker",
+            "-Q",
+            "default,ratings",
+            "--loglevel",
+            "INFO",
+            "--concurrency",
+            "2",
+            "--hostname",
+            f"production-shape-{self.port}@%h",
+        )
+        self.wait_for("the worker", lambda: " ready." in _read(worker.log), worker)
+        return worker
+
+    def start_beat(self) -> Process:
+        beat = self.start(
+            "celery-beat",
+            str(BIN / "celery"),
+            "-A",
+            "config",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(self.tmp / "celerybeat-schedule"),
+            "--pidfile",
+            str(self.tmp / "celerybeat.pid"),
+        )
+        self.wait_for("beat", lambda: "beat: Starting..." in _read(beat.log), beat)
+        return beat
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+        except OSError:
+            return 0, b""
+
+    def snapshot(self) -> dict[str, Any] | None:
+        status, body = self.get("/leaderboard.json")
+        return json.loads(body)["snapshot"] if status == 200 else None
+
+    def stop(self) -> None:
+        """Terminate every process group started here, then kill what is left."""
+        for process in self.processes:
+            if process.popen.poll() is None:
+                os.killpg(process.popen.pid, signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.popen.pid, signal.SIGKILL)
+                process.popen.wait(timeout=10)
+            # Children (uvicorn's workers, the worker's pool) outlive a parent killed hard.
+            try:
+                os.killpg(process.popen.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def exited(self) -> list[str]:
+        """Names of the long-running processes that are no longer running."""
+        return [p.name for p in self.processes if p.popen.poll() is not None]
+
+    def print_logs(self) -> None:
+        for path in self.logs:
+            print(f"\n===== {path.name} =====\n{_read(path)[-20000:]}")
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+class Database:
+    """A PostgreSQL database of its own on the test's server, dropped at the end."""
+
+    def __init__(self) -> None:
+        import psycopg
+
+        self.name = f"arena_prod_{secrets.token_hex(4)}"
+        self.admin_url = _postgres_url()
+        self.url = _server_url(self.admin_url, self.name)
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.name}"')
+
+    def query(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def drop(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+
+def _redis_db_url() -> str:
+    parts = urlsplit(settings.REDIS_URL)
+    return parts._replace(path=f"/{REDIS_DB}").geturl()
+
+
+@pytest.fixture
+def production(tmp_path: Path) -> Iterator[tuple[ProductionShape, Database]]:
+    import redis
+
+    redis_url = _redis_db_url()
+    broker = redis.Redis.from_url(redis_url)
+    broker.flushdb()
+    database = Database()
+    shape: ProductionShape | None = None
+    try:
+        with FakeUpstream(record=False) as upstream:
+            for _, upstream_id, tokens in LIVE_MODELS.values():
+                upstream.models[upstream_id] = FakeModel(tokens=tokens, delay=0.02)
+            shape = ProductionShape(tmp_path, database.url, redis_url, upstream)
+            try:
+                shape.manage("migrate", "--noinput")
+                shape.manage("collectstatic", "--noinput")
+                shape.manage("load_demo")
+                shape.manage("rate_snapshot")
+                shape.manage(
+                    "createsuperuser", "--noinput", "--username", STAFF_USER, "--email", ""
+                )
+                shape.start_web()
+                shape.start_beat()
+                yield shape, database
+            finally:
+                shape.stop()
+                shape.print_logs()
+    finally:
+        broker.flushdb()
+        broker.close()
+        database.drop()
+
+
+def _ratings_queue(redis_url: str) -> list[str]:
+    """Names of the tasks waiting in the broker's ``ratings`` queue."""
+    import redis
+
+    with redis.Redis.from_url(redis_url) as client:
+        return [json.loads(raw)["headers"]["task"] for raw in client.lrange("ratings", 0, -1)]
+
+
+def _browser_context(browser, shape: ProductionShape):
+    # A visitor's browser: headless Chromium names itself "HeadlessChrome", which the arena
+    # rightly flags as a bot (its votes are kept but not counted on the leaderboard).
+    probe = browser.new_page()
+    user_agent = probe.evaluate("navigator.userAgent").replace("HeadlessChrome", "Chrome")
+    probe.close()
+    return browser.new_context(viewport={"width": 1280, "height": 900}, user_agent=user_agent)
+
+
+def _latest_vote(database: Database) -> tuple[str, str, str, str]:
+    """(source, winner, name of model A, name of model B) of the latest vote."""
+    rows = database.query(
+        """
+        SELECT b.source, v.winner, ma.display_name, mb.display_name
+        FROM arena_vote v
+        JOIN arena_battle b ON b.id = v.battle_id
+        JOIN arena_arenamodel ma ON ma.id = b.model_a_id
+        JOIN arena_arenamodel mb ON mb.id = b.model_b_id
+        WHERE b.source <> 'import'
+        ORDER BY v.id DESC LIMIT 1
+        """
+    )
+    return rows[0]
+
+
+def test_production_shape_serves_battles_votes_a_worker_rated_leaderboard_admin_and_static(
+    production, browser
+):
+    shape, database = production
+    baseline = shape.snapshot()
+    assert baseline is not None and baseline["n_votes"] > 0  # the demo's votes, by rate_snapshot
+
+    from playwright.sync_api import expect
+
+    context = _browser_context(browser, shape)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        # --- The terms, then a battle from the demo's pool (no live model yet).
+        page.goto(shape.url + "/")
+        page.get_by_test_id("terms-accept").click()
+        expect(page.get_by_test_id("response-b")).not_to_be_empty()
+        shape.wait_for(
+            "the terms' acceptance on record",
+            lambda: database.query("SELECT count(*) FROM arena_termsacceptance") == [(1,)],
+        )
+        expect(page.get_by_test_id("model-name-a")).to_have_text("Model A")
+        expect(page.get_by_test_id("vote-a")).to_be_enabled()
+        page.get_by_test_id("vote-a").click()
+        expect(page.get_by_test_id("model-name-a")).not_to_have_text("Model A")
+        source, winner, name_a, name_b = _latest_vote(database)
+        assert (source, winner) == ("pool", "model_a")
+        assert revealed_names(page) == (name_a, name_b)
+
+        # --- Two live models on the loopback upstream, registered as an operator would.
+        for slug, (display_name, upstream_id, _) in LIVE_MODELS.items():
+            shape.manage(
+                "add_model",
+                "--slug",
+                slug,
+                "--provider-url",
+                shape.upstream.url,
+                "--upstream-model",
+                upstream_id,
+                "--display-name",
+                display_name,
+                "--organization",
+                "Quillwort Labs",
+            )
+
+        # --- A live battle: a typed prompt, both answers streamed, a vote, the names.
+        page.goto(shape.url + "/")
+        page.get_by_test_id("prompt-input").fill("Tell me something")
+        page.get_by_test_id("send").click()
+        for side in "ab":
+            expect(page.get_by_test_id(f"side-status-{side}")).to_have_text(re.compile("^Done"))
+        expect(page.get_by_test_id("vote-b")).to_be_enabled()
+        shown = {" ".join(page.get_by_test_id(f"response-{s}").inner_text().split()) for s in "ab"}
+        assert shown == LIVE_ANSWERS
+        page.get_by_test_id("vote-b").click()
+        expect(page.get_by_test_id("model-name-b")).not_to_have_text("Model B")
+        source, winner, name_a, name_b = _latest_vote(database)
+        assert (source, winner) == ("live", "model_b")
+        assert {name_a, name_b} == {name for name, _, _ in LIVE_MODELS.values()}
+        assert revealed_names(page) == (name_a, name_b)
+
+        # --- The leaderboard: the votes' refresh waits in the broker until a worker runs it.
+        assert "ratings.tasks.snapshot_refresh" in _ratings_queue(shape.redis_url)
+        assert shape.snapshot() == baseline
+        worker = shape.start_worker()
+        new_votes = baseline["n_votes"] + 2
+        shape.wait_for(
+            "the worker's snapshot with the two new votes",
+            lambda: (shape.snapshot() or {}).get("n_votes") == new_votes,
+            worker,
+        )
+        assert _ratings_queue(shape.redis_url) == []
+        assert re.search(
+            r"Task ratings\.tasks\.snapshot_refresh\[[-0-9a-f]+\] succeeded", _read(worker.log)
+        )
+        page.goto(shape.url + "/leaderboard")
+        assert f"· {new_votes} votes" in page.get_by_test_id("last-updated").inner_text()
+
+        # --- The admin, at its configured path, with the staff user.
+        page.goto(f"{shape.url}/{ADMIN_PATH}")
+        page.fill("#id_username", STAFF_USER)
+        page.fill("#id_password", STAFF_PASSWORD)
+        with page.expect_navigation():
+            page.click("input[type=submit]")
+        assert page.url == f"{shape.url}/{ADMIN_PATH}"
+        assert page.get_by_role("heading", name="Site administration").is_visible()
+
+        # --- A static file under its hashed name, cached for good.
+        page.goto(shape.url + "/")
+        stylesheet = page.locator("link[rel=stylesheet]").first.get_attribute("href")
+        assert stylesheet is not None and re.fullmatch(
+            r"/static/css/arena\.[0-9a-f]{12}\.css", stylesheet
+        )
+        response = page.request.get(shape.url + stylesheet)
+        assert response.status == 200
+        assert response.headers["content-type"].startswith("text/css")
+        assert "max-age=315360000" in response.headers["cache-control"]
+        assert errors == []
+        assert shape.exited() == []  # web, beat and worker ran through the whole walk
+    finally:
+        context.close()
