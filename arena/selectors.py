@@ -9,7 +9,15 @@ from django.db.models import Count, Exists, OuterRef, Prefetch, QuerySet, Subque
 from django.db.models.functions import Coalesce, Length
 
 from arena.errors import not_found
-from arena.models import ArenaModel, Battle, BattleMessage, Prompt, TermsAcceptance, Vote
+from arena.models import (
+    ArenaModel,
+    Battle,
+    BattleMessage,
+    Completion,
+    Prompt,
+    TermsAcceptance,
+    Vote,
+)
 
 
 def battle_pk(battle_id: object) -> uuid.UUID:
@@ -36,6 +44,20 @@ def terms_accepted(*, voter_id: str) -> bool:
     return TermsAcceptance.objects.filter(
         voter_id=voter_id, terms_version=settings.ARENA_TERMS_VERSION
     ).exists()
+
+
+def pool_available() -> bool:
+    """Whether a pool battle can be served: some prompt has pool answers from two active models
+    with a positive sampling weight (what ``battle_start_pool`` draws from)."""
+    return (
+        Completion.objects.filter(
+            source=Completion.Source.POOL, model__is_active=True, model__sampling_weight__gt=0
+        )
+        .values("prompt_id")
+        .annotate(models=Count("model_id", distinct=True))
+        .filter(models__gte=2)
+        .exists()
+    )
 
 
 def battle_current_messages(*, battle: Battle) -> list[BattleMessage]:

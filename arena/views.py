@@ -16,7 +16,7 @@ from arena.api import api_view, client_ip, json_body, session_identity
 from arena.errors import ArenaError
 from arena.exports import ExportStats, export_options, export_rows, jsonl_line, voted_battles
 from arena.models import Battle
-from arena.selectors import battle_for_session, battle_payload, terms_accepted
+from arena.selectors import battle_for_session, battle_payload, pool_available, terms_accepted
 from arena.services.battles import battle_start_pool
 from arena.services.live import live_battles_enabled
 from arena.services.terms import terms_accept
@@ -30,16 +30,36 @@ def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
     )
 
 
+# The kinds of battle the page serves, in the order the page offers them.
+BATTLE_KINDS = (
+    ("live", "Ask two models", "Type a prompt; two anonymous models answer it live."),
+    ("pool", "Rate two answers", "Read two anonymous answers already given to a prompt."),
+)
+
+
 @require_GET
 @ensure_csrf_cookie
 def battle_page(request: HttpRequest) -> HttpResponse:
+    """Live battles (a typed prompt) and pool battles (two stored answers, imported pools
+    included), each offered when it can be served; ``?mode=live|pool`` picks one, else live."""
     _, voter_id = session_identity(request)
+    available = {"live": live_battles_enabled(), "pool": pool_available()}
+    kinds = [
+        {"key": key, "label": label, "description": description}
+        for key, label, description in BATTLE_KINDS
+        if available[key]
+    ]
+    offered = [kind["key"] for kind in kinds]
+    requested = request.GET.get("mode", "")
+    # With neither kind available, pool mode says so when it asks for a battle.
+    mode = requested if requested in offered else (offered[0] if offered else "pool")
     return render(
         request,
         "arena/battle.html",
         {
             "terms_accepted": terms_accepted(voter_id=voter_id),
-            "live": live_battles_enabled(),
+            "mode": mode,
+            "kinds": kinds if len(kinds) > 1 else [],
             "terms_version": settings.ARENA_TERMS_VERSION,
         },
     )

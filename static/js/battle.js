@@ -1,5 +1,6 @@
-/* The battle page: take one vote, reveal the names. Pool battles are fetched here; live battles
-   (data-mode="live") are streamed by live.js, which uses the helpers exported at the end. */
+/* The battle page: take one vote, reveal the names. Pool battles (data-mode="pool") are fetched
+   here; live battles (data-mode="live") are streamed by live.js, which uses the helpers exported
+   at the end. The page's tabs (?mode=live / ?mode=pool) are plain links. */
 (function () {
   "use strict";
   const $ = (id) => document.getElementById(id);
@@ -9,6 +10,9 @@
   const nextButton = $("next-battle");
   const verdictEl = $("verdict");
   const termsDialog = $("terms");
+  const termsAcceptButton = $("terms-accept");
+  const termsError = $("terms-error");
+  const termsOpenButton = $("terms-open");
   const liveMode = root.dataset.mode === "live";
   let termsAccepted = root.dataset.termsAccepted === "true";
   let battle = null;
@@ -106,7 +110,9 @@
     verdictEl.hidden = true;
     nextButton.hidden = true;
     setVotingEnabled(data.votable);
-    setStatus(data.votable ? "" : "This battle cannot be voted on.", !data.votable);
+    if (!data.votable) setStatus("This battle cannot be voted on.", true);
+    else if (termsDeclined()) setStatus(TERMS_HINT, true);  // keep saying why a vote asks first
+    else setStatus("");
   }
 
   async function newBattle() {
@@ -125,26 +131,53 @@
     }
   }
 
+  /* The terms: acceptance is recorded only from the "I agree" button. Escape (the dialog's
+     cancel) or "Not now" closes the dialog without it: the answers can be read, and the next
+     vote (or "Read the terms to vote") shows the terms again. Resolves to whether they are
+     accepted. */
+  const TERMS_HINT = "You have not agreed to the terms, so you cannot vote yet. Voting shows them again.";
+  let termsPending = null;
+  function termsDeclined() { return !termsAccepted && !termsOpenButton.hidden; }
   function ensureTerms() {
-    if (termsAccepted) return Promise.resolve();
-    return new Promise((resolve) => {
-      termsDialog.addEventListener("close", async function onClose() {
+    if (termsAccepted) return Promise.resolve(true);
+    if (termsPending) return termsPending;
+    termsPending = new Promise((resolve) => {
+      termsDialog.addEventListener("close", function onClose() {
         termsDialog.removeEventListener("close", onClose);
-        try {
-          await api("POST", "/api/terms", { accept: true });
-          termsAccepted = true;
-          resolve();
-        } catch (error) {
-          setStatus(error.message, true);
-        }
+        termsPending = null;
+        termsOpenButton.hidden = termsAccepted;
+        if (!termsAccepted) setStatus(TERMS_HINT, true);
+        else if (statusEl.textContent === TERMS_HINT) setStatus("");
+        resolve(termsAccepted);
       });
-      termsDialog.showModal();
     });
+    termsError.hidden = true;
+    termsDialog.showModal();
+    return termsPending;
   }
+
+  async function acceptTerms() {
+    termsAcceptButton.disabled = true;
+    try {
+      await api("POST", "/api/terms", { accept: true });
+      termsAccepted = true;
+      termsDialog.close("accepted");
+    } catch (error) {
+      termsError.textContent = error.message;
+      termsError.hidden = false;
+    } finally {
+      termsAcceptButton.disabled = false;
+    }
+  }
+
+  termsAcceptButton.addEventListener("click", acceptTerms);
+  $("terms-later").addEventListener("click", () => termsDialog.close());
+  termsOpenButton.addEventListener("click", () => ensureTerms());
 
   async function vote(winner) {
     if (!battle || busy || !battle.votable) return;
-    await ensureTerms();
+    if (!(await ensureTerms())) return;
+    if (!battle || busy || !battle.votable) return;
     busy = true;
     setVotingEnabled(false);
     try {
@@ -160,6 +193,7 @@
       nextButton.focus();
     } catch (error) {
       setStatus(error.message, true);
+      if (error.code === "terms_required") termsAccepted = false;  // e.g. new terms meanwhile
       if (error.code !== "already_voted" && error.code !== "not_votable") setVotingEnabled(true);
     } finally {
       busy = false;
@@ -193,6 +227,7 @@
     setBattle: setBattle, setVotingEnabled: setVotingEnabled, renderPrompt: renderPrompt,
     resetNames: resetNames, revealNames: revealNames, onVoted: null, onNext: null,
   };
-  if (liveMode) ensureTerms();
-  else ensureTerms().then(newBattle);
+  // A pool battle is fetched behind the terms, so a visitor who closes them can read it.
+  ensureTerms();
+  if (!liveMode) newBattle();
 })();

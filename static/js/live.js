@@ -235,6 +235,7 @@
     if (streaming) return;
     const prompt = input.value.trim();
     if (!prompt) { A.setStatus("Type a prompt first.", true); input.focus(); return; }
+    if (!(await A.ensureTerms())) return;  // prompts may be published: the terms say so
     if (canFollowUp()) {
       await send({ type: "turn", battle_id: battle.id, prompt: prompt });
       return;
