@@ -71,6 +71,8 @@ LIVE_ANSWERS = {
     "item one item two code and the second.",
 }
 WAIT_SECONDS = 60
+# What the page waits for (streams, votes) on a busy two-core machine.
+UI_TIMEOUT_MS = 30_000
 
 
 def _server_url(url: str, dbname: str) -> str:
@@ -390,15 +392,17 @@ def test_production_shape_serves_battles_votes_a_worker_rated_leaderboard_admin_
         # --- The terms, then a battle from the demo's pool (no live model yet).
         page.goto(shape.url + "/")
         page.get_by_test_id("terms-accept").click()
-        expect(page.get_by_test_id("response-b")).not_to_be_empty()
+        expect(page.get_by_test_id("response-b")).not_to_be_empty(timeout=UI_TIMEOUT_MS)
         shape.wait_for(
             "the terms' acceptance on record",
             lambda: database.query("SELECT count(*) FROM arena_termsacceptance") == [(1,)],
         )
-        expect(page.get_by_test_id("model-name-a")).to_have_text("Model A")
-        expect(page.get_by_test_id("vote-a")).to_be_enabled()
+        expect(page.get_by_test_id("model-name-a")).to_have_text("Model A", timeout=UI_TIMEOUT_MS)
+        expect(page.get_by_test_id("vote-a")).to_be_enabled(timeout=UI_TIMEOUT_MS)
         page.get_by_test_id("vote-a").click()
-        expect(page.get_by_test_id("model-name-a")).not_to_have_text("Model A")
+        expect(page.get_by_test_id("model-name-a")).not_to_have_text(
+            "Model A", timeout=UI_TIMEOUT_MS
+        )
         source, winner, name_a, name_b = _latest_vote(database)
         assert (source, winner) == ("pool", "model_a")
         assert revealed_names(page) == (name_a, name_b)
@@ -424,12 +428,16 @@ def test_production_shape_serves_battles_votes_a_worker_rated_leaderboard_admin_
         page.get_by_test_id("prompt-input").fill("Tell me something")
         page.get_by_test_id("send").click()
         for side in "ab":
-            expect(page.get_by_test_id(f"side-status-{side}")).to_have_text(re.compile("^Done"))
-        expect(page.get_by_test_id("vote-b")).to_be_enabled()
+            expect(page.get_by_test_id(f"side-status-{side}")).to_have_text(
+                re.compile("^Done"), timeout=UI_TIMEOUT_MS
+            )
+        expect(page.get_by_test_id("vote-b")).to_be_enabled(timeout=UI_TIMEOUT_MS)
         shown = {" ".join(page.get_by_test_id(f"response-{s}").inner_text().split()) for s in "ab"}
         assert shown == LIVE_ANSWERS
         page.get_by_test_id("vote-b").click()
-        expect(page.get_by_test_id("model-name-b")).not_to_have_text("Model B")
+        expect(page.get_by_test_id("model-name-b")).not_to_have_text(
+            "Model B", timeout=UI_TIMEOUT_MS
+        )
         source, winner, name_a, name_b = _latest_vote(database)
         assert (source, winner) == ("live", "model_b")
         assert {name_a, name_b} == {name for name, _, _ in LIVE_MODELS.values()}
