@@ -6,6 +6,7 @@ page in Chromium: Overall still rates every demo model and lists the two live mo
 with them provisional.
 """
 
+import io
 import json
 import os
 import re
@@ -65,7 +66,7 @@ def test_demo_plus_two_live_models_keeps_overall_rated_and_lists_the_live_ones(
     asgi_server, visitor_page, fake_upstream, live_models
 ):
     page = visitor_page
-    call_command("load_demo", stdout=open(os.devnull, "w"))  # noqa: SIM115
+    call_command("load_demo", stdout=io.StringIO())
     # The demo's rated models: those its expert votes compared (the pool's other answerers have
     # no votes yet, so they are on no leaderboard, rated or provisional).
     demo_votes = Vote.objects.filter(battle__source=Battle.Source.IMPORT)
