@@ -2,15 +2,28 @@
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from arena.errors import ArenaError
 from arena.services.identity import voter_id_new
 
 VOTER_SESSION_KEY = "arena_voter_id"
+API_PREFIX = "/api/"
+
+# The code and message of an error that no view phrased itself (a 404 for an unknown path, a
+# 405 from a method decorator, a 400 from a request Django refused, an unexpected exception).
+_STATUS_ERRORS: dict[int, tuple[str, str]] = {
+    400: ("bad_request", "The request could not be understood."),
+    403: ("forbidden", "You are not allowed to do that."),
+    404: ("not_found", "Not found."),
+    405: ("method_not_allowed", "This method is not allowed here."),
+    500: ("server_error", "Something went wrong on our side; the error has been logged."),
+}
 
 
 def json_body(request: HttpRequest) -> dict[str, Any]:
@@ -62,3 +75,66 @@ def api_view(func: Callable[..., Any]) -> Callable[..., HttpResponseBase]:
         return JsonResponse(result, status=status)
 
     return wrapper
+
+
+def is_api_request(request: HttpRequest) -> bool:
+    return request.path_info.startswith(API_PREFIX)
+
+
+def error_response(
+    status: int, *, code: str | None = None, message: str | None = None
+) -> JsonResponse:
+    """The API's error shape for ``status``, with the default code and message unless given."""
+    default_code, default_message = _STATUS_ERRORS.get(
+        status, ("error", f"{HTTPStatus(status).phrase}.")
+    )
+    error = ArenaError(code or default_code, message or default_message, status=status)
+    return JsonResponse(error.as_dict(), status=status)
+
+
+class ApiErrorMiddleware:
+    """Give every error response under /api/ the JSON error shape.
+
+    Views decorated with ``api_view`` already answer in it; this catches the rest: a 405 from
+    ``require_POST``, a 404 for an unknown path, a 400 for a request Django refused, and with
+    DEBUG on, the debug pages (the exception itself is still logged by Django).
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(
+        self,
+        get_response: Callable[[HttpRequest], HttpResponseBase]
+        | Callable[[HttpRequest], Awaitable[HttpResponseBase]],
+    ) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self.__acall__(request)
+        return self.shape(request, self.get_response(request))  # type: ignore[arg-type]
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+        return self.shape(request, await self.get_response(request))  # type: ignore[misc]
+
+    @staticmethod
+    def shape(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+        if (
+            response.status_code < 400
+            or not is_api_request(request)
+            or response.get("Content-Type", "").startswith("application/json")
+        ):
+            return response
+        message = None
+        if response.status_code == 405:
+            message = f"{request.method} is not allowed here; allowed: {response.get('Allow', '')}."
+        shaped = error_response(response.status_code, message=message)
+        for header in ("Allow", "Retry-After"):
+            if header in response:
+                shaped[header] = response[header]
+        shaped.cookies = response.cookies
+        return shaped

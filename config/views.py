@@ -1,0 +1,54 @@
+"""Error handlers: the API's JSON error shape under /api/, a page for everyone else.
+
+Wired in config/urls.py (handler400/403/404/500) and settings.CSRF_FAILURE_VIEW. None of them
+shows a debug page or an exception's text; an unexpected exception has already been logged with
+its traceback by Django (logger ``django.request``) before ``server_error`` runs.
+"""
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.shortcuts import render
+from django.template import loader
+
+from arena.api import error_response, is_api_request
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponseBase:
+    if is_api_request(request):
+        if isinstance(exception, RequestDataTooBig):
+            return error_response(
+                400, code="request_too_large", message="The request body is too large."
+            )
+        return error_response(400)
+    return render(request, "400.html", status=400)
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponseBase:
+    if is_api_request(request):
+        return error_response(403)
+    return render(request, "403.html", status=403)
+
+
+def page_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponseBase:
+    if is_api_request(request):
+        return error_response(404)
+    return render(request, "404.html", status=404)
+
+
+def server_error(request: HttpRequest) -> HttpResponseBase:
+    if is_api_request(request):
+        return error_response(500)
+    # No request context and no database: whatever failed may be what a context would need.
+    return HttpResponse(loader.get_template("500.html").render(), status=500)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponseBase:
+    # ``reason`` is Django's wording ("CSRF cookie not set." ...); it names no secret, and
+    # Django has already logged the failure (logger ``django.security.csrf``).
+    if is_api_request(request):
+        return error_response(
+            403,
+            code="csrf_failed",
+            message=f"CSRF check failed: {reason} Reload the page and try again.",
+        )
+    return render(request, "403_csrf.html", {"reason": reason}, status=403)
