@@ -40,7 +40,9 @@ def _svg(
         f'<svg class="chart" viewBox="0 0 {_num(width)} {_num(height)}" '
         f'preserveAspectRatio="xMinYMin meet" role="img" '
         f'aria-labelledby="{plot_id}-title {plot_id}-desc" font-size="{FONT}" '
-        f'style="max-width:{_num(width)}px">'
+        # Natural size as attributes, shrunk by CSS (max-width: 100%): no style attribute, which
+        # the Content-Security-Policy (style-src 'self') would block.
+        f'width="{_num(width)}" height="{_num(height)}">'
         f'<title id="{plot_id}-title">{_e(title)}</title>'
         f'<desc id="{plot_id}-desc">{_e(desc)}</desc>' + "".join(body) + "</svg>"
     )
@@ -237,7 +239,7 @@ def heatmap(
                 shown = "–" if empty else text(float(v))  # type: ignore[arg-type]
                 body.append(
                     f'<text x="{cx + cell / 2:.1f}" y="{cy + cell / 2 + 4.5:.1f}" '
-                    f'text-anchor="middle" style="fill:{_ink(rgb)}" font-size="{min(FONT, cell / 3):.1f}"'
+                    f'text-anchor="middle" color="{_ink(rgb)}" font-size="{min(FONT, cell / 3):.1f}"'
                     f' aria-hidden="true">{shown}</text>'
                 )
     # Legend: a gradient bar under the matrix.

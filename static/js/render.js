@@ -11,6 +11,16 @@
     const src = md.utils.escapeHtml(token.attrGet("src") || "");
     return '<a href="' + src + '">[image: ' + md.utils.escapeHtml(alt) + "]</a>";
   };
+  /* Table column alignment as a class, not the style attribute markdown-it writes: the
+     Content-Security-Policy (style-src 'self') blocks inline styles, even in DOMPurify's parse. */
+  md.core.ruler.push("align_classes", function (state) {
+    state.tokens.forEach(function (token) {
+      const align = /^text-align:(left|center|right)$/.exec(token.attrGet("style") || "");
+      if (!align) return;
+      token.attrs = token.attrs.filter(function (attr) { return attr[0] !== "style"; });
+      token.attrJoin("class", "align-" + align[1]);
+    });
+  });
   const purifyConfig = {
     USE_PROFILES: { html: true },
     FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "iframe", "object", "embed", "img", "picture", "video", "audio", "source"],

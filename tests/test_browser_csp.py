@@ -1,0 +1,76 @@
+"""In Chromium: the pages work under the Content-Security-Policy and the browser reports no
+violation of it (a blocked inline style or script shows up as a console error)."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.urls import reverse
+
+from arena.tests.factories import ArenaModelFactory, CompletionFactory, PromptFactory
+from config.settings import base
+from ratings import services
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+ANSWER = """## A table
+
+| left | centre | right |
+|:-----|:------:|------:|
+| 1    | 2      | 3     |
+
+Some `code` and a [link](https://example.org).
+"""
+
+
+def csp_violations(page) -> list[str]:
+    """Chromium's console reports, each with the page and the script line that caused it."""
+    seen: list[str] = []
+
+    def on_console(message) -> None:
+        if "Content Security Policy" in message.text:
+            seen.append(f"{page.url}: {message.text} ({message.location})")
+
+    page.on("console", on_console)
+    return seen
+
+
+def test_battle_leaderboard_about_and_admin_pages_raise_no_csp_violation(
+    asgi_server, page, rated_models, settings
+):
+    # The exact policy every environment serves: no 'unsafe-eval', so this test waits through
+    # locators, never page.wait_for_function (which evaluates its predicate with eval).
+    settings.CONTENT_SECURITY_POLICY = base.CONTENT_SECURITY_POLICY
+    settings.RATINGS_MIN_CATEGORY_VOTES = 10
+    services.snapshot_refresh()
+    prompt = PromptFactory(turns=["Show me a table."])
+    for model in (ArenaModelFactory(), ArenaModelFactory()):
+        CompletionFactory(prompt=prompt, model=model, turns=[ANSWER])
+    get_user_model().objects.create_superuser("staff", "staff@example.org", "pw-123456!")
+    violations = csp_violations(page)
+
+    page.goto(asgi_server.url + "/")
+    page.get_by_test_id("terms-accept").click()
+    # markdown-it and DOMPurify ran (scripts allowed) and rendered the aligned table
+    page.get_by_test_id("response-b").locator("table th").first.wait_for()
+    centre = page.get_by_test_id("response-b").locator("td.align-center")
+    assert centre.evaluate("el => getComputedStyle(el).textAlign") == "center"
+    page.get_by_test_id("vote-a").click()
+    # the vote's fetch went through (connect-src) and the names were revealed
+    page.get_by_test_id("next-battle").wait_for()
+    assert page.get_by_test_id("model-name-a").inner_text() != "Model A"
+
+    page.goto(asgi_server.url + "/leaderboard")
+    assert page.get_by_test_id("winrate-heatmap").locator("svg text").first.is_visible()
+    page.goto(asgi_server.url + "/about")
+
+    page.goto(asgi_server.url + "/" + settings.ADMIN_URL)
+    page.fill("#id_username", "staff")
+    page.fill("#id_password", "pw-123456!")
+    page.click("input[type=submit]")
+    page.wait_for_url("**/" + settings.ADMIN_URL)
+    page.goto(asgi_server.url + reverse("admin:ratings_leaderboardsnapshot_changelist"))
+    assert page.get_by_test_id("recompute-now").is_visible()
+    page.goto(asgi_server.url + reverse("admin:arena_arenamodel_changelist"))
+    page.goto(asgi_server.url + reverse("admin:arena_arenamodel_add"))
+    assert page.locator("#arenamodel_form").is_visible()
+
+    assert violations == [], "\n".join(violations)
