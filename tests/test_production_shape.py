@@ -5,7 +5,8 @@ Every process runs ``config.settings.production`` as a subprocess: ``migrate``,
 a staff user, uvicorn with two workers, a Celery worker on both queues and Celery beat. They use
 a PostgreSQL database and a Redis db number of their own (never pytest-django's test database:
 subprocesses cannot see a test's transaction). The one fake is the loopback OpenAI-compatible
-upstream behind the two live models.
+upstream behind the two live models. With live models and the demo's pool both present, the page
+offers both kinds of battle, and the visitor plays one of each.
 
 The leaderboard refresh after a vote must be the worker's: production settings run no task
 eagerly and start no refresh thread, so the votes' refresh waits in the broker's ``ratings``
@@ -389,24 +390,6 @@ def test_production_shape_serves_battles_votes_a_worker_rated_leaderboard_admin_
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     try:
-        # --- The terms, then a battle from the demo's pool (no live model yet).
-        page.goto(shape.url + "/")
-        page.get_by_test_id("terms-accept").click()
-        expect(page.get_by_test_id("response-b")).not_to_be_empty(timeout=UI_TIMEOUT_MS)
-        shape.wait_for(
-            "the terms' acceptance on record",
-            lambda: database.query("SELECT count(*) FROM arena_termsacceptance") == [(1,)],
-        )
-        expect(page.get_by_test_id("model-name-a")).to_have_text("Model A", timeout=UI_TIMEOUT_MS)
-        expect(page.get_by_test_id("vote-a")).to_be_enabled(timeout=UI_TIMEOUT_MS)
-        page.get_by_test_id("vote-a").click()
-        expect(page.get_by_test_id("model-name-a")).not_to_have_text(
-            "Model A", timeout=UI_TIMEOUT_MS
-        )
-        source, winner, name_a, name_b = _latest_vote(database)
-        assert (source, winner) == ("pool", "model_a")
-        assert revealed_names(page) == (name_a, name_b)
-
         # --- Two live models on the loopback upstream, registered as an operator would.
         for slug, (display_name, upstream_id, _) in LIVE_MODELS.items():
             shape.manage(
@@ -423,8 +406,30 @@ def test_production_shape_serves_battles_votes_a_worker_rated_leaderboard_admin_
                 "Quillwort Labs",
             )
 
-        # --- A live battle: a typed prompt, both answers streamed, a vote, the names.
+        # --- The terms, then both kinds of battle offered; first two answers from the pool.
         page.goto(shape.url + "/")
+        page.get_by_test_id("terms-accept").click()
+        shape.wait_for(
+            "the terms' acceptance on record",
+            lambda: database.query("SELECT count(*) FROM arena_termsacceptance") == [(1,)],
+        )
+        expect(page.get_by_test_id("terms-accept")).to_be_hidden(timeout=UI_TIMEOUT_MS)
+        with page.expect_navigation():
+            page.get_by_test_id("kind-pool").click()
+        expect(page.get_by_test_id("response-b")).not_to_be_empty(timeout=UI_TIMEOUT_MS)
+        expect(page.get_by_test_id("model-name-a")).to_have_text("Model A", timeout=UI_TIMEOUT_MS)
+        expect(page.get_by_test_id("vote-a")).to_be_enabled(timeout=UI_TIMEOUT_MS)
+        page.get_by_test_id("vote-a").click()
+        expect(page.get_by_test_id("model-name-a")).not_to_have_text(
+            "Model A", timeout=UI_TIMEOUT_MS
+        )
+        source, winner, name_a, name_b = _latest_vote(database)
+        assert (source, winner) == ("pool", "model_a")
+        assert revealed_names(page) == (name_a, name_b)
+
+        # --- A live battle: a typed prompt, both answers streamed, a vote, the names.
+        with page.expect_navigation():
+            page.get_by_test_id("kind-live").click()
         page.get_by_test_id("prompt-input").fill("Tell me something")
         page.get_by_test_id("send").click()
         for side in "ab":
