@@ -27,6 +27,12 @@ def progress(items: Sequence[T], /, *, desc: str) -> Iterable[T]:
 
 def progress_iter(items: Iterable[T], /, *, desc: str, total: int | None, unit: str) -> Iterable[T]:
     bar: Iterable[T] = tqdm(
-        items, desc=desc, total=total, unit=unit, file=sys.stderr, disable=not on_terminal()
+        items,
+        desc=desc,
+        total=total,
+        unit=unit,
+        file=sys.stderr,
+        disable=not on_terminal(),
+        leave=False,
     )
     return bar
