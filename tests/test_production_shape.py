@@ -389,6 +389,11 @@ def test_production_shape_serves_battles_votes_a_worker_rated_leaderboard_admin_
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # The production Content-Security-Policy, exactly: anything it blocks is logged as an error.
+    page.on(
+        "console",
+        lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None,
+    )
     try:
         # --- Two live models on the loopback upstream, registered as an operator would.
         for slug, (display_name, upstream_id, _) in LIVE_MODELS.items():
