@@ -232,7 +232,7 @@ def make_vote(db):
             model_a=model_a,
             model_b=model_b,
             prompt=prompt_obj,
-            session_key="s",
+            session_hash="",
             state=Battle.State.VOTED,
         )
         for turn in range(turns):

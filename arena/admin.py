@@ -133,7 +133,9 @@ class BattleMessageInline(admin.TabularInline[BattleMessage, Battle]):
 class BattleAdmin(ReadOnlyAdmin):
     list_display = ["id", "created_at", "mode", "source", "state", "model_a", "model_b"]
     list_filter = ["mode", "source", "state", "model_a", "model_b"]
-    search_fields = ["id", "model_a__slug", "model_b__slug", "session_key"]
+    search_fields = ["id", "model_a__slug", "model_b__slug"]
+    # The session's keyed hash links a battle to its visitor; staff have no use for it.
+    exclude = ["session_hash"]
     date_hierarchy = "created_at"
     inlines = [BattleMessageInline]
 

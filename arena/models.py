@@ -173,7 +173,14 @@ class Battle(models.Model):
     prompt = models.ForeignKey(
         Prompt, null=True, blank=True, on_delete=models.PROTECT, related_name="battles"
     )
-    session_key = models.CharField(max_length=64, db_index=True, blank=True)
+    # The visitor's session as arena.services.identity.session_hash keys it: never the session
+    # key itself, which would let a reader of this table act as the visitor.
+    session_hash = models.CharField(
+        max_length=64,
+        db_index=True,
+        blank=True,
+        help_text="Keyed hash (HMAC-SHA256) of the visitor's session key; never the key.",
+    )
     state = models.CharField(max_length=20, choices=State.choices, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -18,6 +18,7 @@ from arena.models import (
     TermsAcceptance,
     Vote,
 )
+from arena.services.identity import session_hash
 
 
 def battle_pk(battle_id: object) -> uuid.UUID:
@@ -29,13 +30,19 @@ def battle_pk(battle_id: object) -> uuid.UUID:
 
 
 def battle_for_session(*, battle_id: object, session_key: str) -> Battle:
-    """The battle, if it was served to this session; another session's is as good as unknown."""
+    """The battle, if it was served to this session; another session's is as good as unknown.
+
+    Battles keep the session's keyed hash (``session_hash``), never the key.
+    """
+    pk = battle_pk(battle_id)
+    if not session_key:
+        raise not_found("Battle")
     battle = (
         Battle.objects.select_related("model_a", "model_b")
-        .filter(pk=battle_pk(battle_id), session_key=session_key)
+        .filter(pk=pk, session_hash=session_hash(session_key))
         .first()
     )
-    if battle is None or not session_key:
+    if battle is None:
         raise not_found("Battle")
     return battle
 

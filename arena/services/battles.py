@@ -7,6 +7,7 @@ from django.db import transaction
 
 from arena.errors import ArenaError
 from arena.models import ArenaModel, Battle, BattleMessage, Completion, Prompt
+from arena.services.identity import session_hash
 
 _PAIR_ATTEMPTS = 20
 
@@ -93,7 +94,7 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
             model_a_id=side_a,
             model_b_id=side_b,
             prompt=prompt,
-            session_key=session_key,
+            session_hash=session_hash(session_key),
             state=Battle.State.READY,
         )
         BattleMessage.objects.bulk_create(

@@ -149,7 +149,7 @@ def _write_history(history: list[dict[str, Any]], progress: Progress) -> int:
                 model_a_id=models[item["model_a"]],
                 model_b_id=models[item["model_b"]],
                 prompt=prompt,
-                session_key="",
+                session_hash="",
                 state=Battle.State.VOTED,
             )
         )

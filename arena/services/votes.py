@@ -9,7 +9,7 @@ from django.utils import timezone
 from arena.errors import ArenaError, not_found
 from arena.models import Battle, BattleMessage, Vote
 from arena.selectors import battle_pk, terms_accepted
-from arena.services.identity import ip_hash, user_agent_class
+from arena.services.identity import ip_hash, session_hash_matches, user_agent_class
 from arena.signals import vote_recorded
 from ratings.style import conv_metadata
 
@@ -43,7 +43,7 @@ def vote_record(
             battle = Battle.objects.select_for_update().filter(pk=pk).first()
             if battle is None:
                 raise not_found("Battle")
-            if not session_key or battle.session_key != session_key:
+            if not session_hash_matches(battle.session_hash, session_key):
                 raise ArenaError(
                     "forbidden", "This battle was served to another session.", status=403
                 )

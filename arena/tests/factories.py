@@ -1,6 +1,7 @@
 import factory
 
 from arena.models import ArenaModel, Battle, BattleMessage, Completion, Prompt, Provider
+from arena.services.identity import session_hash
 
 
 class ProviderFactory(factory.django.DjangoModelFactory):
@@ -51,8 +52,11 @@ class BattleFactory(factory.django.DjangoModelFactory):
     model_a = factory.SubFactory(ArenaModelFactory)
     model_b = factory.SubFactory(ArenaModelFactory)
     prompt = factory.SubFactory(PromptFactory)
-    session_key = "session-1"
+    session_hash = factory.LazyAttribute(lambda o: session_hash(o.session_key))
     state = Battle.State.READY
+
+    class Params:
+        session_key = "session-1"  # the visitor's session key; the battle stores its hash
 
     @factory.post_generation
     def messages(self, create, extracted, **kwargs):
