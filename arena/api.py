@@ -1,7 +1,6 @@
 """The JSON API's plumbing: request parsing and the one place domain errors become responses."""
 
 import functools
-import json
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
@@ -10,6 +9,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from arena.errors import ArenaError
+from arena.inputs import json_parse
 from arena.services.identity import voter_id_new
 
 VOTER_SESSION_KEY = "arena_voter_id"
@@ -29,12 +29,8 @@ _STATUS_ERRORS: dict[int, tuple[str, str]] = {
 def json_body(request: HttpRequest) -> dict[str, Any]:
     if not request.body:
         return {}
-    try:
-        data = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
-        raise ArenaError(
-            "invalid_json", "The request body is not valid JSON.", field="body"
-        ) from None
+    # Not JSON, or nested past the parser's recursion limit: a 400 naming the body.
+    data = json_parse(request.body, what="The request body", field="body")
     if not isinstance(data, dict):
         raise ArenaError("invalid_json", "The request body must be a JSON object.", field="body")
     return data

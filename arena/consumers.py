@@ -17,7 +17,10 @@ Frames to the page:
 - ``turn_end``    {battle}                 saved state; ``battle.votable`` unlocks voting
 - ``models``      {models}, ``suggestion`` {prompt}
 - ``error``       {code, message, field}   an ``ArenaError``, made into a frame in one place;
-                  ``turn_lost`` when the end of a turn could not be saved (start over)
+                  ``server_error`` for anything unexpected (logged with its traceback);
+                  ``turn_lost`` when the end of a turn could not be saved yet: the answers
+                  stay in memory and the save is retried (a ``turn_end`` follows once it
+                  lands), and a ``regenerate`` or ``turn`` for that battle saves it first
 
 Model names appear only in ``models`` frames (asked for by named mode) and in the battle of a
 named-mode turn; the vote that reveals an anonymous pair goes over HTTP as for pool battles.
@@ -32,6 +35,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import uuid
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +46,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from arena.errors import ArenaError
+from arena.inputs import json_parse
 from arena.models import Battle
 from arena.selectors import battle_payload, prompt_suggestion
 from arena.services.live import (
@@ -115,6 +120,28 @@ def _loaded_session_key(session: Any) -> str | None:
 
 _SAVE_SLICE = 25  # messages per partial save
 _FINISH_RETRY_SECONDS = 0.5
+# After a turn is reported lost, its end is saved again with back-off (doubling from the first
+# delay up to the longest) for at most the window; ``live_battles_sweep`` settles the battle if
+# the process stops first, and a save that comes after the sweep changes nothing.
+_SAVE_RETRY_FIRST_SECONDS = 1.0
+_SAVE_RETRY_MAX_SECONDS = 15.0
+_SAVE_RETRY_WINDOW_SECONDS = 600.0
+
+SERVER_ERROR_FRAME = {
+    "type": "error",
+    "code": "server_error",
+    "message": "Something went wrong on our side; the error has been logged.",
+    "field": None,
+}
+TURN_LOST_FRAME = {
+    "type": "error",
+    "code": "turn_lost",
+    "message": (
+        "The answers could not be saved yet (they will be once the database is back). "
+        "Regenerate them, or start a new battle."
+    ),
+    "field": None,
+}
 
 
 class _ProgressSaver:
@@ -143,26 +170,118 @@ class _ProgressSaver:
     async def _run(self) -> None:
         while self.turns:
             await asyncio.sleep(settings.ARENA_LIVE_SAVE_SECONDS)
-            contents = {}
+            grown = []  # (message id, text, the turn's saved counts, side, parts)
             for plan, answers, saved in list(self.turns.values()):
                 for side, answer in answers.items():
-                    if answer.status == "streaming" and len(answer.parts) > saved[side]:
-                        saved[side] = len(answer.parts)
-                        contents[plan.sides[side].message_id] = answer.text
+                    parts = len(answer.parts)
+                    if answer.status == "streaming" and parts > saved[side]:
+                        grown.append((plan.sides[side].message_id, answer.text, saved, side, parts))
             # In slices: the thread holds the GIL while it adapts and sends a slice, so one
             # statement over hundreds of rows would stall the relay of every battle at once.
-            items = list(contents.items())
-            for start in range(0, len(items), _SAVE_SLICE):
+            for start in range(0, len(grown), _SAVE_SLICE):
+                chunk = grown[start : start + _SAVE_SLICE]
                 try:
-                    await _db(messages_progress)(contents=dict(items[start : start + _SAVE_SLICE]))
+                    await _db(messages_progress)(contents={row[0]: row[1] for row in chunk})
                 except Exception:
+                    # Counted as saved only once written: the next round tries these again.
                     log.exception("saving partial answers failed")
+                    continue
+                for _, _, saved, side, parts in chunk:
+                    saved[side] = parts
 
 
 # One saver per event loop (tests run one loop per test; a server, one per process).
 _SAVERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ProgressSaver] = (
     weakref.WeakKeyDictionary()
 )
+
+
+class _TurnSave:
+    """The end of one turn, held in memory (both answers in full) until it is saved.
+
+    ``attempt`` saves it at most once, whoever asks: the consumer at the end of the turn, the
+    retry with back-off after the page was told the turn was lost, or a ``regenerate`` or
+    ``turn`` frame for that battle, which needs it saved first. The lock keeps them in order.
+    """
+
+    def __init__(self, plan: TurnPlan, answers: dict[str, Answer]) -> None:
+        self.battle_id = plan.battle_id
+        self.answers = {s: (plan.sides[s].message_id, a) for s, a in answers.items()}
+        self.lock = asyncio.Lock()
+        self.payload: dict[str, Any] | None = None  # the battle as saved, once it is
+
+    async def attempt(self) -> dict[str, Any] | None:
+        """The saved battle's payload, saving it now if it is not yet; None if that failed."""
+        async with self.lock:
+            return await self.attempt_locked()
+
+    async def attempt_locked(self) -> dict[str, Any] | None:
+        if self.payload is None:
+            try:
+                self.payload = await _db(_turn_finish)(self.battle_id, self.answers)
+            except Exception:
+                log.exception("saving the end of a live turn failed (battle %s)", self.battle_id)
+        return self.payload
+
+
+# The turns of this event loop whose end is not saved yet, by battle id.
+_UNSAVED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[uuid.UUID, _TurnSave]] = (
+    weakref.WeakKeyDictionary()
+)
+_RETRIES: set[asyncio.Task[None]] = set()  # strong references while they run
+
+
+def _unsaved_turns() -> dict[uuid.UUID, _TurnSave]:
+    return _UNSAVED.setdefault(asyncio.get_running_loop(), {})
+
+
+async def _save_unsaved(battle_id: object) -> None:
+    """Save the end of this battle's lost turn, if this process holds one, before the battle is
+    continued; an ``ArenaError`` while it still cannot be saved."""
+    try:
+        key = uuid.UUID(str(battle_id))
+    except ValueError:
+        return  # not a battle id: the service says so
+    save = _unsaved_turns().get(key)
+    if save is None:
+        return
+    if await save.attempt() is None:
+        raise ArenaError(
+            "not_saved_yet",
+            "The last answers of this battle are not saved yet; try again in a moment.",
+            status=503,
+        )
+    _unsaved_turns().pop(key, None)
+
+
+async def _retry_save(save: _TurnSave, consumer: weakref.ref[BattleConsumer]) -> None:
+    """Save a lost turn's end with back-off until it lands or the window ends; then tell the
+    page (``turn_end``) if its socket is still open."""
+    loop = asyncio.get_running_loop()
+    give_up_at = loop.time() + _SAVE_RETRY_WINDOW_SECONDS
+    delay = _SAVE_RETRY_FIRST_SECONDS
+    try:
+        while save.payload is None and loop.time() < give_up_at:
+            await asyncio.sleep(min(delay, max(0.0, give_up_at - loop.time())))
+            delay = min(delay * 2, _SAVE_RETRY_MAX_SECONDS)
+            async with save.lock:
+                if save.payload is not None:
+                    return  # saved meanwhile, by a frame that continues the battle
+                payload = await save.attempt_locked()
+                if payload is not None:
+                    log.warning("saved the end of a lost live turn (battle %s)", save.battle_id)
+                    owner = consumer()
+                    if owner is not None:  # sent under the lock: before any turn that follows
+                        await owner._send({"type": "turn_end", "battle": payload})
+        if save.payload is None:
+            log.error(
+                "gave up saving the end of a live turn (battle %s); the sweep settles it",
+                save.battle_id,
+            )
+    finally:
+        unsaved = _unsaved_turns()
+        if unsaved.get(save.battle_id) is save:
+            del unsaved[save.battle_id]
 
 
 def _progress_saver() -> _ProgressSaver:
@@ -187,6 +306,7 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
         client = self.scope.get("client") or (None, None)
         self.client_ip: str | None = client[0]
         self.turn_task: asyncio.Task[None] | None = None
+        self.lost: set[uuid.UUID] = set()  # battles whose last turn is not saved yet
         self.connected = True
         await self.accept()
 
@@ -197,18 +317,17 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
     ) -> None:
-        """Every frame, good or malformed, ends in a dispatch or an error frame, never a crash."""
+        """Every frame, good or malformed, ends in a dispatch or an error frame, never a crash.
+
+        A crash would close the socket without a word and skip ``disconnect``, leaving a turn's
+        upstream calls running; an unexpected exception is logged and answered generically.
+        """
         try:
             if text_data is None:
                 raise ArenaError(
                     "invalid_frame", "Frames are JSON text, not binary.", field="frame"
                 )
-            try:
-                content = await self.decode_json(text_data)
-            except ValueError:
-                raise ArenaError(
-                    "invalid_json", "The frame is not valid JSON.", field="frame"
-                ) from None
+            content = json_parse(text_data, what="The frame", field="frame")
             await self._dispatch(content)
         except ArenaError as exc:
             await self._send(
@@ -219,6 +338,9 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                     "field": exc.field,
                 }
             )
+        except Exception:
+            log.exception("a websocket frame failed")
+            await self._send(SERVER_ERROR_FRAME)
 
     async def _dispatch(self, content: Any) -> None:
         if not isinstance(content, dict):
@@ -226,6 +348,10 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
         kind = content.get("type")
         if kind == "start":
             await self._stop_turn()  # a new battle replaces one still streaming here
+            for battle_id in list(self.lost):  # they count against the session's streaming
+                with contextlib.suppress(ArenaError):
+                    await _save_unsaved(battle_id)
+                    self.lost.discard(battle_id)
             plan = await _db(battle_start_live)(
                 session_key=self.session_key,
                 prompt=content.get("prompt"),
@@ -236,6 +362,7 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             await self._begin(plan)
         elif kind == "turn":
             self._refuse_while_streaming()
+            await _save_unsaved(content.get("battle_id"))
             plan = await _db(battle_turn_add)(
                 battle_id=content.get("battle_id"),
                 session_key=self.session_key,
@@ -245,6 +372,9 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             await self._begin(plan)
         elif kind == "regenerate":
             self._refuse_while_streaming()
+            # A turn reported lost is saved first, so its answers are kept (superseded) and the
+            # battle is no longer streaming: regenerate works as soon as the page hears of it.
+            await _save_unsaved(content.get("battle_id"))
             plan = await _db(battle_regenerate)(
                 battle_id=content.get("battle_id"),
                 session_key=self.session_key,
@@ -260,7 +390,8 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             prompt = await _db(prompt_suggestion)()
             await self._send({"type": "suggestion", "prompt": prompt})
         else:
-            raise ArenaError("invalid", f"Unknown frame type {kind!r}.", field="type")
+            shown = repr(kind) if isinstance(kind, str) and len(kind) <= 40 else "this"
+            raise ArenaError("invalid", f"Unknown frame type {shown}.", field="type")
 
     def _refuse_while_streaming(self) -> None:
         if self.turn_task is not None and not self.turn_task.done():
@@ -324,31 +455,25 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
         """Save the turn's end and send it; a failed save is retried once, then reported.
 
         Without a ``turn_end`` the page would wait for ever; on a second failure it is told the
-        turn was lost, and ``live_battles_sweep`` settles the battle later.
+        turn was lost (for now): the answers stay in memory and their save is retried with
+        back-off (``_retry_save``) until the database is back, and a ``regenerate`` or
+        ``turn`` for the battle saves them first. Only if this process stops before that does
+        ``live_battles_sweep`` settle the battle, with the last partial texts.
         """
-        saved = {s: (plan.sides[s].message_id, a) for s, a in answers.items()}
+        save = _TurnSave(plan, answers)
         for attempt in (1, 2):
-            try:
-                payload = await _db(_turn_finish)(plan.battle_id, saved)
-            except Exception:
-                log.exception(
-                    "saving the end of a live turn failed (battle %s, attempt %d)",
-                    plan.battle_id,
-                    attempt,
-                )
-                if attempt == 1:
-                    await asyncio.sleep(_FINISH_RETRY_SECONDS)
-                continue
-            await self._send({"type": "turn_end", "battle": payload})
-            return
-        await self._send(
-            {
-                "type": "error",
-                "code": "turn_lost",
-                "message": "This battle could not be saved. Please start a new battle.",
-                "field": None,
-            }
-        )
+            payload = await save.attempt()
+            if payload is not None:
+                await self._send({"type": "turn_end", "battle": payload})
+                return
+            if attempt == 1:
+                await asyncio.sleep(_FINISH_RETRY_SECONDS)
+        _unsaved_turns()[plan.battle_id] = save
+        self.lost.add(plan.battle_id)
+        retry = asyncio.get_running_loop().create_task(_retry_save(save, weakref.ref(self)))
+        _RETRIES.add(retry)
+        retry.add_done_callback(_RETRIES.discard)
+        await self._send(TURN_LOST_FRAME)
 
     async def _run_side(self, plan: TurnPlan, side: str, answer: Answer) -> None:
         side_plan = plan.sides[side]

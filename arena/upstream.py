@@ -24,6 +24,8 @@ from typing import Any
 import httpx2
 import openai
 
+from arena.inputs import text_storable
+
 # Parameters the chat-completions call takes by name; anything else goes in the request body
 # as is (e.g. vLLM's top_k), so a provider's own extensions keep working.
 _NAMED_PARAMS = frozenset(
@@ -52,6 +54,7 @@ PUBLIC_ERRORS = {
 # Statuses that refuse one request (too long, filtered, malformed for this model) rather than
 # say the provider is failing: the circuit breaker does not count them.
 _REQUEST_REFUSALS = frozenset({400, 413, 422})
+_FINISH_REASON_CHARS = 40  # BattleMessage.finish_reason's length
 
 
 @dataclass(frozen=True)
@@ -242,16 +245,19 @@ async def stream_answer(
                         if not isinstance(chunk, dict):
                             continue
                         usage = chunk.get("usage")
-                        if usage:
-                            answer.prompt_tokens = usage.get("prompt_tokens")
-                            answer.completion_tokens = usage.get("completion_tokens")
+                        if isinstance(usage, dict):
+                            answer.prompt_tokens = _count(usage.get("prompt_tokens"))
+                            answer.completion_tokens = _count(usage.get("completion_tokens"))
                         choices = chunk.get("choices")
                         if not choices:
                             continue
                         choice = choices[0]
                         delta = choice.get("delta")
-                        text = delta.get("content") if delta else None
-                        if text:
+                        text = delta.get("content") if isinstance(delta, dict) else None
+                        if text and isinstance(text, str):
+                            # Kept as shown and saved: no NUL or lone surrogate, which the
+                            # database refuses (and would lose the whole answer).
+                            text = text_storable(text)
                             if answer.time_to_first_token_ms is None:
                                 answer.time_to_first_token_ms = _ms_since(started)
                             answer.parts.append(text)
@@ -262,8 +268,8 @@ async def stream_answer(
                                 answer.finish_reason = "length"
                                 break
                         finish = choice.get("finish_reason")
-                        if finish:
-                            answer.finish_reason = finish
+                        if finish and isinstance(finish, str):
+                            answer.finish_reason = text_storable(finish)[:_FINISH_REASON_CHARS]
                     break
                 except openai.APIConnectionError as exc:
                     retry = (
@@ -324,6 +330,13 @@ async def close_clients() -> None:
     clients = _clients.pop(asyncio.get_running_loop(), {})
     for client in clients.values():
         await client.close()
+
+
+def _count(value: Any) -> int | None:
+    """A token count the database can hold, or None for anything else an upstream sends."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
+        return value
+    return None
 
 
 def _ms_since(started: float) -> int:

@@ -21,6 +21,7 @@ from django.db.models import Field, QuerySet
 from django.utils import timezone
 
 from arena.errors import ArenaError, not_found
+from arena.inputs import text_problem, text_storable
 from arena.models import ArenaModel, Battle, BattleMessage, LiveLimits, Prompt
 from arena.selectors import battle_pk
 from arena.services.breaker import (
@@ -28,7 +29,7 @@ from arena.services.breaker import (
     provider_success_record,
     providers_available,
 )
-from arena.services.identity import ip_hash
+from arena.services.identity import ip_hash, session_hash, session_hash_matches
 from arena.upstream import Answer, UpstreamTarget
 
 SIDES = ("a", "b")
@@ -123,6 +124,9 @@ def _clean_prompt(prompt: object, limits: Limits) -> str:
             f"The prompt is {len(text)} characters long; the limit is {limits.max_prompt_chars}.",
             field="prompt",
         )
+    problem = text_problem(text)
+    if problem is not None:
+        raise ArenaError("invalid", f"The prompt {problem}.", field="prompt")
     return text
 
 
@@ -148,23 +152,25 @@ def _check_call_rate(client_ip: str | None) -> None:
         )
 
 
-def _lock_session(session_key: str) -> None:
+def _lock_session(session_digest: str) -> None:
     """Serialise the live calls of one session until the transaction ends, so two starts at
     once cannot both pass the concurrency count. SQLite's IMMEDIATE transactions already
-    serialise every writer; PostgreSQL takes an advisory lock on the session."""
+    serialise every writer; PostgreSQL takes an advisory lock on the session (named by its
+    hash, like everything the database sees of a session)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                [f"arena-live-session:{session_key}"],
+                [f"arena-live-session:{session_digest}"],
             )
 
 
 def _check_concurrency(*, session_key: str, limits: Limits, exclude: uuid.UUID | None) -> None:
-    _lock_session(session_key)
+    digest = session_hash(session_key)
+    _lock_session(digest)
     fresh = timezone.now() - timedelta(seconds=settings.ARENA_LIVE_STALE_SECONDS)
     running = Battle.objects.filter(
-        session_key=session_key,
+        session_hash=digest,
         source=Battle.Source.LIVE,
         state=Battle.State.STREAMING,
         updated_at__gte=fresh,
@@ -201,6 +207,10 @@ def _named_pair(model_slugs: object) -> tuple[ArenaModel, ArenaModel]:
         or not all(isinstance(s, str) for s in model_slugs)
     ):
         raise ArenaError("invalid", "Pick two models.", field="models")
+    for slug in model_slugs:
+        problem = text_problem(slug)
+        if problem is not None:  # the database refuses it even as a query parameter
+            raise ArenaError("invalid", f"A model's name {problem}.", field="models")
     if model_slugs[0] == model_slugs[1]:
         raise ArenaError("invalid", "Pick two different models.", field="models")
     found = {
@@ -259,7 +269,7 @@ def battle_start_live(
             model_a=model_a,
             model_b=model_b,
             prompt=Prompt.objects.create(turns=[text], source=USER_PROMPT_SOURCE),
-            session_key=session_key,
+            session_hash=session_hash(session_key),
             state=Battle.State.STREAMING,
         )
         return _plan_turn(
@@ -275,7 +285,7 @@ def _locked_battle(*, battle_id: object, session_key: str) -> Battle:
         .filter(pk=pk, source=Battle.Source.LIVE)
         .first()
     )
-    if battle is None or not session_key or battle.session_key != session_key:
+    if battle is None or not session_hash_matches(battle.session_hash, session_key):
         # another session's battle is as good as unknown to this one
         raise not_found("Battle")
     return battle
@@ -461,7 +471,8 @@ def message_finish(*, message_id: int, answer: Answer) -> BattleMessage:
     message.time_to_first_token_ms = answer.time_to_first_token_ms
     message.latency_ms = answer.latency_ms
     message.finish_reason = answer.finish_reason if status == BattleMessage.Status.DONE else ""
-    message.error = answer.error or ("aborted" if status == BattleMessage.Status.ABORTED else "")
+    error = text_storable(answer.error)  # an upstream's words may hold anything
+    message.error = error or ("aborted" if status == BattleMessage.Status.ABORTED else "")
     message.save()
     return message
 
@@ -471,6 +482,10 @@ def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[str, tuple[int, An
 
     Ready to vote when both are done; errored when either failed; aborted when either was
     stopped or cut off by a disconnect. Each provider's breaker hears of its answer.
+
+    Idempotent: a turn already settled (by an earlier call whose reply was lost with the
+    database connection, or by ``live_battles_sweep``) or whose answers were regenerated since
+    is left as it is, so a save retried after a database outage never undoes later changes.
     """
     with transaction.atomic():
         # The models come along for their provider ids (the breakers below); only the battle's
@@ -480,6 +495,15 @@ def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[str, tuple[int, An
             .select_for_update(of=("self",))
             .get(pk=battle_id)
         )
+        message_ids = {message_id for message_id, _ in answers.values()}
+        unsettled = BattleMessage.objects.filter(
+            pk__in=message_ids,
+            battle=battle,
+            superseded_at__isnull=True,
+            status=BattleMessage.Status.STREAMING,
+        ).count()
+        if battle.state != Battle.State.STREAMING or unsettled != len(message_ids):
+            return battle
         statuses = set()
         for message_id, answer in answers.values():
             statuses.add(message_finish(message_id=message_id, answer=answer).status)

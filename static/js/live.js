@@ -164,10 +164,12 @@
   }
 
   function onError(frame) {
-    if (frame.code === "turn_lost") {  // the server could not save the turn: nothing to vote on
+    if (frame.code === "turn_lost") {
+      // The turn's end is not saved yet: nothing to vote on, but it can be regenerated (the
+      // server saves it first), and a turn_end follows if the save lands meanwhile.
       streaming = false;
-      battle = null;
-      A.setBattle(null);
+      if (battle) battle = Object.assign({}, battle, { state: "aborted", votable: false });
+      A.setBattle(battle);
     }
     A.setStatus(frame.message, true);
     if (frame.field === "prompt") input.focus();

@@ -1,0 +1,68 @@
+"""Checks on untrusted input shared by the HTTP API and the websocket.
+
+JSON is parsed with a nesting limit: Python's parser recurses, so a body or frame nested about
+a thousand deep raises ``RecursionError`` instead of a ``ValueError``, and nothing the arena
+takes is nested more than a few levels. Text must be storable: PostgreSQL refuses the NUL
+character in text, and a lone surrogate (JSON's ``"\\ud800"``) is not a Unicode character and
+cannot be encoded as UTF-8.
+"""
+
+import json
+import re
+from typing import Any
+
+from arena.errors import ArenaError
+
+MAX_JSON_DEPTH = 20  # frames and bodies are flat objects; pool lines nest two or three deep
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def json_too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` (parsed JSON) nests arrays and objects more than ``limit`` deep."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def json_parse(data: str | bytes, *, what: str, field: str) -> Any:
+    """``data`` parsed, or an ``ArenaError`` naming ``field`` (``what`` is the phrase for it,
+    e.g. "The frame") when it is not JSON or nests more than ``MAX_JSON_DEPTH`` deep."""
+    too_deep = ArenaError(
+        "invalid_json", f"{what} is nested more than {MAX_JSON_DEPTH} levels deep.", field=field
+    )
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        raise too_deep from None
+    except ValueError:  # UnicodeDecodeError included
+        raise ArenaError("invalid_json", f"{what} is not valid JSON.", field=field) from None
+    if json_too_deep(value):
+        raise too_deep
+    return value
+
+
+def text_problem(value: str) -> str | None:
+    """What makes ``value`` unstorable as text, phrased for a message, or None."""
+    if "\x00" in value:
+        return "holds a NUL character"
+    if _SURROGATE.search(value):
+        return "holds an unpaired surrogate (not a Unicode character)"
+    return None
+
+
+def text_storable(value: str) -> str:
+    """``value`` with each NUL and lone surrogate replaced by U+FFFD, for text not typed by the
+    visitor (a model's answer) that must be kept rather than refused."""
+    return _UNSTORABLE.sub("\ufffd", value)
