@@ -318,3 +318,17 @@ def test_simultaneous_starts_of_one_session_cannot_pass_the_concurrency_limit():
     for t in threads:
         t.join()
     assert sorted(outcomes) == ["ok"] + ["too_many_battles"] * 3
+
+
+def test_finishing_a_turn_again_changes_nothing():
+    """A save retried after its reply was lost, or after the sweep or a regenerate, is a no-op."""
+    live(2)
+    plan = battle_start_live(session_key="s", prompt="Hi")
+    first = finish(plan)
+    assert first.state == Battle.State.READY
+    again = finish(plan, status="error", error_kind="upstream")
+    assert again.state == Battle.State.READY
+    assert set(BattleMessage.objects.values_list("status", flat=True)) == {"done"}
+    regenerated = battle_regenerate(battle_id=plan.battle_id, session_key="s")
+    assert finish(plan, status="aborted").state == Battle.State.STREAMING
+    assert finish(regenerated).state == Battle.State.READY

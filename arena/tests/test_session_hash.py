@@ -117,3 +117,30 @@ def test_the_migration_hashes_the_session_keys_already_stored(settings):
     )
     assert Battle.objects.get(pk=visited.pk).session_hash == session_hash("s3ss10nk3y" * 3)
     assert Battle.objects.get(pk=imported.pk).session_hash == ""
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("upstream_clients")
+async def test_a_live_battle_keeps_the_hash_and_is_found_for_its_own_socket_only(
+    fake_upstream, live_models
+):
+    from arena.tests.test_consumer_live import FRAME_TIMEOUT, frames_until, get_battle, open_socket
+
+    owner = await open_socket()
+    await owner.send_json_to({"type": "start", "prompt": "Whose battle is this?"})
+    battle_id = (await frames_until(owner, "turn_end"))[-1]["battle"]["id"]
+    stored = (await get_battle(battle_id)).session_hash
+    assert stored == session_hash(owner.session_key) and owner.session_key not in stored
+
+    intruder = await open_socket()
+    await intruder.send_json_to({"type": "regenerate", "battle_id": battle_id})
+    assert (await intruder.receive_json_from(FRAME_TIMEOUT))["code"] == "not_found"
+    # The stored hash sent as the session cookie is no session at all.
+    forged = await open_socket(session_key=stored)
+    await forged.send_json_to({"type": "turn", "battle_id": battle_id, "prompt": "Me too"})
+    assert (await forged.receive_json_from(FRAME_TIMEOUT))["code"] == "not_found"
+
+    await owner.send_json_to({"type": "turn", "battle_id": battle_id, "prompt": "And more?"})
+    assert (await frames_until(owner, "turn_end"))[-1]["battle"]["state"] == "ready"
+    for comm in (owner, intruder, forged):
+        await comm.disconnect()
