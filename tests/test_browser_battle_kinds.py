@@ -1,7 +1,6 @@
 """In Chromium: with live models and a pool both present, a visitor rates two stored answers
 and asks two live models; the terms are accepted only from their "I agree" button."""
 
-
 import pytest
 from playwright.sync_api import expect
 
