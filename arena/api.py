@@ -7,9 +7,10 @@ from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.http.request import RawPostDataException
 
 from arena.errors import ArenaError
-from arena.inputs import json_parse
+from arena.inputs import json_parse, text_problem
 from arena.services.identity import voter_id_new
 
 VOTER_SESSION_KEY = "arena_voter_id"
@@ -26,14 +27,79 @@ _STATUS_ERRORS: dict[int, tuple[str, str]] = {
 }
 
 
+# Form encodings: the API takes JSON only. Django parses a multipart body before the view runs
+# (the CSRF check reads ``request.POST``), after which the raw body cannot be read any more.
+FORM_CONTENT_TYPES = ("multipart/", "application/x-www-form-urlencoded")
+
+
+def _not_json(content_type: str) -> ArenaError:
+    return ArenaError(
+        "unsupported_media_type",
+        f"The request body must be JSON (Content-Type: application/json), not {content_type}.",
+        status=415,
+        field="body",
+    )
+
+
 def json_body(request: HttpRequest) -> dict[str, Any]:
-    if not request.body:
+    """The request's JSON object ({} for an empty body).
+
+    A form (multipart or urlencoded) is a 415, JSON that is not an object, nests too deep or
+    holds a NUL or a lone surrogate in any string is a 400 naming the field (its top-level key).
+    """
+    content_type = (request.content_type or "").lower()
+    if content_type.startswith(FORM_CONTENT_TYPES):
+        raise _not_json(content_type)
+    try:
+        raw = request.body
+    except RawPostDataException:  # read as a stream already
+        raise _not_json(content_type or "a stream") from None
+    if not raw:
         return {}
     # Not JSON, or nested past the parser's recursion limit: a 400 naming the body.
-    data = json_parse(request.body, what="The request body", field="body")
+    data = json_parse(raw, what="The request body", field="body")
     if not isinstance(data, dict):
         raise ArenaError("invalid_json", "The request body must be a JSON object.", field="body")
+    for key, value in data.items():
+        field = key if text_problem(key) is None else "body"
+        problem = text_problem(key) or _json_text_problem(value)
+        if problem is not None:
+            raise ArenaError("invalid", f"{field} {problem}.", field=field)
     return data
+
+
+def _json_text_problem(value: Any) -> str | None:
+    """What makes a string somewhere inside parsed JSON unstorable (``text_problem``), or None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            problem = text_problem(item)
+            if problem is not None:
+                return problem
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+def text_inputs_problem(request: HttpRequest, url_args: dict[str, Any]) -> ArenaError | None:
+    """A 400 for a NUL or a lone surrogate in a URL argument or a query parameter, naming it.
+
+    Nothing the API takes from the URL may hold either: PostgreSQL cannot store a NUL in text
+    and a lone surrogate cannot be encoded. (Percent-encoded invalid UTF-8 in a query arrives
+    as U+FFFD, a NUL as itself.)
+    """
+    inputs = [(name, value) for name, value in url_args.items() if isinstance(value, str)]
+    for name, values in request.GET.lists():
+        inputs += [(name if text_problem(name) is None else "query", v) for v in (name, *values)]
+    for name, value in inputs:
+        problem = text_problem(value)
+        if problem is not None:
+            return ArenaError("invalid", f"{name} {problem}.", field=name)
+    return None
 
 
 def session_identity(request: HttpRequest) -> tuple[str, str]:
@@ -60,6 +126,9 @@ def api_view(func: Callable[..., Any]) -> Callable[..., HttpResponseBase]:
     @functools.wraps(func)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         try:
+            problem = text_inputs_problem(request, kwargs)
+            if problem is not None:
+                raise problem
             result = func(request, *args, **kwargs)
         except ArenaError as exc:
             return JsonResponse(exc.as_dict(), status=exc.status)
@@ -88,8 +157,18 @@ def error_response(
     return JsonResponse(error.as_dict(), status=status)
 
 
+def no_store(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+    """``Cache-Control: no-store`` on every answer under /api/: each one belongs to one visitor
+    (their battle, their vote, their terms, a staff member's export) or is an error about their
+    request, so neither a shared cache nor the browser's may keep it."""
+    if is_api_request(request):
+        response["Cache-Control"] = "no-store"
+    return response
+
+
 class ApiErrorMiddleware:
-    """Give every error response under /api/ the JSON error shape.
+    """Give every error response under /api/ the JSON error shape, and every response under
+    /api/ ``Cache-Control: no-store``.
 
     Views decorated with ``api_view`` already answer in it; this catches the rest: a 405 from
     ``require_POST``, a 404 for an unknown path, a 400 for a request Django refused, and with
@@ -112,10 +191,10 @@ class ApiErrorMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
             return self.__acall__(request)
-        return self.shape(request, self.get_response(request))  # type: ignore[arg-type]
+        return no_store(request, self.shape(request, self.get_response(request)))  # type: ignore[arg-type]
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        return self.shape(request, await self.get_response(request))  # type: ignore[misc]
+        return no_store(request, self.shape(request, await self.get_response(request)))  # type: ignore[misc]
 
     @staticmethod
     def shape(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:

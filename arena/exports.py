@@ -205,11 +205,16 @@ FORMATS = tuple(SHAPERS)  # what --format and ?format= accept
 
 
 def parse_moment(value: str, *, field_name: str) -> datetime:
-    """An ISO date (midnight UTC) or datetime (UTC when it names no zone)."""
+    """An ISO date (midnight UTC) or datetime (UTC when it names no zone), in UTC.
+
+    A moment that is not a UTC datetime (0001-01-01 to 9999-12-31) is refused here, before an
+    export starts: ``0001-01-01T00:00:00+05:00`` is a time in year 0 in UTC, which a database
+    driver would fail to convert only once the query runs, halfway through a download.
+    """
     try:
         moment = parse_datetime(value)
         day = parse_date(value) if moment is None and len(value) == 10 else None
-    except ValueError:  # well formed but not a real date or time
+    except (ValueError, OverflowError):  # well formed but not a real date or time
         moment = day = None
     if day is not None:
         moment = datetime(day.year, day.month, day.day, tzinfo=UTC)
@@ -219,7 +224,14 @@ def parse_moment(value: str, *, field_name: str) -> datetime:
             f"{field_name} must be an ISO date or datetime, e.g. 2026-11-30.",
             field=field_name,
         )
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    try:
+        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
+    except OverflowError:
+        raise ArenaError(
+            "invalid",
+            f"{field_name} is outside the calendar in UTC (0001-01-01 to 9999-12-31).",
+            field=field_name,
+        ) from None
 
 
 def export_options(params: Mapping[str, str]) -> tuple[str, dict[str, Any]]:

@@ -69,6 +69,7 @@ def battle_page(request: HttpRequest) -> HttpResponse:
 @ratelimit(key="ip", rate=lambda group, request: settings.ARENA_RATELIMIT_BATTLES, block=True)  # type: ignore[untyped-decorator]
 @api_view
 def battle_create(request: HttpRequest) -> tuple[dict[str, Any], int]:
+    json_body(request)  # nothing is read from it, but a form or a malformed body is refused
     session_key, _ = session_identity(request)
     battle = battle_start_pool(session_key=session_key)
     return battle_payload(battle=battle), 201

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from django.db import transaction
 
 from arena.errors import ArenaError
+from arena.inputs import text_storable
 from arena.models import ArenaModel, Battle, BattleMessage, Completion, Prompt
 from arena.services.identity import session_hash
 
@@ -54,6 +55,10 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
 
     Models are drawn by sampling weight (the second among the rest), then a prompt both answered
     is drawn uniformly; the two are placed on sides A and B in random order.
+
+    The battle's messages copy the pool's text with each NUL and lone surrogate replaced by
+    U+FFFD: ``pool_import`` refuses both, but a row stored before it did (SQLite keeps a lone
+    surrogate in JSON) would otherwise fail to save, a 500 each time its prompt is drawn.
     """
     rng = rng or random.SystemRandom()
     candidates = _pool_models()
@@ -103,8 +108,8 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
                     battle=battle,
                     side=side,
                     turn=turn,
-                    user_content=prompt.turns[turn],
-                    content=completions[model_id].turns[turn],
+                    user_content=text_storable(prompt.turns[turn]),
+                    content=text_storable(completions[model_id].turns[turn]),
                     status=BattleMessage.Status.DONE,
                     finish_reason="stop",
                 )
