@@ -8,6 +8,14 @@ from django.core.checks import Error, register
 
 @register()
 def production_safety(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse production settings that would be unsafe: an in-memory channel layer, a
+    per-process cache behind the rate limits, DEBUG, eager Celery tasks.
+
+    The configured cache is what counts: ``arena.cache.FallbackRedisCache`` is the shared Redis
+    cache. Its per-process fallback only counts rate limits while Redis is unreachable (each
+    worker then limits alone, rather than nobody limiting), and it is left as soon as Redis
+    answers again, so it is no per-process cache behind the rate limits in the sense of E002.
+    """
     if not getattr(settings, "ARENA_PRODUCTION", False):
         return []
     errors = []

@@ -6,6 +6,7 @@ in-memory channel layer, a local-memory cache and Celery tasks run eagerly. ``DA
 ``REDIS_URL`` switch to PostgreSQL and Redis (cache, channel layer, Celery broker).
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import django_stubs_ext
@@ -37,6 +38,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
+    "axes",
     "channels",
     "csp",
     "arena",
@@ -57,6 +59,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_ratelimit.middleware.RatelimitMiddleware",
+    # Last: turns a locked-out sign-in into its 429 answer (see "Sign-in throttling" below).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -107,10 +111,17 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env("REDIS_URL", default="")
 
 if REDIS_URL:
+    # Redis down is a degraded site, not a 500 (arena/cache.py): reads miss, so sessions use
+    # the database alone, and rate limits count per process until Redis returns. The timeouts
+    # bound how long a request waits for a Redis that does not answer.
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "arena.cache.FallbackRedisCache",
             "LOCATION": REDIS_URL,
+            "OPTIONS": {
+                "socket_connect_timeout": env.float("REDIS_CACHE_TIMEOUT_SECONDS", default=1.0),
+                "socket_timeout": env.float("REDIS_CACHE_TIMEOUT_SECONDS", default=1.0),
+            },
         }
     }
     CHANNEL_LAYERS = {
@@ -168,6 +179,31 @@ CONTENT_SECURITY_POLICY = {
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 
+# --- Sign-in throttling (django-axes) --------------------------------------------------------
+# The admin's sign-in (any use of django.contrib.auth's authenticate()): after
+# ARENA_LOGIN_FAILURE_LIMIT wrong passwords for one username from one address, that pair is
+# refused, the right password included, for ARENA_LOGIN_LOCKOUT_MINUTES (each further try
+# during the lock starts it again); other users and other addresses are not affected. A
+# successful sign-in clears the count. Attempts are kept in PostgreSQL (axes' database handler,
+# so throttling holds while Redis is down), shown in the admin under "Axes", and a lock is
+# lifted early with `manage.py axes_reset_username NAME` or by deleting its access attempts.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("ARENA_LOGIN_FAILURE_LIMIT", default=5)
+_LOCKOUT_MINUTES = env.float("ARENA_LOGIN_LOCKOUT_MINUTES", default=15)
+AXES_COOLOFF_TIME = timedelta(minutes=_LOCKOUT_MINUTES)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# The peer's address as the ASGI server reports it (the proxy's X-Forwarded-For only from the
+# proxies in ARENA_FORWARDED_ALLOW_IPS), as for the rate limits: never a header of the client's.
+AXES_CLIENT_IP_CALLABLE = "arena.api.client_ip"
+AXES_COOLOFF_MESSAGE = (
+    "Too many failed sign-ins for this account from your address: signing in is locked for "
+    f"{_LOCKOUT_MINUTES:g} minutes after the last attempt. Try again later."
+)
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -208,6 +244,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
+    # django-axes logs every start and sign-in at INFO; its warnings (repeated failures, locks)
+    # are what an operator needs.
+    "loggers": {"axes": {"level": "WARNING"}},
 }
 
 from config.schedule import BEAT_SCHEDULE  # noqa: E402
