@@ -111,7 +111,11 @@ def _is_command(raw: str | bytes) -> bool:
 async def _exchange(session_key: str, battle_id: str, raw: str | bytes) -> list[dict[str, Any]]:
     if isinstance(raw, str):
         raw = raw.replace(BATTLE, battle_id)
-    headers = [(b"origin", b"http://testserver"), (b"cookie", f"sessionid={session_key}".encode())]
+    headers = [
+        (b"origin", b"http://testserver"),
+        (b"host", b"testserver"),
+        (b"cookie", f"sessionid={session_key}".encode()),
+    ]
     comm = WebsocketCommunicator(application, "/ws/battle", headers=headers)
     connected, _ = await comm.connect()
     assert connected

@@ -33,7 +33,7 @@ def _new_session() -> str:
 async def open_socket(session_key: str | None = None) -> WebsocketCommunicator:
     if session_key is None:
         session_key = await database_sync_to_async(_new_session)()
-    headers = [(b"origin", b"http://testserver")]
+    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
     if session_key:
         headers.append((b"cookie", f"sessionid={session_key}".encode()))
     comm = WebsocketCommunicator(application, "/ws/battle", headers=headers)
