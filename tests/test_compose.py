@@ -63,9 +63,10 @@ def test_docker_compose_config_accepts_the_file():
 def test_web_command_is_bin_serve_with_proxy_headers_from_the_configured_proxies():
     serve = (ROOT / "bin" / "serve").read_text()
     assert "-m uvicorn config.asgi:application" in serve
-    assert (
-        '--proxy-headers --forwarded-allow-ips "${ARENA_FORWARDED_ALLOW_IPS:-127.0.0.1}"' in serve
-    )
+    # Proxy headers only from the configured proxies; none by default (uvicorn alone would
+    # trust 127.0.0.1): tests/test_forwarded.py runs it both ways.
+    assert '--proxy-headers --forwarded-allow-ips "$ARENA_FORWARDED_ALLOW_IPS"' in serve
+    assert "--no-proxy-headers" in serve
     assert '"${ARENA_WEB_WORKERS:-2}"' in serve
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert 'CMD ["bin/serve"]' in dockerfile
