@@ -36,6 +36,8 @@ def test_with_both_kinds_a_visitor_rates_pool_answers_then_switches_to_live(
     fake_upstream.default = FakeModel(tokens=["A live ", "answer."], delay=0.01)
     page.goto(asgi_server.url + "/?mode=pool")
     page.get_by_test_id("terms-accept").click()
+    # Recorded once the dialog closes; until then the keys below go to the dialog, not the page.
+    expect(page.locator("#terms")).to_be_hidden()
     expect(page.get_by_test_id("response-b")).to_contain_text("answers")
     assert page.get_by_test_id("kind-pool").get_attribute("aria-current") == "page"
     assert page.get_by_test_id("kind-live").get_attribute("aria-current") is None
@@ -112,3 +114,24 @@ def test_escape_closes_the_terms_without_accepting_and_voting_waits_for_i_agree(
     assert Vote.objects.get().winner == "model_a"
     assert not page.get_by_test_id("terms-open").is_visible()
     expect(page.locator("#status")).not_to_contain_text("cannot vote")
+
+
+def test_a_vote_key_right_after_not_now_shows_the_terms_again(asgi_server, page):
+    pool_models()
+    page.goto(asgi_server.url + "/")
+    dialog = page.locator("#terms")
+    expect(dialog).to_be_visible()
+    expect(page.get_by_test_id("response-a")).to_contain_text("answers")
+    # "Not now" and the key 2 in one go, before the dialog's close event (a task later) is
+    # handled: the vote must still ask for the terms, not take the old "not now" as its answer.
+    page.evaluate(
+        """() => {
+          document.getElementById("terms-later").click();
+          document.body.dispatchEvent(new KeyboardEvent("keydown", {key: "2", bubbles: true}));
+        }"""
+    )
+    expect(dialog).to_be_visible()
+    page.get_by_test_id("terms-accept").click()
+    wait_names_revealed(page, "b")
+    assert Vote.objects.get().winner == "model_b"
+    assert TermsAcceptance.objects.count() == 1

@@ -137,20 +137,29 @@
      accepted. */
   const TERMS_HINT = "You have not agreed to the terms, so you cannot vote yet. Voting shows them again.";
   let termsPending = null;
+  let settleTerms = null;
   function termsDeclined() { return !termsAccepted && !termsOpenButton.hidden; }
+  /* Settles the pending promise as soon as the dialog closes, however it closes. The dialog's
+     "close" event comes a task later, so a key pressed just after Escape ("2" to vote) would
+     still find the old promise pending and get its "no" without the terms shown again. */
+  function termsClosed() {
+    if (!settleTerms) return;
+    const settle = settleTerms;
+    settleTerms = null;
+    termsPending = null;
+    termsOpenButton.hidden = termsAccepted;
+    if (!termsAccepted) setStatus(TERMS_HINT, true);
+    else if (statusEl.textContent === TERMS_HINT) setStatus("");
+    settle(termsAccepted);
+  }
+  function closeTerms(returnValue) {
+    termsDialog.close(returnValue);
+    termsClosed();
+  }
   function ensureTerms() {
     if (termsAccepted) return Promise.resolve(true);
     if (termsPending) return termsPending;
-    termsPending = new Promise((resolve) => {
-      termsDialog.addEventListener("close", function onClose() {
-        termsDialog.removeEventListener("close", onClose);
-        termsPending = null;
-        termsOpenButton.hidden = termsAccepted;
-        if (!termsAccepted) setStatus(TERMS_HINT, true);
-        else if (statusEl.textContent === TERMS_HINT) setStatus("");
-        resolve(termsAccepted);
-      });
-    });
+    termsPending = new Promise((resolve) => { settleTerms = resolve; });
     termsError.hidden = true;
     termsDialog.showModal();
     return termsPending;
@@ -161,7 +170,7 @@
     try {
       await api("POST", "/api/terms", { accept: true });
       termsAccepted = true;
-      termsDialog.close("accepted");
+      closeTerms("accepted");
     } catch (error) {
       termsError.textContent = error.message;
       termsError.hidden = false;
@@ -171,7 +180,10 @@
   }
 
   termsAcceptButton.addEventListener("click", acceptTerms);
-  $("terms-later").addEventListener("click", () => termsDialog.close());
+  $("terms-later").addEventListener("click", () => closeTerms());
+  termsDialog.addEventListener("cancel", (event) => { event.preventDefault(); closeTerms(); });  // Escape
+  // Any other way it closed; a close event queued before the terms were shown again is old news.
+  termsDialog.addEventListener("close", () => { if (!termsDialog.open) termsClosed(); });
   termsOpenButton.addEventListener("click", () => ensureTerms());
 
   async function vote(winner) {
