@@ -154,10 +154,16 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def page(browser) -> Iterator[object]:
+    """A fresh page in its own context; the test fails if the page met any violation of the
+    Content-Security-Policy (the test settings serve production's policy, exactly)."""
+    from tests.helpers import csp_violations
+
     context = browser.new_context(viewport={"width": 1280, "height": 900})
+    violations = csp_violations(context)
     page = context.new_page()
     yield page
     context.close()
+    assert not violations, "Content-Security-Policy violations:\n" + "\n".join(violations)
 
 
 # --- Live battles -----------------------------------------------------------------------------

@@ -13,3 +13,33 @@ def revealed_names(page) -> tuple[str, str]:
         page.get_by_test_id(f"model-name-{side}").evaluate("el => el.firstChild.textContent")
         for side in "ab"
     )
+
+
+# Chromium logs each violation to the console itself; the page's own securitypolicyviolation
+# event is logged too, with the directive and the blocked source. Injected by the browser
+# (DevTools), not by the page, so the policy does not block it.
+_REPORT_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (event) => console.error(
+  "Content Security Policy violation: " + event.effectiveDirective + " blocked "
+  + event.blockedURI + " at " + event.sourceFile + ":" + event.lineNumber
+), true);
+"""
+
+
+def csp_violations(target) -> list[str]:
+    """The Content-Security-Policy violations in ``target`` from now on, as they happen.
+
+    ``target`` is a page or a browser context (all of its pages); call this before navigating.
+    The browser fixtures fail a test that caused any (conftest.py), so the tests run under the
+    policy production serves and cannot quietly rely on something it blocks.
+    """
+    seen: list[str] = []
+
+    def on_console(message) -> None:
+        if "Content Security Policy" in message.text:
+            url = message.page.url if message.page is not None else "?"
+            seen.append(f"{url}: {message.text} ({message.location})")
+
+    target.add_init_script(_REPORT_VIOLATIONS)
+    target.on("console", on_console)
+    return seen

@@ -1,6 +1,8 @@
 """In Chromium: the pages work under the Content-Security-Policy and the browser reports no
 violation of it (a blocked inline style or script shows up as a console error)."""
 
+import time
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
@@ -8,6 +10,7 @@ from django.urls import reverse
 from arena.tests.factories import ArenaModelFactory, CompletionFactory, PromptFactory
 from config.settings import base
 from ratings import services
+from tests.helpers import csp_violations
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -21,24 +24,12 @@ Some `code` and a [link](https://example.org).
 """
 
 
-def csp_violations(page) -> list[str]:
-    """Chromium's console reports, each with the page and the script line that caused it."""
-    seen: list[str] = []
-
-    def on_console(message) -> None:
-        if "Content Security Policy" in message.text:
-            seen.append(f"{page.url}: {message.text} ({message.location})")
-
-    page.on("console", on_console)
-    return seen
-
-
 def test_battle_leaderboard_about_and_admin_pages_raise_no_csp_violation(
     asgi_server, page, rated_models, settings
 ):
-    # The exact policy every environment serves: no 'unsafe-eval', so this test waits through
-    # locators, never page.wait_for_function (which evaluates its predicate with eval).
-    settings.CONTENT_SECURITY_POLICY = base.CONTENT_SECURITY_POLICY
+    # The exact policy every environment serves (no 'unsafe-eval': browser tests wait through
+    # locators, never page.wait_for_function, which evaluates its predicate with eval).
+    assert settings.CONTENT_SECURITY_POLICY == base.CONTENT_SECURITY_POLICY
     settings.RATINGS_MIN_CATEGORY_VOTES = 10
     services.snapshot_refresh()
     prompt = PromptFactory(turns=["Show me a table."])
@@ -74,3 +65,32 @@ def test_battle_leaderboard_about_and_admin_pages_raise_no_csp_violation(
     assert page.locator("#arenamodel_form").is_visible()
 
     assert violations == [], "\n".join(violations)
+
+
+def test_the_browser_fixtures_see_a_violation(asgi_server, browser):
+    """The guard every browser test runs under (conftest.py's page fixture) notices a blocked
+    inline script and a string evaluated as code, and names the directive."""
+    context = browser.new_context()
+    try:
+        violations = csp_violations(context)
+        page = context.new_page()
+        page.goto(asgi_server.url + "/about")
+        page.evaluate(  # an inline script, as a page's own code might insert one
+            "() => { const s = document.createElement('script');"
+            " s.textContent = 'window.__inline = 1'; document.head.append(s); }"
+        )
+        # A string run as code from the page's own tasks, as page.wait_for_function("...")
+        # polls its predicate (code that DevTools evaluates directly is not checked).
+        page.evaluate("() => { setTimeout('window.__evaled = 1', 0); }")
+        wanted = ("script-src-elem blocked inline", "script-src blocked eval")
+        deadline = time.monotonic() + 10  # the reports arrive as console messages, a bit later
+        while not all(w in "\n".join(violations) for w in wanted) and time.monotonic() < deadline:
+            page.wait_for_timeout(50)
+        evaluated = {
+            name: page.evaluate(f"typeof window.__{name}") for name in ("inline", "evaled")
+        }
+    finally:
+        context.close()
+    for reported in wanted:
+        assert reported in "\n".join(violations)
+    assert evaluated == {"inline": "undefined", "evaled": "undefined"}

@@ -22,6 +22,7 @@ from playwright.sync_api import expect
 from arena.models import ArenaModel, Battle, Vote
 from arena.tests.fake_openai import FakeModel
 from ratings import services
+from tests.helpers import csp_violations
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -58,8 +59,10 @@ def visitor_page(browser):
     user_agent = probe.evaluate("navigator.userAgent").replace("HeadlessChrome", "Chrome")
     probe.close()
     context = browser.new_context(viewport={"width": 1280, "height": 900}, user_agent=user_agent)
+    violations = csp_violations(context)
     yield context.new_page()
     context.close()
+    assert not violations, "Content-Security-Policy violations:\n" + "\n".join(violations)
 
 
 def test_demo_plus_two_live_models_keeps_overall_rated_and_lists_the_live_ones(
@@ -77,6 +80,7 @@ def test_demo_plus_two_live_models_keeps_overall_rated_and_lists_the_live_ones(
 
     page.goto(asgi_server.url + "/?mode=live")
     page.get_by_test_id("terms-accept").click()
+    expect(page.locator("#terms")).to_be_hidden()  # recorded; the page is no longer inert
     page.wait_for_load_state("networkidle")
     for n in range(LIVE_VOTES):
         if n:

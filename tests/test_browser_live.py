@@ -1,8 +1,10 @@
 """End to end in Chromium: live battles streamed from the loopback fake upstream."""
 
+import re
 import time
 
 import pytest
+from playwright.sync_api import expect
 
 from arena.models import Battle, BattleMessage, Vote
 from arena.tests.fake_openai import FakeModel
@@ -29,20 +31,26 @@ def record_frames(page) -> list[str]:
 def open_live_page(page, server):
     page.goto(server.url + "/")
     page.get_by_test_id("terms-accept").click()
+    # The terms close once the server has recorded them; until then the dialog is modal and the
+    # page behind it inert: text typed there is lost (a busy machine answers slowly).
+    expect(page.locator("#terms")).to_be_hidden()
     page.wait_for_selector("[data-testid=prompt-input]")
 
 
 def send_prompt(page, text):
     page.get_by_test_id("prompt-input").fill(text)
+    expect(page.get_by_test_id("prompt-input")).to_have_value(text)
     page.get_by_test_id("send").click()
 
 
 def wait_both_done(page):
     """Both sides report done and the saved battle has unlocked voting."""
-    page.wait_for_function(
-        "['a','b'].every((s) => document.querySelector('[data-testid=side-status-' + s + ']')"
-        ".innerText.startsWith('Done')) && !document.querySelector('[data-testid=vote-a]').disabled"
-    )
+    done = re.compile(r"^Done")
+    for side in "ab":
+        expect(page.get_by_test_id(f"side-status-{side}")).to_have_text(done, use_inner_text=True)
+    expect(page.get_by_test_id("vote-a")).to_be_enabled()
+    for side in "ab":  # all three at once
+        assert page.get_by_test_id(f"side-status-{side}").inner_text().startswith("Done")
 
 
 def test_visitor_streams_two_answers_follows_up_votes_and_sees_the_names(
@@ -65,9 +73,7 @@ def test_visitor_streams_two_answers_follows_up_votes_and_sees_the_names(
     assert not page.get_by_test_id("vote-a").is_disabled()
 
     send_prompt(page, "And a follow-up")
-    page.wait_for_function(
-        "document.querySelectorAll('[data-testid=response-b] .turn').length === 2"
-    )
+    expect(page.get_by_test_id("response-b").locator(".turn")).to_have_count(2)
     wait_both_done(page)
 
     sent_before_vote = "\n".join(frames + bodies)
@@ -77,9 +83,7 @@ def test_visitor_streams_two_answers_follows_up_votes_and_sees_the_names(
     assert page.get_by_test_id("model-name-a").inner_text() == "Model A"
 
     page.get_by_test_id("vote-b").click()
-    page.wait_for_function(
-        "document.querySelector('[data-testid=model-name-b]').innerText !== 'Model B'"
-    )
+    expect(page.get_by_test_id("model-name-b")).not_to_have_text("Model B", use_inner_text=True)
     vote = Vote.objects.select_related("battle__model_a", "battle__model_b").get()
     assert vote.winner == "model_b" and vote.battle.source == Battle.Source.LIVE
     assert vote.battle.prompt.turns == ["Tell me something", "And a follow-up"]
@@ -130,7 +134,7 @@ def test_a_failing_model_leaves_a_clear_unvotable_battle_and_a_way_out(
     fake_upstream.models["upstream-quokka-1"] = FakeModel(fault="http_500")
     open_live_page(page, asgi_server)
     send_prompt(page, "Hello")
-    page.wait_for_function("document.querySelector('[data-testid=regenerate]').disabled === false")
+    expect(page.get_by_test_id("regenerate")).to_be_enabled()
     status = page.locator("#status").inner_text()
     assert "cannot be voted on" in status
     failed = [page.get_by_test_id(f"side-status-{s}").inner_text() for s in "ab"]
@@ -151,11 +155,9 @@ def test_stop_ends_both_streams_and_closing_the_page_closes_the_upstream(
     fake_upstream.default = FakeModel(fault="endless", delay=0.02)
     open_live_page(page, asgi_server)
     send_prompt(page, "Never stop")
-    page.wait_for_function(
-        "document.querySelector('[data-testid=response-a]').innerText.includes('tok3')"
-    )
+    expect(page.get_by_test_id("response-a")).to_contain_text("tok3", use_inner_text=True)
     page.get_by_test_id("stop").click()
-    page.wait_for_function("!document.querySelector('[data-testid=regenerate]').disabled")
+    expect(page.get_by_test_id("regenerate")).to_be_enabled()
     for side in "ab":
         assert page.get_by_test_id(f"side-status-{side}").inner_text().startswith("Stopped")
     assert "cannot be voted on" in page.locator("#status").inner_text()
@@ -164,10 +166,10 @@ def test_stop_ends_both_streams_and_closing_the_page_closes_the_upstream(
         assert fake_upstream.wait_closed(name).disconnected
 
     page.get_by_test_id("regenerate").click()
-    page.wait_for_function(  # streaming again, and the new answers are under way
-        "!document.querySelector('[data-testid=stop]').disabled"
-        " && document.querySelector('[data-testid=response-b]').innerText.includes('tok3')"
-    )
+    # Streaming again, and the new answers are under way.
+    expect(page.get_by_test_id("stop")).to_be_enabled()
+    expect(page.get_by_test_id("response-b")).to_contain_text("tok3", use_inner_text=True)
+    assert page.get_by_test_id("stop").is_enabled()
     page.close()  # the visitor leaves mid-stream
     for name in ("upstream-quokka-1", "upstream-quokka-2"):
         request = fake_upstream.wait_closed(name)
@@ -190,9 +192,7 @@ def test_new_battle_while_streaming_leaves_the_old_battle_behind(
     frames = record_frames(page)
     open_live_page(page, asgi_server)
     send_prompt(page, "A long answer, please")
-    page.wait_for_function(
-        "document.querySelector('[data-testid=response-a]').innerText.includes('tok3')"
-    )
+    expect(page.get_by_test_id("response-a")).to_contain_text("tok3", use_inner_text=True)
     page.get_by_test_id("new-battle").click()
     # The server stops the old turn and reports its end; the page must not take it back.
     deadline = time.monotonic() + 10

@@ -1,9 +1,11 @@
 """End to end in Chromium: the demo arena's pool battle, from terms to revealed names."""
 
 import json
+import re
 
 import pytest
 from django.core.management import call_command
+from playwright.sync_api import expect
 
 from arena.models import ArenaModel, Battle, BattleMessage, Vote
 from arena.tests.factories import ArenaModelFactory, CompletionFactory, PromptFactory
@@ -31,9 +33,7 @@ def test_visitor_completes_a_demo_pool_battle_and_sees_the_names(asgi_server, pa
     bodies = record_bodies(page)
     page.goto(asgi_server.url + "/")
     page.get_by_test_id("terms-accept").click()
-    page.wait_for_function(
-        "document.querySelector('[data-testid=response-b]').innerText.trim().length > 0"
-    )
+    expect(page.get_by_test_id("response-b")).to_have_text(re.compile(r"\S"), use_inner_text=True)
     assert page.get_by_test_id("prompt").inner_text().strip()
     assert page.get_by_test_id("model-name-a").inner_text() == "Model A"
 
@@ -49,23 +49,17 @@ def test_visitor_completes_a_demo_pool_battle_and_sees_the_names(asgi_server, pa
         assert model.display_name not in sent_before_vote
 
     page.get_by_test_id("vote-a").click()
-    page.wait_for_function(
-        "document.querySelector('[data-testid=model-name-a]').innerText !== 'Model A'"
-    )
+    expect(page.get_by_test_id("model-name-a")).not_to_have_text("Model A", use_inner_text=True)
     vote = Vote.objects.exclude(battle__source=Battle.Source.IMPORT).get()
     assert vote.winner == "model_a"
     assert vote.style["sum_assistant_a_tokens"] > 0 and "header_count_b" in vote.style
     assert_names_revealed(page, vote.battle)
 
     page.get_by_test_id("next-battle").click()
-    page.wait_for_function(
-        "document.querySelector('[data-testid=model-name-a]').innerText === 'Model A'"
-    )
-    page.wait_for_function("!document.querySelector('[data-testid=vote-b]').disabled")
+    expect(page.get_by_test_id("model-name-a")).to_have_text("Model A", use_inner_text=True)
+    expect(page.get_by_test_id("vote-b")).to_be_enabled()
     page.keyboard.press("2")
-    page.wait_for_function(
-        "document.querySelector('[data-testid=model-name-b]').innerText !== 'Model B'"
-    )
+    expect(page.get_by_test_id("model-name-b")).not_to_have_text("Model B", use_inner_text=True)
     assert list(
         Vote.objects.exclude(battle__source=Battle.Source.IMPORT)
         .order_by("created_at")
@@ -95,9 +89,7 @@ def test_model_text_never_runs_as_html_or_script(asgi_server, page):
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     page.goto(asgi_server.url + "/")
     page.get_by_test_id("terms-accept").click()
-    page.wait_for_function(
-        "document.querySelector('[data-testid=response-a]').innerText.includes('click')"
-    )
+    expect(page.get_by_test_id("response-a")).to_contain_text("click", use_inner_text=True)
     page.get_by_text("click").first.click()
     page.get_by_text("link").first.click()
     page.wait_for_timeout(300)
@@ -132,9 +124,7 @@ def test_a_markdown_image_is_a_link_and_is_never_fetched(asgi_server, page):
     page.on("request", lambda request: requested.append(request.url))
     page.goto(asgi_server.url + "/")
     page.get_by_test_id("terms-accept").click()
-    page.wait_for_function(
-        "document.querySelector('[data-testid=response-a]').innerText.includes('done')"
-    )
+    expect(page.get_by_test_id("response-a")).to_contain_text("done", use_inner_text=True)
     page.wait_for_timeout(300)
     assert page.locator("[data-testid=response-a] img").count() == 0
     link = page.locator("[data-testid=response-a] a", has_text="[image: a cat]")

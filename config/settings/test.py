@@ -1,9 +1,7 @@
 """Test settings: the local defaults, with PostgreSQL and Redis when the environment names them."""
 
-from csp.constants import SELF, UNSAFE_EVAL
-
 from .base import *  # noqa: F403
-from .base import CONTENT_SECURITY_POLICY, DATABASES, VAR_DIR
+from .base import DATABASES, VAR_DIR
 
 DEBUG = False
 SECRET_KEY = "test-key-not-secret"  # noqa: S105
@@ -25,11 +23,3 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 ARENA_MIN_VOTE_SECONDS = 0.0
 # Tests observe the after-vote refresh as it happens, inside the request, not in a thread.
 RATINGS_EAGER_REFRESH_IN_BACKGROUND = False
-
-# The policy every environment serves, with one addition: Playwright's page.wait_for_function
-# evaluates its predicate with eval() inside the page, which script-src 'self' forbids. Nothing
-# of the site's own uses eval; tests/test_browser_csp.py walks the pages under the exact policy.
-CONTENT_SECURITY_POLICY = {
-    **CONTENT_SECURITY_POLICY,
-    "DIRECTIVES": {**CONTENT_SECURITY_POLICY["DIRECTIVES"], "script-src": [SELF, UNSAFE_EVAL]},
-}
