@@ -11,4 +11,5 @@ urlpatterns = [
     path("api/battles/<str:battle_id>/vote", views.vote_create, name="vote-create"),
     path("api/terms", views.terms_accept_view, name="terms-accept"),
     path("api/exports/votes", views.votes_export, name="votes-export"),
+    path("api/openapi.json", views.openapi_schema, name="openapi"),
 ]

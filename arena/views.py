@@ -2,6 +2,7 @@
 
 from collections.abc import AsyncIterator, Iterator
 from itertools import islice
+from pathlib import Path
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -109,6 +110,16 @@ def terms_accept_view(request: HttpRequest) -> dict[str, Any]:
     _, voter_id = session_identity(request)
     acceptance = terms_accept(voter_id=voter_id, ip=client_ip(request))
     return {"accepted": True, "terms_version": acceptance.terms_version}
+
+
+# The API's OpenAPI document, hand-written until the API has a schema layer; tests check the
+# application against it (tests/test_schemathesis.py).
+OPENAPI_DOCUMENT = Path(__file__).with_name("openapi.json")
+
+
+@require_GET
+def openapi_schema(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(OPENAPI_DOCUMENT.read_bytes(), content_type="application/json")
 
 
 @require_GET
