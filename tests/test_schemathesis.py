@@ -19,12 +19,14 @@ schema-violating request that was accepted.
 
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
 import schemathesis
 from django.contrib.auth import get_user_model
 from django.test import Client
+from django.urls import get_resolver
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
@@ -59,6 +61,24 @@ schema.config.generation.update(
     database="none",
     with_security_parameters=False,
 )
+
+
+def _routes(patterns, prefix=""):
+    for pattern in patterns:
+        route = prefix + str(pattern.pattern)
+        if hasattr(pattern, "url_patterns"):
+            yield from _routes(pattern.url_patterns, route)
+        else:
+            yield "/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route)
+
+
+def test_the_document_covers_every_api_endpoint_and_the_leaderboard_downloads():
+    routes = {
+        route
+        for route in _routes(get_resolver().url_patterns)
+        if route.startswith("/api/") or route.startswith("/leaderboard.")
+    }
+    assert routes == set(json.loads(DOCUMENT.read_text())["paths"])
 
 
 class Sessions:
