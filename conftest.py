@@ -136,8 +136,12 @@ def browser() -> Iterator[object]:
         if REQUIRE_BROWSER:
             pytest.fail(reason, pytrace=False)
         pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # Waits as long as Playwright's own actions do (30 s), not expect's 5 s: a page on this
+    # loaded machine (two cores, the server, Chromium and the upstream in one process tree)
+    # can take seconds to get a frame through.
+    expect.set_options(timeout=30_000)
     # Playwright's sync API keeps an event loop running in the test thread for the whole session,
     # which Django takes for an async context. The ORM calls of browser tests and their fixtures
     # are plain synchronous code, so the guard is lifted while the browser lives; consumers are
