@@ -32,7 +32,8 @@ _STATUS_ERRORS: dict[int, tuple[str, str]] = {
 FORM_CONTENT_TYPES = ("multipart/", "application/x-www-form-urlencoded")
 
 
-def _not_json(content_type: str) -> ArenaError:
+def not_json(content_type: str) -> ArenaError:
+    """The error for a body that is a form (or any other stream Django parsed), not JSON."""
     return ArenaError(
         "unsupported_media_type",
         f"The request body must be JSON (Content-Type: application/json), not {content_type}.",
@@ -49,11 +50,11 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
     """
     content_type = (request.content_type or "").lower()
     if content_type.startswith(FORM_CONTENT_TYPES):
-        raise _not_json(content_type)
+        raise not_json(content_type)
     try:
         raw = request.body
     except RawPostDataException:  # read as a stream already
-        raise _not_json(content_type or "a stream") from None
+        raise not_json(content_type or "a stream") from None
     if not raw:
         return {}
     # Not JSON, or nested past the parser's recursion limit: a 400 naming the body.

@@ -6,11 +6,12 @@ its traceback by Django (logger ``django.request``) before ``server_error`` runs
 """
 
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import render
 from django.template import loader
 
-from arena.api import error_response, is_api_request
+from arena.api import error_response, is_api_request, not_json
 
 
 def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponseBase:
@@ -19,6 +20,9 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
             return error_response(
                 400, code="request_too_large", message="The request body is too large."
             )
+        if isinstance(exception, MultiPartParserError):  # a form Django could not even parse
+            error = not_json(request.content_type or "multipart")
+            return JsonResponse(error.as_dict(), status=error.status)
         return error_response(400)
     return render(request, "400.html", status=400)
 

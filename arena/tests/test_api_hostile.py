@@ -80,6 +80,22 @@ def test_a_form_posted_to_the_api_is_a_415_naming_the_body(browser_visitor, pool
     assert Battle.objects.count() == battles and not Vote.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("multipart/form-data", b"no boundary"),
+        ("multipart/form-data; boundary=" + "b" * 80, b"--x"),  # a boundary too long
+        ("multipart/form-data; boundary=x", b'--x\r\nContent-Disposition: form-data; name="a"'),
+    ],
+    ids=["no-boundary", "long-boundary", "truncated"],
+)
+def test_a_form_django_cannot_parse_is_a_415_naming_the_body_too(
+    browser_visitor, pool, content_type, body
+):
+    response = browser_visitor.post("/api/terms", data=body, content_type=content_type)
+    assert_error(response, 415, "unsupported_media_type", "body")
+
+
 def test_the_same_requests_as_json_are_accepted(browser_visitor, pool):
     assert post_json(browser_visitor, "/api/terms", {"accept": True}).status_code == 200
     vote = post_json(browser_visitor, battle_url(browser_visitor, "/vote"), {"winner": "tie"})
