@@ -40,7 +40,7 @@ def test_templates_have_no_inline_script_style_or_event_handler():
 
 @pytest.fixture
 def served_policy(settings):
-    """The policy every environment serves (the test settings add 'unsafe-eval' for Playwright)."""
+    """The policy every environment serves (the test settings serve it too; set here explicitly)."""
     settings.CONTENT_SECURITY_POLICY = base.CONTENT_SECURITY_POLICY
 
 
