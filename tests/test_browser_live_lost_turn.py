@@ -1,0 +1,44 @@
+"""In Chromium: a turn whose end cannot be saved (the database away) can be regenerated at once."""
+
+import pytest
+from django.db import OperationalError
+
+from arena.models import BattleMessage
+from arena.tests.fake_openai import FakeModel
+from tests.test_browser_live import open_live_page, send_prompt, wait_both_done
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_after_turn_lost_the_page_offers_regenerate_and_the_lost_answers_are_kept(
+    asgi_server, page, fake_upstream, live_models, monkeypatch
+):
+    from arena import consumers
+
+    real_finish, database = consumers._turn_finish, {"up": False}
+
+    def finish(*args):
+        if not database["up"]:
+            raise OperationalError("the database is away")
+        return real_finish(*args)
+
+    monkeypatch.setattr(consumers, "_turn_finish", finish)
+    monkeypatch.setattr(consumers, "_FINISH_RETRY_SECONDS", 0.01)
+    monkeypatch.setattr(consumers, "_SAVE_RETRY_FIRST_SECONDS", 60.0)  # the page acts first
+    fake_upstream.models["upstream-quokka-1"] = FakeModel(tokens=["Kept ", "one."])
+    fake_upstream.models["upstream-quokka-2"] = FakeModel(tokens=["Kept ", "two."])
+    open_live_page(page, asgi_server)
+    send_prompt(page, "Hello")
+    page.wait_for_function(
+        "document.querySelector('#status').innerText.includes('could not be saved yet')"
+        " && !document.querySelector('[data-testid=regenerate]').disabled"
+    )
+    assert page.get_by_test_id("vote-a").is_disabled()
+
+    database["up"] = True
+    fake_upstream.models.clear()
+    page.get_by_test_id("regenerate").click()
+    wait_both_done(page)
+    assert not page.get_by_test_id("vote-a").is_disabled()
+    kept = BattleMessage.objects.filter(superseded_at__isnull=False)
+    assert sorted(kept.values_list("content", flat=True)) == ["Kept one.", "Kept two."]
