@@ -27,8 +27,7 @@ Some `code` and a [link](https://example.org).
 def test_battle_leaderboard_about_and_admin_pages_raise_no_csp_violation(
     asgi_server, page, rated_models, settings
 ):
-    # The exact policy every environment serves (no 'unsafe-eval': browser tests wait through
-    # locators, never page.wait_for_function, which evaluates its predicate with eval).
+    # The exact policy every environment serves: the test settings add nothing to it.
     assert settings.CONTENT_SECURITY_POLICY == base.CONTENT_SECURITY_POLICY
     settings.RATINGS_MIN_CATEGORY_VOTES = 10
     services.snapshot_refresh()
@@ -79,8 +78,8 @@ def test_the_browser_fixtures_see_a_violation(asgi_server, browser):
             "() => { const s = document.createElement('script');"
             " s.textContent = 'window.__inline = 1'; document.head.append(s); }"
         )
-        # A string run as code from the page's own tasks, as page.wait_for_function("...")
-        # polls its predicate (code that DevTools evaluates directly is not checked).
+        # A string run as code by the page itself, which only 'unsafe-eval' would allow (code
+        # that DevTools evaluates for the test, page.evaluate, is not subject to the policy).
         page.evaluate("() => { setTimeout('window.__evaled = 1', 0); }")
         wanted = ("script-src-elem blocked inline", "script-src blocked eval")
         deadline = time.monotonic() + 10  # the reports arrive as console messages, a bit later

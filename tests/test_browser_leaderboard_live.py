@@ -43,7 +43,6 @@ def vote_live(page, text: str) -> None:
     page.get_by_test_id("prompt-input").fill(text)
     expect(page.get_by_test_id("prompt-input")).to_have_value(text)
     page.get_by_test_id("send").click()
-    # Locator assertions, not wait_for_function: the page's CSP forbids evaluating strings.
     for side in "ab":
         expect(page.get_by_test_id(f"side-status-{side}")).to_have_text(re.compile(r"^Done"))
     expect(page.get_by_test_id("vote-a")).to_be_enabled()
