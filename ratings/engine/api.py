@@ -10,7 +10,15 @@ import numpy as np
 
 from . import bt
 from ._blas import single_threaded_blas
-from .data import STYLE_ELEMENTS, Battles, BattleTable, FloatArray, as_table, encode
+from .data import (
+    STYLE_ELEMENTS,
+    Battles,
+    BattleTable,
+    FloatArray,
+    as_table,
+    encode,
+    without_features,
+)
 from .elo import online_elo as replay_elo
 from .errors import CannotRateError, EngineError
 from .identify import Identification, identify
@@ -154,6 +162,11 @@ def _rate(
         progress(0, total)
 
     rows = bt.rows_from_battles(battles, style_l2)
+    if rows.features is not None:
+        identified = bt.identified_features(rows)
+        if not identified.all():
+            battles = without_features(battles, identified)
+            rows = bt.rows_from_battles(battles, style_l2)
     start = None
     if rows.features is not None:
         coarse = bt.fit(bt.pair_rows(rows))

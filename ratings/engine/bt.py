@@ -192,6 +192,36 @@ def _newton_step(hessian: FloatArray, gradient: FloatArray, ref: int) -> FloatAr
     return step
 
 
+def identified_features(rows: Rows, tol: float = 1e-8) -> NDArray[np.bool_]:
+    """Which style features can be told apart from the models: a mask over ``rows.features``.
+
+    A feature is kept when the part of it (weighted by ``c``) that is not a linear function of
+    the model contrasts ``e_a - e_b`` and of the features kept before it has a squared norm
+    above ``tol`` times its own. Otherwise its coefficient and the ratings trade off exactly:
+    the likelihood is flat along a line and its Hessian singular. A small arena meets this when
+    one model always answers with headers (say) and its opponent never does, whichever side
+    each is on: the header difference is then the model contrast itself.
+
+    The Gram matrix ``sum_i c_i x_i x_i^T`` is assembled per pair like the Hessian; its model
+    block, without the reference model, is invertible whenever the models are connected.
+    """
+    p, k = rows.n_models, rows.k
+    keep = np.zeros(k, dtype=bool)
+    if k == 0:
+        return keep
+    gram = _outer_sum(rows, rows.c)
+    basis = list(range(1, p))  # model 0 is the reference: contrasts identify differences only
+    for j in range(k):
+        column = p + j
+        own = gram[column, column]
+        cross = gram[basis, column]
+        left = own - float(cross @ np.linalg.solve(gram[np.ix_(basis, basis)], cross))
+        if left > tol * own:
+            keep[j] = True
+            basis.append(column)
+    return keep
+
+
 def pair_rows(rows: Rows) -> Rows:
     """One row per ordered pair with the pair's mean score: the no-style likelihood exactly.
 
@@ -296,7 +326,12 @@ def sandwich(rows: Rows, result: Fit) -> FloatArray:
         meat -= (rows.penalty / rows.l2) * np.outer(u, u)
     ref = result.reference
     keep = np.arange(p + rows.k) != ref
-    inv = np.linalg.inv(_reduced(result.hessian, ref))
+    try:
+        inv = np.linalg.inv(_reduced(result.hessian, ref))
+    except np.linalg.LinAlgError as exc:
+        raise CannotRateError(
+            "the rating intervals are not identified: the information matrix is singular"
+        ) from exc
     cov = np.zeros((p + rows.k, p + rows.k))
     cov[np.ix_(keep, keep)] = inv @ _reduced(meat, ref) @ inv
     return cov

@@ -12,7 +12,7 @@ Rows are sorted by ordered pair ``(a, b)`` so that every per-pair sum is one con
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,7 +71,7 @@ class Battles:
     pair_weight: FloatArray | None  # (P,) inverse pair-frequency weight, None when unweighted
     features: FloatArray | None  # (k, R) z-scored style features, C-contiguous rows
     feature_names: tuple[str, ...]  # element names of the rows of ``features``
-    degenerate: tuple[str, ...]  # style elements dropped: constant, or collinear with others
+    degenerate: tuple[str, ...]  # style elements dropped: constant, collinear, or confounded
     n_battles: int
     file_a: IntArray  # (n,) model id of side A in input order (for the online Elo)
     file_b: IntArray  # (n,)
@@ -84,6 +84,20 @@ class Battles:
     @property
     def n_pairs(self) -> int:
         return len(self.pair_a)
+
+
+def without_features(battles: Battles, keep: NDArray[np.bool_]) -> Battles:
+    """``battles`` with only the feature rows ``keep`` marks; the others become degenerate."""
+    if battles.features is None or keep.all():
+        return battles
+    dropped = {name for name, k in zip(battles.feature_names, keep, strict=True) if not k}
+    dropped |= set(battles.degenerate)
+    return replace(
+        battles,
+        features=np.ascontiguousarray(battles.features[keep]),
+        feature_names=tuple(n for n, k in zip(battles.feature_names, keep, strict=True) if k),
+        degenerate=tuple(name for name in STYLE_ELEMENTS if name in dropped),
+    )
 
 
 class BattleTable:

@@ -394,3 +394,62 @@ def test_a_style_element_collinear_with_earlier_ones_is_dropped_and_reported_as_
     for name in ("length", "header", "list"):
         expected = without["style_coefficients"][name]
         assert result["style_coefficients"][name] == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize("ci", ["sandwich", "bootstrap"])
+def test_a_style_element_that_is_one_models_signature_is_dropped_not_a_crash(ci):
+    """m0 always answers with one header and nobody else ever does, whichever side m0 is on,
+    and every battle is also played with the sides swapped: the (centred) header difference is
+    then the m0 contrast itself, so its coefficient is not identified."""
+    df = battles(p=3)
+    df["header_count_a"] = (df["model_a"] == "m0").astype(int)
+    df["header_count_b"] = (df["model_b"] == "m0").astype(int)
+    swapped = df.rename(
+        columns={
+            "model_a": "model_b",
+            "model_b": "model_a",
+            **{f"{c}_a": f"{c}_b" for c in ("header_count", "list_count", "bold_count")},
+            **{f"{c}_b": f"{c}_a" for c in ("header_count", "list_count", "bold_count")},
+            "sum_assistant_a_tokens": "sum_assistant_b_tokens",
+            "sum_assistant_b_tokens": "sum_assistant_a_tokens",
+        }
+    )
+    swapped["winner"] = swapped["winner"].replace({"model_a": "model_b", "model_b": "model_a"})
+    df = pd.concat([df, swapped[df.columns]], ignore_index=True)
+    result = rate(df, ci=ci, rounds=20)
+    assert result["style_coefficients"]["header"] is None
+    assert result["method"]["degenerate_style_elements"] == ["header"]
+    without = rate(df.assign(header_count_a=0, header_count_b=0), ci=ci, rounds=20)
+    got = {m["model"]: m["rating"] for m in result["models"]}
+    expected = {m["model"]: m["rating"] for m in without["models"]}
+    assert got == pytest.approx(expected, abs=1e-6)
+    for name in ("length", "list", "bold"):
+        want = without["style_coefficients"][name]
+        assert result["style_coefficients"][name] == pytest.approx(want, abs=1e-9)
+
+
+def test_two_models_whose_styles_never_change_are_rated_with_every_style_element_dropped():
+    sides = [("m1", "m2"), ("m2", "m1")] * 3
+    winners = ["model_a", "model_b", "model_b", "tie", "tie (bothbad)", "model_a"]
+    df = pd.DataFrame(
+        {
+            "model_a": [a for a, _ in sides],
+            "model_b": [b for _, b in sides],
+            "winner": winners,
+            "sum_assistant_a_tokens": [40 if a == "m1" else 10 for a, _ in sides],
+            "sum_assistant_b_tokens": [40 if b == "m1" else 10 for _, b in sides],
+            "header_count_a": [1 if a == "m1" else 0 for a, _ in sides],
+            "header_count_b": [1 if b == "m1" else 0 for _, b in sides],
+            "list_count_a": 0,
+            "list_count_b": 0,
+            "bold_count_a": 0,
+            "bold_count_b": 0,
+        }
+    )
+    result = rate(df)
+    plain = rate(df, style_control=False)
+    assert result["method"]["degenerate_style_elements"] == ["length", "header", "list", "bold"]
+    got = [(m["model"], m["rating"], m["rating_lower"]) for m in result["models"]]
+    want = [(m["model"], m["rating"], m["rating_lower"]) for m in plain["models"]]
+    assert [g[0] for g in got] == [w[0] for w in want]
+    assert [g[1:] for g in got] == [pytest.approx(w[1:], abs=1e-6) for w in want]

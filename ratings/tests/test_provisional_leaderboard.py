@@ -241,3 +241,22 @@ def test_neutralise_prefixes_formula_text_and_leaves_numbers(value, cell):
     from ratings.csv_cells import neutralise
 
     assert neutralise(value) == cell
+
+
+def test_two_models_whose_answers_always_look_the_same_are_rated_in_both_views(
+    db, make_vote, settings
+):
+    """make_vote's default answers: side A's has a header, a list and bold, side B's none, so
+    with A always the same model every style difference is that model's contrast."""
+    settings.RATINGS_MIN_CATEGORY_VOTES = 4
+    a, b = ArenaModelFactory(slug="a"), ArenaModelFactory(slug="b")
+    for winner in ("model_a", "model_a", "model_a", "model_b", "tie", "tie (bothbad)"):
+        make_vote(a, b, winner)
+
+    category = overall(services.snapshot_refresh().snapshot)
+
+    assert category["status"] == "ok"
+    for style in ("on", "off"):
+        assert [m["model"] for m in category["results"][style]["models"]] == ["a", "b"]
+    method = category["results"]["on"]["method"]
+    assert method["degenerate_style_elements"] == ["length", "header", "list", "bold"]
