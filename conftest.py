@@ -56,6 +56,16 @@ def _browser_missing() -> str | None:
     return None
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    """Each test starts with an empty cache: rate-limit counters, the circuit breaker and the
+    refresh debounce live there, and a rerun within the same minute would otherwise meet the
+    previous run's counters."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     checks = [
         ("postgres", _postgres_missing, REQUIRE_SERVICES),

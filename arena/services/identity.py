@@ -27,7 +27,7 @@ def ip_hash(ip: str | None) -> str:
 def _session_hash_key() -> bytes:
     """``ARENA_SESSION_HASH_KEY`` when set, else a key derived from ``SECRET_KEY`` for this one
     purpose (so it is not the key of the IP hash or the exports' judge hash)."""
-    configured = getattr(settings, "ARENA_SESSION_HASH_KEY", "")
+    configured = settings.ARENA_SESSION_HASH_KEY
     if configured:
         return str(configured).encode()
     return hmac.new(settings.SECRET_KEY.encode(), b"arena.session-hash", hashlib.sha256).digest()
