@@ -27,7 +27,9 @@ Some `code` and a [link](https://example.org).
 def test_battle_leaderboard_about_and_admin_pages_raise_no_csp_violation(
     asgi_server, page, rated_models, settings
 ):
-    # The exact policy every environment serves: the test settings add nothing to it.
+    # The exact policy every environment serves: the test settings add nothing to it (no
+    # 'unsafe-eval', so browser tests wait with locator assertions: page.wait_for_function
+    # polls a string predicate with eval inside the page, which the policy refuses).
     assert settings.CONTENT_SECURITY_POLICY == base.CONTENT_SECURITY_POLICY
     settings.RATINGS_MIN_CATEGORY_VOTES = 10
     services.snapshot_refresh()
@@ -78,8 +80,8 @@ def test_the_browser_fixtures_see_a_violation(asgi_server, browser):
             "() => { const s = document.createElement('script');"
             " s.textContent = 'window.__inline = 1'; document.head.append(s); }"
         )
-        # A string run as code by the page itself, which only 'unsafe-eval' would allow (code
-        # that DevTools evaluates for the test, page.evaluate, is not subject to the policy).
+        # A string run as code from the page's own tasks, as page.wait_for_function("...")
+        # polls its predicate (what DevTools evaluates directly, page.evaluate, is not checked).
         page.evaluate("() => { setTimeout('window.__evaled = 1', 0); }")
         wanted = ("script-src-elem blocked inline", "script-src blocked eval")
         deadline = time.monotonic() + 10  # the reports arrive as console messages, a bit later

@@ -2,6 +2,7 @@
 
 import pytest
 from django.db import OperationalError
+from playwright.sync_api import expect
 
 from arena.models import BattleMessage
 from arena.tests.fake_openai import FakeModel
@@ -29,10 +30,10 @@ def test_after_turn_lost_the_page_offers_regenerate_and_the_lost_answers_are_kep
     fake_upstream.models["upstream-quokka-2"] = FakeModel(tokens=["Kept ", "two."])
     open_live_page(page, asgi_server)
     send_prompt(page, "Hello")
-    page.wait_for_function(
-        "document.querySelector('#status').innerText.includes('could not be saved yet')"
-        " && !document.querySelector('[data-testid=regenerate]').disabled"
-    )
+    status = page.locator("#status")
+    expect(status).to_contain_text("could not be saved yet", use_inner_text=True)
+    expect(page.get_by_test_id("regenerate")).to_be_enabled()
+    assert "could not be saved yet" in status.inner_text()  # both at once
     assert page.get_by_test_id("vote-a").is_disabled()
 
     database["up"] = True
