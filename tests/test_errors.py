@@ -31,6 +31,19 @@ def test_unknown_api_path_is_a_json_404(client):
     assert_api_error(client.get("/api/nothing-here"), 404, "not_found")
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/battles/..%2F..%2Fetc%2Fpasswd",
+        "/api/%2e%2e/%2e%2e/etc/passwd",
+        "/api%2f..%2fadmin/",
+        "/api/battles/x/vote/../../terms",
+    ],
+)
+def test_an_encoded_traversal_under_the_api_is_a_json_404(client, path):
+    assert_api_error(client.get(path), 404, "not_found")
+
+
 def test_wrong_method_on_an_api_endpoint_is_a_json_405_naming_the_allowed_one(client):
     response = client.get("/api/battles")
     error = assert_api_error(response, 405, "method_not_allowed")
