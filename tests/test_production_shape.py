@@ -50,8 +50,9 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-# A Redis db number for the production processes alone; only this one is ever flushed.
-REDIS_DB = 13
+# Redis db numbers the production processes may claim (an empty one); only the claimed one is flushed.
+REDIS_DBS = (13, 14, 15, 12, 11, 10)
+REDIS_CLAIM_KEY = "arena:production-shape:claim"
 ADMIN_PATH = "staff-console/"
 STAFF_USER = "operator"
 STAFF_PASSWORD = secrets.token_urlsafe(16)
@@ -304,18 +305,30 @@ class Database:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
 
 
-def _redis_db_url() -> str:
-    parts = urlsplit(settings.REDIS_URL)
-    return parts._replace(path=f"/{REDIS_DB}").geturl()
+def _claim_redis_db() -> tuple[str, Any]:
+    """An empty Redis db number of this run's own, from ``REDIS_DBS``, held by a claim key.
+
+    Two runs at once (two clones, two engineers) must not share a broker: each worker would
+    take the other's tasks. A db is taken only when it is empty and the claim is set first.
+    """
+    import redis
+
+    token = secrets.token_hex(8)
+    for number in REDIS_DBS:
+        url = urlsplit(settings.REDIS_URL)._replace(path=f"/{number}").geturl()
+        client = redis.Redis.from_url(url)
+        if client.set(REDIS_CLAIM_KEY, token, nx=True, ex=3600) and client.dbsize() == 1:
+            return url, client
+        if client.get(REDIS_CLAIM_KEY) == token.encode():
+            client.delete(REDIS_CLAIM_KEY)
+        client.close()
+    raise RuntimeError(f"no empty Redis db among {list(REDIS_DBS)} for the production shape")
 
 
 @pytest.fixture
 def production(tmp_path: Path) -> Iterator[tuple[ProductionShape, Database]]:
-    import redis
 
-    redis_url = _redis_db_url()
-    broker = redis.Redis.from_url(redis_url)
-    broker.flushdb()
+    redis_url, broker = _claim_redis_db()
     database = Database()
     shape: ProductionShape | None = None
     try:
