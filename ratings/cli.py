@@ -194,7 +194,7 @@ def run(options: dict[str, Any], stdout: TextIO) -> dict[str, Any]:
             reweight=bool(options.get("reweight")),
             style_l2=float(options.get("style_l2") or 0.0),
             progress=progress,
-            online_elo=False,  # not part of the command's output; costs ~1 s per 1M battles
+            with_online_elo=False,  # not part of the command's output; costs ~1 s per 1M battles
         )
     finally:
         bar.close()

@@ -249,6 +249,7 @@ def _fit(battles: pd.DataFrame, *, style_control: bool, params: dict[str, Any]) 
         ci=params["ci"],
         rounds=params["rounds"] or 100,
         seed=params["seed"],
+        workers=settings.RATINGS_BOOTSTRAP_WORKERS,  # not in params: results do not depend on it
     )
 
 

@@ -41,10 +41,10 @@ def export(fmt, *args, tmp_path=None):
 def test_the_arena_export_rates_exactly_as_the_leaderboard_does(rated_models, tmp_path, suffix):
     path = tmp_path / f"votes{suffix}"
     call_command("export_votes", "--format=arena", f"--output={path}", stderr=StringIO())
-    from_export = rate(read_battles(path), ci="sandwich", online_elo=False)
+    from_export = rate(read_battles(path), ci="sandwich", with_online_elo=False)
     site = rating_battles()
     site = flatten_conv_metadata(site[["model_a", "model_b", "winner", "conv_metadata"]])
-    from_site = rate(site, ci="sandwich", online_elo=False)
+    from_site = rate(site, ci="sandwich", with_online_elo=False)
     ratings = {m["model"]: m["rating"] for m in from_export["models"]}
     assert ratings == pytest.approx({m["model"]: m["rating"] for m in from_site["models"]})
     assert sorted(ratings, key=ratings.get, reverse=True) == ["alpha", "beta", "gamma"]

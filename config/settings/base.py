@@ -264,6 +264,8 @@ ARENA_MIN_VOTE_SECONDS = env.float("ARENA_MIN_VOTE_SECONDS", default=1.0)
 RATINGS_CI = env("RATINGS_CI", default="sandwich")  # "sandwich" or "bootstrap"
 RATINGS_BOOTSTRAP_ROUNDS = env.int("RATINGS_BOOTSTRAP_ROUNDS", default=100)
 RATINGS_SEED = env.int("RATINGS_SEED", default=0)
+# Bootstrap threads (the result does not depend on it); unset: min(2, CPUs).
+RATINGS_BOOTSTRAP_WORKERS = env.int("RATINGS_BOOTSTRAP_WORKERS", default=None)
 # A category with fewer votes than this is shown as "not enough votes" instead of being fitted.
 RATINGS_MIN_CATEGORY_VOTES = env.int("RATINGS_MIN_CATEGORY_VOTES", default=30)
 # "Long prompts": battles whose user turns hold at least this many characters in total.

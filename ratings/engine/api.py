@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from . import bt
-from ._blas import single_threaded_blas
 from .data import (
     STYLE_ELEMENTS,
     Battles,
@@ -19,7 +19,7 @@ from .data import (
     encode,
     without_features,
 )
-from .elo import online_elo as replay_elo
+from .elo import online_elo
 from .errors import CannotRateError, EngineError
 from .identify import Identification, identify
 
@@ -58,7 +58,8 @@ def rate(
     reweight: bool = False,
     style_l2: float = 0.0,
     progress: Callable[[int, int], None] | None = None,
-    online_elo: bool = True,
+    with_online_elo: bool = True,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """Bradley-Terry ratings (optionally style-controlled) with 95% intervals.
 
@@ -70,7 +71,9 @@ def rate(
     estimators. Style coefficients are in logits per standard deviation of the z-scored
     feature; an element that never varies or is collinear with earlier ones is ``None``.
     ``matrices.predicted_win_probability`` is ``sigma(theta_i - theta_j)``, i.e. for answers of
-    equal style. ``online_elo=False`` skips the sequential Elo replay (~1 s per 1M battles).
+    equal style. ``with_online_elo=False`` skips the sequential Elo replay (~1 s per 1M battles).
+    ``workers`` is the bootstrap's thread count (default ``min(2, os.cpu_count())``; results do
+    not depend on it).
 
     Only the models where maximum-likelihood ratings exist are rated: the largest strongly
     connected component of the "scored against" graph, fitted with the battles among its
@@ -82,7 +85,10 @@ def rate(
     model's ``votes`` count its battles in the fit. Fewer than two ratable models raise
     ``CannotRateError`` whose ``provisional`` lists every model.
     """
-    with single_threaded_blas():
+    # The engine's BLAS calls are small (p x p solves, k x n products with k = 4): on few cores,
+    # waking and spinning OpenBLAS's threads after each call made a bootstrap replicate 2-3x
+    # slower in bench/ratings.py, so BLAS runs single-threaded for the fit.
+    with threadpool_limits(limits=1, user_api="blas"):
         return _rate(
             df,
             style_control=style_control,
@@ -93,7 +99,8 @@ def rate(
             reweight=reweight,
             style_l2=style_l2,
             progress=progress,
-            online_elo=online_elo,
+            with_online_elo=with_online_elo,
+            workers=workers,
         )
 
 
@@ -131,7 +138,8 @@ def _rate(
     reweight: bool,
     style_l2: float,
     progress: Callable[[int, int], None] | None,
-    online_elo: bool,
+    with_online_elo: bool,
+    workers: int | None,
 ) -> dict[str, Any]:
     if ci not in ("sandwich", "bootstrap"):
         raise EngineError(f"ci must be 'sandwich' or 'bootstrap', not {ci!r}")
@@ -139,6 +147,8 @@ def _rate(
         raise EngineError("bootstrap needs at least 2 rounds")
     if style_l2 < 0:
         raise EngineError("style_l2 must be non-negative")
+    if workers is not None and workers < 1:
+        raise EngineError(f"workers must be at least 1, not {workers}")
     table = as_table(df)
     battles = encode(table, style_control=style_control, reweight=reweight)
     n_input = battles.n_battles
@@ -188,7 +198,7 @@ def _rate(
             progress(1, 1)
     else:
         samples, boot_iterations = bt.bootstrap(
-            rows, battles, result, rounds=rounds, seed=seed, progress=progress
+            rows, battles, result, rounds=rounds, seed=seed, progress=progress, workers=workers
         )
         iterations += boot_iterations
         boot_theta = samples[:, :p] @ transform.T
@@ -227,8 +237,8 @@ def _rate(
             intervals[name] = [float(beta_lower[j]), float(beta_upper[j])]
 
     elo: dict[str, float] | None = None
-    if online_elo:
-        values = replay_elo(battles.file_a, battles.file_b, battles.file_y, p)
+    if with_online_elo:
+        values = online_elo(battles.file_a, battles.file_b, battles.file_y, p)
         elo = {models[i]: float(values[i]) for i in order}
 
     return {

@@ -309,6 +309,16 @@ def test_bootstrap_is_reproducible_for_a_seed_and_changes_with_it():
         assert row["rating_lower"] < row["rating"] < row["rating_upper"]
 
 
+def test_bootstrap_intervals_do_not_depend_on_the_worker_count():
+    df = battles(n=400)
+    one = rate(df, ci="bootstrap", rounds=20, seed=5, workers=1)
+    three = rate(df, ci="bootstrap", rounds=20, seed=5, workers=3)
+    assert one["models"] == three["models"]
+    assert one["style_coefficient_intervals"] == three["style_coefficient_intervals"]
+    with pytest.raises(EngineError, match="workers"):
+        rate(df, ci="bootstrap", rounds=20, workers=0)
+
+
 def test_bootstrap_and_sandwich_intervals_agree_on_plenty_of_data():
     df = battles(n=6000, p=5, seed=7)
     sandwich = {m["model"]: m for m in rate(df)["models"]}
