@@ -1,4 +1,11 @@
-"""Celery tasks of the ratings side: thin wrappers around ``ratings.services``."""
+"""When the leaderboard is refitted: the Celery task that writes a snapshot, and the scheduling.
+
+``snapshot_refresh`` runs ``services.snapshot_refresh`` (a no-op when the votes and parameters
+are unchanged). After a vote (``arena.signals.vote_recorded``) a refresh is queued once per
+debounce window, after the vote's transaction commits; without a broker (eager mode) a single
+background thread runs it instead, so a vote's response never waits for a fit. Failures to
+queue are logged, never raised into the request.
+"""
 
 from __future__ import annotations
 

@@ -296,14 +296,6 @@ def style_differences(
     return out, STYLE_ELEMENTS
 
 
-def zscore(raw: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Centre and scale each row by its mean and population std (ddof=0), as arena-rank does."""
-    mean = raw.mean(axis=1)
-    std = raw.std(axis=1)
-    safe = np.where(std > 0, std, 1.0)
-    return (raw - mean[:, None]) / safe[:, None], mean, std
-
-
 def _independent_rows(features: FloatArray, tol: float = 1e-8) -> NDArray[np.bool_]:
     """Which z-scored feature rows to keep so that none is a linear function of earlier ones.
 
