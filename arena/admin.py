@@ -19,6 +19,7 @@ from arena.models import (
     TermsAcceptance,
     Vote,
 )
+from arena.services.breaker import provider_breaker_reset
 
 
 class ReadOnlyAdmin(admin.ModelAdmin[Any]):
@@ -53,8 +54,6 @@ class ProviderAdmin(admin.ModelAdmin[Provider]):
 
     @admin.action(description="Reset the circuit breaker of selected providers")
     def reset_breaker(self, request: HttpRequest, queryset: Any) -> None:
-        from arena.services.breaker import provider_breaker_reset
-
         count = provider_breaker_reset(provider_ids=list(queryset.values_list("pk", flat=True)))
         self.message_user(request, f"Reset {count} circuit breaker(s).")
 

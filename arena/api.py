@@ -9,21 +9,21 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.http.request import RawPostDataException
 
-from arena.errors import ArenaError
+from arena.errors import SERVER_ERROR_MESSAGE, ArenaError, ErrorCode
+from arena.identity import voter_id_new
 from arena.inputs import json_parse, text_problem
-from arena.services.identity import voter_id_new
 
 VOTER_SESSION_KEY = "arena_voter_id"
 API_PREFIX = "/api/"
 
 # The code and message of an error that no view phrased itself (a 404 for an unknown path, a
 # 405 from a method decorator, a 400 from a request Django refused, an unexpected exception).
-_STATUS_ERRORS: dict[int, tuple[str, str]] = {
-    400: ("bad_request", "The request could not be understood."),
-    403: ("forbidden", "You are not allowed to do that."),
-    404: ("not_found", "Not found."),
-    405: ("method_not_allowed", "This method is not allowed here."),
-    500: ("server_error", "Something went wrong on our side; the error has been logged."),
+_STATUS_ERRORS: dict[int, tuple[ErrorCode, str]] = {
+    400: (ErrorCode.BAD_REQUEST, "The request could not be understood."),
+    403: (ErrorCode.FORBIDDEN, "You are not allowed to do that."),
+    404: (ErrorCode.NOT_FOUND, "Not found."),
+    405: (ErrorCode.METHOD_NOT_ALLOWED, "This method is not allowed here."),
+    500: (ErrorCode.SERVER_ERROR, SERVER_ERROR_MESSAGE),
 }
 
 
@@ -35,7 +35,7 @@ FORM_CONTENT_TYPES = ("multipart/", "application/x-www-form-urlencoded")
 def not_json(content_type: str) -> ArenaError:
     """The error for a body that is a form (or any other stream Django parsed), not JSON."""
     return ArenaError(
-        "unsupported_media_type",
+        ErrorCode.UNSUPPORTED_MEDIA_TYPE,
         f"The request body must be JSON (Content-Type: application/json), not {content_type}.",
         status=415,
         field="body",
@@ -60,12 +60,14 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
     # Not JSON, or nested past the parser's recursion limit: a 400 naming the body.
     data = json_parse(raw, what="The request body", field="body")
     if not isinstance(data, dict):
-        raise ArenaError("invalid_json", "The request body must be a JSON object.", field="body")
+        raise ArenaError(
+            ErrorCode.INVALID_JSON, "The request body must be a JSON object.", field="body"
+        )
     for key, value in data.items():
         field = key if text_problem(key) is None else "body"
         problem = text_problem(key) or _json_text_problem(value)
         if problem is not None:
-            raise ArenaError("invalid", f"{field} {problem}.", field=field)
+            raise ArenaError(ErrorCode.INVALID, f"{field} {problem}.", field=field)
     return data
 
 
@@ -99,7 +101,7 @@ def text_inputs_problem(request: HttpRequest, url_args: dict[str, Any]) -> Arena
     for name, value in inputs:
         problem = text_problem(value)
         if problem is not None:
-            return ArenaError("invalid", f"{name} {problem}.", field=name)
+            return ArenaError(ErrorCode.INVALID, f"{name} {problem}.", field=name)
     return None
 
 
@@ -116,8 +118,12 @@ def session_identity(request: HttpRequest) -> tuple[str, str]:
 
 
 def client_ip(request: HttpRequest) -> str | None:
-    # REMOTE_ADDR only: a forwarded header is trusted only behind a proxy configured to set it,
-    # which the deployment does through its ASGI server's --forwarded-allow-ips.
+    """``REMOTE_ADDR`` as the ASGI server set it; no forwarded header is read here.
+
+    That is the connection's peer, unless ``bin/serve`` runs uvicorn with
+    ``ARENA_FORWARDED_ALLOW_IPS``: then a request from one of those proxies carries the address
+    its ``X-Forwarded-For`` names. None when the server reports no peer.
+    """
     return request.META.get("REMOTE_ADDR")
 
 
@@ -132,7 +138,7 @@ def api_view(func: Callable[..., Any]) -> Callable[..., HttpResponseBase]:
                 raise problem
             result = func(request, *args, **kwargs)
         except ArenaError as exc:
-            return JsonResponse(exc.as_dict(), status=exc.status)
+            return error_json(exc)
         if isinstance(result, HttpResponseBase):  # a page, a file, a stream
             return result
         status = 200
@@ -147,15 +153,19 @@ def is_api_request(request: HttpRequest) -> bool:
     return request.path_info.startswith(API_PREFIX)
 
 
+def error_json(error: ArenaError) -> JsonResponse:
+    """The one HTTP response of an ``ArenaError``: its body (``as_dict``) with its status."""
+    return JsonResponse(error.as_dict(), status=error.status)
+
+
 def error_response(
-    status: int, *, code: str | None = None, message: str | None = None
+    status: int, *, code: ErrorCode | None = None, message: str | None = None
 ) -> JsonResponse:
     """The API's error shape for ``status``, with the default code and message unless given."""
     default_code, default_message = _STATUS_ERRORS.get(
-        status, ("error", f"{HTTPStatus(status).phrase}.")
+        status, (ErrorCode.ERROR, f"{HTTPStatus(status).phrase}.")
     )
-    error = ArenaError(code or default_code, message or default_message, status=status)
-    return JsonResponse(error.as_dict(), status=status)
+    return error_json(ArenaError(code or default_code, message or default_message, status=status))
 
 
 def no_store(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:

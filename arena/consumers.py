@@ -45,17 +45,16 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from arena.errors import ArenaError
+from arena.errors import ArenaError, ErrorCode, server_error, still_streaming
 from arena.inputs import json_parse
 from arena.models import Battle
-from arena.selectors import battle_payload, prompt_suggestion
+from arena.selectors import battle_payload_by_id, live_models_public, prompt_suggestion
 from arena.services.live import (
     TurnPlan,
     battle_regenerate,
     battle_start_live,
     battle_turn_add,
     battle_turn_finish,
-    live_models_public,
     messages_progress,
 )
 from arena.upstream import Answer, stream_answer
@@ -84,15 +83,10 @@ def _db(func: Callable[..., T]) -> Callable[..., Any]:
     return wrapped
 
 
-def _battle_payload(battle_id: Any) -> dict[str, Any]:
-    battle = Battle.objects.select_related("model_a", "model_b").get(pk=battle_id)
-    return battle_payload(battle=battle)
-
-
-def _turn_finish(battle_id: Any, answers: dict[str, tuple[int, Answer]]) -> dict[str, Any]:
+def _turn_finish(battle_id: uuid.UUID, answers: dict[str, tuple[int, Answer]]) -> dict[str, Any]:
     """Save the turn's end and read the battle as the page is shown it, in one thread hop."""
     battle_turn_finish(battle_id=battle_id, answers=answers)
-    return _battle_payload(battle_id)
+    return battle_payload_by_id(battle_id=battle_id)
 
 
 def _session_key(session: Any) -> str:
@@ -127,21 +121,13 @@ _SAVE_RETRY_FIRST_SECONDS = 1.0
 _SAVE_RETRY_MAX_SECONDS = 15.0
 _SAVE_RETRY_WINDOW_SECONDS = 600.0
 
-SERVER_ERROR_FRAME = {
-    "type": "error",
-    "code": "server_error",
-    "message": "Something went wrong on our side; the error has been logged.",
-    "field": None,
-}
-TURN_LOST_FRAME = {
-    "type": "error",
-    "code": "turn_lost",
-    "message": (
-        "The answers could not be saved yet (they will be once the database is back). "
-        "Regenerate them, or start a new battle."
-    ),
-    "field": None,
-}
+SERVER_ERROR_FRAME = server_error().as_frame()
+TURN_LOST_FRAME = ArenaError(
+    ErrorCode.TURN_LOST,
+    "The answers could not be saved yet (they will be once the database is back). "
+    "Regenerate them, or start a new battle.",
+    status=503,
+).as_frame()
 
 
 class _ProgressSaver:
@@ -247,7 +233,7 @@ async def _save_unsaved(battle_id: object) -> None:
         return
     if await save.attempt() is None:
         raise ArenaError(
-            "not_saved_yet",
+            ErrorCode.NOT_SAVED_YET,
             "The last answers of this battle are not saved yet; try again in a moment.",
             status=503,
         )
@@ -317,34 +303,31 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
     ) -> None:
-        """Every frame, good or malformed, ends in a dispatch or an error frame, never a crash.
+        """Dispatch one frame; a refused frame is answered with an error frame.
 
-        A crash would close the socket without a word and skip ``disconnect``, leaving a turn's
-        upstream calls running; an unexpected exception is logged and answered generically.
+        An ``ArenaError`` is sent as its own frame (``as_frame``); any other exception raised
+        while the frame is handled is logged with its traceback and answered with the generic
+        ``server_error`` frame, so it neither closes the socket without a word nor skips
+        ``disconnect`` (which cancels a turn's upstream calls). A cancellation is not caught.
+        The turn itself streams in its own task (``_run_turn``), after this has returned: its
+        failures end in ``side_end`` and ``turn_end``/``turn_lost`` frames, not here.
         """
         try:
             if text_data is None:
                 raise ArenaError(
-                    "invalid_frame", "Frames are JSON text, not binary.", field="frame"
+                    ErrorCode.INVALID_FRAME, "Frames are JSON text, not binary.", field="frame"
                 )
             content = json_parse(text_data, what="The frame", field="frame")
             await self._dispatch(content)
         except ArenaError as exc:
-            await self._send(
-                {
-                    "type": "error",
-                    "code": exc.code,
-                    "message": exc.message,
-                    "field": exc.field,
-                }
-            )
+            await self._send(exc.as_frame())
         except Exception:
             log.exception("a websocket frame failed")
             await self._send(SERVER_ERROR_FRAME)
 
     async def _dispatch(self, content: Any) -> None:
         if not isinstance(content, dict):
-            raise ArenaError("invalid", "Frames are JSON objects with a type.")
+            raise ArenaError(ErrorCode.INVALID, "Frames are JSON objects with a type.")
         kind = content.get("type")
         if kind == "start":
             await self._stop_turn()  # a new battle replaces one still streaming here
@@ -391,11 +374,11 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             await self._send({"type": "suggestion", "prompt": prompt})
         else:
             shown = repr(kind) if isinstance(kind, str) and len(kind) <= 40 else "this"
-            raise ArenaError("invalid", f"Unknown frame type {shown}.", field="type")
+            raise ArenaError(ErrorCode.INVALID, f"Unknown frame type {shown}.", field="type")
 
     def _refuse_while_streaming(self) -> None:
         if self.turn_task is not None and not self.turn_task.done():
-            raise ArenaError("still_streaming", "Wait for both answers (or stop them) first.")
+            raise still_streaming(status=400)
 
     async def _send(self, frame: dict[str, Any]) -> None:
         await self._send_text(json.dumps(frame))

@@ -1,18 +1,77 @@
-"""The one domain error the services raise; views and consumers turn it into a 4xx or a frame."""
+"""The arena's error vocabulary: the one domain error the services raise, its codes, and the
+two shapes it takes on the wire.
 
+Following Zulip's ``JsonableError``: every code a client may see is an ``ErrorCode`` member (a
+``StrEnum``, so the JSON carries the same strings as ever: the codes are part of the API), a
+message used in more than one place is written once here, and ``ArenaError.as_dict`` (an HTTP
+body) and ``ArenaError.as_frame`` (a websocket frame) are the only builders of error bodies.
+"""
+
+from enum import StrEnum, unique
 from typing import Any
+
+
+@unique
+class ErrorCode(StrEnum):
+    # the request itself
+    BAD_REQUEST = "bad_request"
+    INVALID = "invalid"
+    INVALID_JSON = "invalid_json"
+    INVALID_FRAME = "invalid_frame"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    REQUEST_TOO_LARGE = "request_too_large"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    NOT_FOUND = "not_found"
+    FORBIDDEN = "forbidden"
+    CSRF_FAILED = "csrf_failed"
+    RATE_LIMITED = "rate_limited"
+    # battles and votes
+    NO_SESSION = "no_session"
+    TERMS_REQUIRED = "terms_required"
+    NO_BATTLE_AVAILABLE = "no_battle_available"
+    NOT_VOTABLE = "not_votable"
+    ALREADY_VOTED = "already_voted"
+    # live battles
+    EMPTY_PROMPT = "empty_prompt"
+    PROMPT_TOO_LONG = "prompt_too_long"
+    NO_LIVE_MODELS = "no_live_models"
+    TOO_MANY_BATTLES = "too_many_battles"
+    STILL_STREAMING = "still_streaming"
+    NOT_CONTINUABLE = "not_continuable"
+    TURN_LIMIT = "turn_limit"
+    NOT_SAVED_YET = "not_saved_yet"
+    TURN_LOST = "turn_lost"
+    # models, pools and demo data (management commands and the admin)
+    EXISTS = "exists"
+    INVALID_FILE = "invalid_file"
+    INVALID_LINE = "invalid_line"
+    UNREADABLE = "unreadable"
+    EMPTY = "empty"
+    MISSING_DATA = "missing_data"
+    # the server
+    SERVER_ERROR = "server_error"
+    ERROR = "error"  # an HTTP error status no other code names
+
+
+# Messages said in more than one place.
+STILL_STREAMING_MESSAGE = "Wait for both answers (or stop them) first."
+SERVER_ERROR_MESSAGE = "Something went wrong on our side; the error has been logged."
+ALREADY_VOTED_MESSAGE = "This battle already has a vote."
 
 
 class ArenaError(Exception):
     """A failure a client can act on.
 
-    ``code`` is a stable machine-readable string, ``status`` the HTTP status it maps to, and
-    ``field`` names the offending input field when there is one.
+    ``code`` is an ``ErrorCode`` (anything else is a programming error, refused at once),
+    ``status`` the HTTP status it maps to, and ``field`` names the offending input field when
+    there is one.
     """
 
     def __init__(
-        self, code: str, message: str, *, status: int = 400, field: str | None = None
+        self, code: ErrorCode, message: str, *, status: int = 400, field: str | None = None
     ) -> None:
+        if not isinstance(code, ErrorCode):
+            raise TypeError(f"ArenaError codes are ErrorCode members, not {code!r}")
         super().__init__(message)
         self.code = code
         self.message = message
@@ -20,11 +79,30 @@ class ArenaError(Exception):
         self.field = field
 
     def as_dict(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        """The HTTP body: ``{"error": {code, message, field?}}``."""
+        body: dict[str, Any] = {"code": self.code.value, "message": self.message}
         if self.field is not None:
             body["field"] = self.field
         return {"error": body}
 
+    def as_frame(self) -> dict[str, Any]:
+        """The websocket frame: ``{"type": "error", code, message, field}``."""
+        return {
+            "type": "error",
+            "code": self.code.value,
+            "message": self.message,
+            "field": self.field,
+        }
+
 
 def not_found(what: str) -> ArenaError:
-    return ArenaError("not_found", f"{what} not found.", status=404)
+    return ArenaError(ErrorCode.NOT_FOUND, f"{what} not found.", status=404)
+
+
+def still_streaming(status: int = 409) -> ArenaError:
+    return ArenaError(ErrorCode.STILL_STREAMING, STILL_STREAMING_MESSAGE, status=status)
+
+
+def server_error() -> ArenaError:
+    """The generic answer to an unexpected exception (which is logged, never shown)."""
+    return ArenaError(ErrorCode.SERVER_ERROR, SERVER_ERROR_MESSAGE, status=500)

@@ -37,7 +37,7 @@ from django.conf import settings
 from django.core.management.base import OutputWrapper
 from django.utils.dateparse import parse_date, parse_datetime
 
-from arena.errors import ArenaError
+from arena.errors import ArenaError, ErrorCode
 from arena.models import Battle, BattleMessage, Vote
 from arena.selectors import votes_for_export
 
@@ -84,7 +84,12 @@ class ExportStats:
 
 
 def judge_hash(voter_id: str) -> str:
-    digest = hmac.new(settings.SECRET_KEY.encode(), voter_id.encode(), hashlib.sha256)
+    """The pseudonymous judge id of a voter in exports: HMAC-SHA256 of the voter id, keyed by
+    ``ARENA_JUDGE_HASH_KEY``, or by ``SECRET_KEY`` when that is empty (the key judge ids had
+    before the setting existed, so exports keep their ids until it is set). With the setting,
+    rotating the secret key leaves every judge id as it was."""
+    key = str(settings.ARENA_JUDGE_HASH_KEY or settings.SECRET_KEY).encode()
+    digest = hmac.new(key, voter_id.encode(), hashlib.sha256)
     return "judge-" + digest.hexdigest()[:16]
 
 
@@ -220,7 +225,7 @@ def parse_moment(value: str, *, field_name: str) -> datetime:
         moment = datetime(day.year, day.month, day.day, tzinfo=UTC)
     if moment is None:
         raise ArenaError(
-            "invalid",
+            ErrorCode.INVALID,
             f"{field_name} must be an ISO date or datetime, e.g. 2026-11-30.",
             field=field_name,
         )
@@ -228,7 +233,7 @@ def parse_moment(value: str, *, field_name: str) -> datetime:
         return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
     except OverflowError:
         raise ArenaError(
-            "invalid",
+            ErrorCode.INVALID,
             f"{field_name} is outside the calendar in UTC (0001-01-01 to 9999-12-31).",
             field=field_name,
         ) from None
@@ -242,12 +247,14 @@ def export_options(params: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
     """
     fmt = params.get("format") or ""
     if fmt not in FORMATS:
-        raise ArenaError("invalid", f"format must be one of {', '.join(FORMATS)}.", field="format")
+        raise ArenaError(
+            ErrorCode.INVALID, f"format must be one of {', '.join(FORMATS)}.", field="format"
+        )
     filters: dict[str, Any] = {}
     for flag in ("include_named", "include_flagged"):
         value = (params.get(flag) or "").lower()
         if value not in _BOOLEANS:
-            raise ArenaError("invalid", f"{flag} must be 1 or 0.", field=flag)
+            raise ArenaError(ErrorCode.INVALID, f"{flag} must be 1 or 0.", field=flag)
         filters[flag] = _BOOLEANS[value]
     for bound in ("since", "until"):
         if params.get(bound):

@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from arena.errors import ArenaError
+from arena.errors import ArenaError, ErrorCode
 
 MAX_JSON_DEPTH = 20  # frames and bodies are flat objects; pool lines nest two or three deep
 
@@ -40,14 +40,18 @@ def json_parse(data: str | bytes, *, what: str, field: str) -> Any:
     """``data`` parsed, or an ``ArenaError`` naming ``field`` (``what`` is the phrase for it,
     e.g. "The frame") when it is not JSON or nests more than ``MAX_JSON_DEPTH`` deep."""
     too_deep = ArenaError(
-        "invalid_json", f"{what} is nested more than {MAX_JSON_DEPTH} levels deep.", field=field
+        ErrorCode.INVALID_JSON,
+        f"{what} is nested more than {MAX_JSON_DEPTH} levels deep.",
+        field=field,
     )
     try:
         value = json.loads(data)
     except RecursionError:
         raise too_deep from None
     except ValueError:  # UnicodeDecodeError included
-        raise ArenaError("invalid_json", f"{what} is not valid JSON.", field=field) from None
+        raise ArenaError(
+            ErrorCode.INVALID_JSON, f"{what} is not valid JSON.", field=field
+        ) from None
     if json_too_deep(value):
         raise too_deep
     return value

@@ -94,6 +94,10 @@ class ArenaModel(models.Model):
         return self.provider_id is not None and bool(self.upstream_model_id)
 
 
+# ``Prompt.source`` of the prompts visitors type in live battles (pool prompts name their pool).
+USER_PROMPT_SOURCE = "user"
+
+
 class Prompt(models.Model):
     """A conversation's user turns, from the pool or typed by a visitor."""
 
@@ -123,8 +127,6 @@ class Completion(models.Model):
 
     class Source(models.TextChoices):
         POOL = "pool", "Pool"
-        LIVE = "live", "Live"
-        SUBMITTED = "submitted", "Submitted"
 
     prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="completions")
     model = models.ForeignKey(ArenaModel, on_delete=models.PROTECT, related_name="completions")
@@ -173,7 +175,7 @@ class Battle(models.Model):
     prompt = models.ForeignKey(
         Prompt, null=True, blank=True, on_delete=models.PROTECT, related_name="battles"
     )
-    # The visitor's session as arena.services.identity.session_hash keys it: never the session
+    # The visitor's session as arena.identity.session_hash keys it: never the session
     # key itself, which would let a reader of this table act as the visitor.
     session_hash = models.CharField(
         max_length=64,
@@ -205,7 +207,6 @@ class BattleMessage(models.Model):
         B = "b", "B"
 
     class Status(models.TextChoices):
-        PENDING = "pending", "Pending"
         STREAMING = "streaming", "Streaming"
         DONE = "done", "Done"
         ABORTED = "aborted", "Aborted"
@@ -299,7 +300,7 @@ class TermsAcceptance(models.Model):
 class LiveLimits(models.Model):
     """Admin-editable limits of live battles; a blank field falls back to the setting.
 
-    One row at most (pk 1), read through ``arena.services.live.live_limits``.
+    One row at most (pk 1), read through ``arena.selectors.live_limits``.
     """
 
     max_prompt_chars = models.PositiveIntegerField(

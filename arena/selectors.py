@@ -1,24 +1,39 @@
 """Reads. Everything a view or a downstream app needs to know about battles and votes."""
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Exists, OuterRef, Prefetch, QuerySet, Subquery, Sum, Value
+from django.db.models import (
+    Count,
+    Exists,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
 from django.db.models.functions import Coalesce, Length
+from django.utils import timezone
 
 from arena.errors import not_found
+from arena.identity import session_hash
 from arena.models import (
+    USER_PROMPT_SOURCE,
     ArenaModel,
     Battle,
     BattleMessage,
     Completion,
+    LiveLimits,
     Prompt,
+    Provider,
     TermsAcceptance,
     Vote,
 )
-from arena.services.identity import session_hash
 
 
 def battle_pk(battle_id: object) -> uuid.UUID:
@@ -125,6 +140,12 @@ def battle_payload(
     return payload
 
 
+def battle_payload_by_id(*, battle_id: uuid.UUID) -> dict[str, Any]:
+    """``battle_payload`` of a battle known to exist (just voted on, or a turn just saved)."""
+    battle = Battle.objects.select_related("model_a", "model_b").get(pk=battle_id)
+    return battle_payload(battle=battle)
+
+
 def votes_for_rating(
     *, anonymous_only: bool = True, include_flagged: bool = False
 ) -> QuerySet[Any, Any]:
@@ -205,7 +226,62 @@ def votes_for_export(
 
 def prompt_suggestion() -> str:
     """A prompt from the pool to offer a visitor of the live battle page ("" when none)."""
-    from arena.services.live import USER_PROMPT_SOURCE
-
     prompt = Prompt.objects.exclude(source=USER_PROMPT_SOURCE).order_by("?").only("turns").first()
     return str(prompt.turns[0]) if prompt is not None and prompt.turns else ""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_prompt_chars: int
+    max_turns: int
+    max_output_tokens: int
+    max_concurrent_battles: int
+
+
+def live_limits() -> Limits:
+    """The limits in force: the admin's value where set, else the setting."""
+    row = LiveLimits.objects.filter(pk=1).first()
+
+    def pick(name: str, setting: str) -> int:
+        value = getattr(row, name, None) if row is not None else None
+        return int(value if value is not None else getattr(settings, setting))
+
+    return Limits(
+        max_prompt_chars=pick("max_prompt_chars", "ARENA_LIVE_MAX_PROMPT_CHARS"),
+        max_turns=pick("max_turns", "ARENA_LIVE_MAX_TURNS"),
+        max_output_tokens=pick("max_output_tokens", "ARENA_LIVE_MAX_OUTPUT_TOKENS"),
+        max_concurrent_battles=pick("max_concurrent_battles", "ARENA_LIVE_MAX_CONCURRENT_BATTLES"),
+    )
+
+
+def providers_available() -> QuerySet[Provider]:
+    """Providers whose breaker is closed or whose cool-down has ended."""
+    return Provider.objects.filter(
+        Q(breaker_open_until__isnull=True) | Q(breaker_open_until__lte=timezone.now())
+    )
+
+
+def live_models_available() -> QuerySet[ArenaModel]:
+    """Active live models with a positive weight whose provider's breaker is not open."""
+    return (
+        ArenaModel.objects.filter(
+            is_active=True,
+            sampling_weight__gt=0,
+            provider__in=providers_available(),
+        )
+        .exclude(upstream_model_id="")
+        .select_related("provider")
+    )
+
+
+def live_battles_enabled() -> bool:
+    """Whether the battle page serves live battles: at least two live models can be drawn."""
+    return live_models_available().count() >= 2
+
+
+def live_models_public() -> list[dict[str, str]]:
+    """The models a visitor may pick in named (side-by-side) mode."""
+    return [
+        {"slug": m.slug, "name": m.display_name, "organization": m.organization}
+        for m in live_models_available().filter(is_public=True).order_by("display_name")
+    ]

@@ -1,6 +1,7 @@
-"""Signals the arena sends after commit, for downstream apps (ratings) to listen to.
+"""The signal the arena sends for apps downstream of it to listen to.
 
-The arena never imports the apps downstream of it; they connect here instead.
+Sent from ``arena.services.votes.vote_record`` once the vote's transaction commits; the ratings
+app connects its receiver in ``RatingsConfig.ready``, so notifying it needs no import of it here.
 """
 
 from django.dispatch import Signal

@@ -7,27 +7,31 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 from django_ratelimit.decorators import ratelimit
 
-from arena.api import api_view, client_ip, json_body, session_identity
-from arena.errors import ArenaError
+from arena.api import api_view, client_ip, error_json, json_body, session_identity
+from arena.errors import ArenaError, ErrorCode
 from arena.exports import ExportStats, export_options, export_rows, jsonl_line, voted_battles
-from arena.models import Battle
-from arena.selectors import battle_for_session, battle_payload, pool_available, terms_accepted
+from arena.selectors import (
+    battle_for_session,
+    battle_payload,
+    battle_payload_by_id,
+    live_battles_enabled,
+    pool_available,
+    terms_accepted,
+)
 from arena.services.battles import battle_start_pool
-from arena.services.live import live_battles_enabled
 from arena.services.terms import terms_accept
 from arena.services.votes import vote_record
 
 
 def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
-    return JsonResponse(
-        {"error": {"code": "rate_limited", "message": "Too many requests; slow down."}},
-        status=429,
+    return error_json(
+        ArenaError(ErrorCode.RATE_LIMITED, "Too many requests; slow down.", status=429)
     )
 
 
@@ -97,8 +101,7 @@ def vote_create(request: HttpRequest, battle_id: str) -> tuple[dict[str, Any], i
         ip=client_ip(request),
         user_agent=request.META.get("HTTP_USER_AGENT"),
     )
-    battle = Battle.objects.select_related("model_a", "model_b").get(pk=vote.battle_id)
-    return battle_payload(battle=battle), 201
+    return battle_payload_by_id(battle_id=vote.battle_id), 201
 
 
 @require_POST
@@ -106,7 +109,9 @@ def vote_create(request: HttpRequest, battle_id: str) -> tuple[dict[str, Any], i
 def terms_accept_view(request: HttpRequest) -> dict[str, Any]:
     body = json_body(request)
     if body.get("accept") is not True:
-        raise ArenaError("invalid", 'Send {"accept": true} to accept the terms.', field="accept")
+        raise ArenaError(
+            ErrorCode.INVALID, 'Send {"accept": true} to accept the terms.', field="accept"
+        )
     _, voter_id = session_identity(request)
     acceptance = terms_accept(voter_id=voter_id, ip=client_ip(request))
     return {"accepted": True, "terms_version": acceptance.terms_version}
@@ -138,10 +143,12 @@ def votes_export(request: HttpRequest) -> StreamingHttpResponse:
     """
     if not (request.user.is_authenticated and request.user.is_staff):
         raise ArenaError(
-            "forbidden", "Exports are for staff: sign in to the admin first.", status=403
+            ErrorCode.FORBIDDEN, "Exports are for staff: sign in to the admin first.", status=403
         )
     if not request.user.has_perm("arena.view_vote"):
-        raise ArenaError("forbidden", "Exports need the permission to view votes.", status=403)
+        raise ArenaError(
+            ErrorCode.FORBIDDEN, "Exports need the permission to view votes.", status=403
+        )
     fmt, filters = export_options(request.GET)
     rows = export_rows(voted_battles(**filters), fmt, ExportStats())
     response = StreamingHttpResponse(_jsonl_batches(rows), content_type="application/x-ndjson")

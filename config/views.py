@@ -6,23 +6,23 @@ its traceback by Django (logger ``django.request``) before ``server_error`` runs
 """
 
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import render
 from django.template import loader
 
-from arena.api import error_response, is_api_request, not_json
+from arena.api import error_json, error_response, is_api_request, not_json
+from arena.errors import ErrorCode
 
 
 def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponseBase:
     if is_api_request(request):
         if isinstance(exception, RequestDataTooBig):
             return error_response(
-                400, code="request_too_large", message="The request body is too large."
+                400, code=ErrorCode.REQUEST_TOO_LARGE, message="The request body is too large."
             )
         if isinstance(exception, MultiPartParserError):  # a form Django could not even parse
-            error = not_json(request.content_type or "multipart")
-            return JsonResponse(error.as_dict(), status=error.status)
+            return error_json(not_json(request.content_type or "multipart"))
         return error_response(400)
     return render(request, "400.html", status=400)
 
@@ -52,7 +52,7 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponseBase:
     if is_api_request(request):
         return error_response(
             403,
-            code="csrf_failed",
+            code=ErrorCode.CSRF_FAILED,
             message=f"CSRF check failed: {reason} Reload the page and try again.",
         )
     return render(request, "403_csrf.html", {"reason": reason}, status=403)

@@ -5,10 +5,10 @@ from collections.abc import Sequence
 
 from django.db import transaction
 
-from arena.errors import ArenaError
+from arena.errors import ArenaError, ErrorCode
+from arena.identity import session_hash
 from arena.inputs import text_storable
 from arena.models import ArenaModel, Battle, BattleMessage, Completion, Prompt
-from arena.services.identity import session_hash
 
 _PAIR_ATTEMPTS = 20
 
@@ -64,7 +64,7 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
     candidates = _pool_models()
     if len(candidates) < 2:
         raise ArenaError(
-            "no_battle_available",
+            ErrorCode.NO_BATTLE_AVAILABLE,
             "The arena needs at least two active models with pool answers.",
             status=503,
         )
@@ -80,7 +80,7 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
         prompt = None
     if prompt is None or first is None or second is None:
         raise ArenaError(
-            "no_battle_available",
+            ErrorCode.NO_BATTLE_AVAILABLE,
             "No prompt in the pool was answered by two active models.",
             status=503,
         )

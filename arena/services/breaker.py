@@ -2,24 +2,18 @@
 
 After ``ARENA_LIVE_BREAKER_FAILURES`` consecutive failed answers a provider's breaker opens: its
 models are skipped when live battles are drawn until the cool-down ends. Then they are drawn
-again (half-open); one more failure reopens the breaker at once, one success closes it.
+again (half-open); one more failure reopens the breaker at once, one success closes it. Which
+providers can be drawn is a read: ``arena.selectors.providers_available``.
 """
 
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, Q
 from django.utils import timezone
 
 from arena.models import Provider
-
-
-def providers_available() -> QuerySet[Provider]:
-    """Providers whose breaker is closed or whose cool-down has ended."""
-    return Provider.objects.filter(
-        Q(breaker_open_until__isnull=True) | Q(breaker_open_until__lte=timezone.now())
-    )
 
 
 def provider_failure_record(*, provider_id: int) -> Provider:

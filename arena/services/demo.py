@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import transaction
 
-from arena.errors import ArenaError
+from arena.errors import ArenaError, ErrorCode
 from arena.models import ArenaModel, Battle, BattleMessage, Prompt, Vote
 from arena.services.pool import PoolLine, Progress, no_progress, pool_write
 from ratings.style import conv_metadata
@@ -95,7 +95,9 @@ def demo_load(
     ``progress`` wraps the two long steps (the pool, the historical votes).
     """
     if not (data_dir / "mt_bench" / "question.jsonl").exists():
-        raise ArenaError("missing_data", f"No demo data under {data_dir}.", field="data_dir")
+        raise ArenaError(
+            ErrorCode.MISSING_DATA, f"No demo data under {data_dir}.", field="data_dir"
+        )
     with (data_dir / "models.json").open(encoding="utf-8") as handle:
         meta = {k: v for k, v in json.load(handle).items() if not k.startswith("_")}
     model_defaults = {

@@ -17,31 +17,24 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
-from django.db.models import Field, QuerySet
+from django.db.models import Field
 from django.utils import timezone
 
-from arena.errors import ArenaError, not_found
+from arena.errors import ArenaError, ErrorCode, not_found, still_streaming
+from arena.identity import ip_hash, session_hash, session_hash_matches
 from arena.inputs import text_problem, text_storable
-from arena.models import ArenaModel, Battle, BattleMessage, LiveLimits, Prompt
-from arena.selectors import battle_pk
-from arena.services.breaker import (
-    provider_failure_record,
-    provider_success_record,
-    providers_available,
+from arena.models import USER_PROMPT_SOURCE, ArenaModel, Battle, BattleMessage, Prompt
+from arena.selectors import (
+    Limits,
+    battle_payload,
+    battle_pk,
+    live_limits,
+    live_models_available,
 )
-from arena.services.identity import ip_hash, session_hash, session_hash_matches
+from arena.services.breaker import provider_failure_record, provider_success_record
 from arena.upstream import Answer, UpstreamTarget
 
 SIDES = ("a", "b")
-USER_PROMPT_SOURCE = "user"
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_prompt_chars: int
-    max_turns: int
-    max_output_tokens: int
-    max_concurrent_battles: int
 
 
 @dataclass(frozen=True)
@@ -64,40 +57,6 @@ class TurnPlan:
     battle: dict[str, Any]  # battle_payload at the start of the turn (no names unless named)
 
 
-def live_limits() -> Limits:
-    """The limits in force: the admin's value where set, else the setting."""
-    row = LiveLimits.objects.filter(pk=1).first()
-
-    def pick(name: str, setting: str) -> int:
-        value = getattr(row, name, None) if row is not None else None
-        return int(value if value is not None else getattr(settings, setting))
-
-    return Limits(
-        max_prompt_chars=pick("max_prompt_chars", "ARENA_LIVE_MAX_PROMPT_CHARS"),
-        max_turns=pick("max_turns", "ARENA_LIVE_MAX_TURNS"),
-        max_output_tokens=pick("max_output_tokens", "ARENA_LIVE_MAX_OUTPUT_TOKENS"),
-        max_concurrent_battles=pick("max_concurrent_battles", "ARENA_LIVE_MAX_CONCURRENT_BATTLES"),
-    )
-
-
-def live_models_available() -> QuerySet[ArenaModel]:
-    """Active live models with a positive weight whose provider's breaker is not open."""
-    return (
-        ArenaModel.objects.filter(
-            is_active=True,
-            sampling_weight__gt=0,
-            provider__in=providers_available(),
-        )
-        .exclude(upstream_model_id="")
-        .select_related("provider")
-    )
-
-
-def live_battles_enabled() -> bool:
-    """Whether the battle page serves live battles: at least two live models can be drawn."""
-    return live_models_available().count() >= 2
-
-
 def _target(model: ArenaModel) -> UpstreamTarget:
     provider = model.provider
     assert provider is not None
@@ -116,17 +75,17 @@ def _target(model: ArenaModel) -> UpstreamTarget:
 
 def _clean_prompt(prompt: object, limits: Limits) -> str:
     if not isinstance(prompt, str) or not prompt.strip():
-        raise ArenaError("empty_prompt", "Type a prompt first.", field="prompt")
+        raise ArenaError(ErrorCode.EMPTY_PROMPT, "Type a prompt first.", field="prompt")
     text = prompt.strip()
     if len(text) > limits.max_prompt_chars:
         raise ArenaError(
-            "prompt_too_long",
+            ErrorCode.PROMPT_TOO_LONG,
             f"The prompt is {len(text)} characters long; the limit is {limits.max_prompt_chars}.",
             field="prompt",
         )
     problem = text_problem(text)
     if problem is not None:
-        raise ArenaError("invalid", f"The prompt {problem}.", field="prompt")
+        raise ArenaError(ErrorCode.INVALID, f"The prompt {problem}.", field="prompt")
     return text
 
 
@@ -146,7 +105,7 @@ def _check_call_rate(client_ip: str | None) -> None:
     used = 1 if cache.add(key, 1, timeout=period + 1) else cache.incr(key)
     if used > int(count):
         raise ArenaError(
-            "rate_limited",
+            ErrorCode.RATE_LIMITED,
             "Too many battles from your network in a short time; wait a minute and try again.",
             status=429,
         )
@@ -179,7 +138,7 @@ def _check_concurrency(*, session_key: str, limits: Limits, exclude: uuid.UUID |
         running = running.exclude(pk=exclude)
     if running.count() >= limits.max_concurrent_battles:
         raise ArenaError(
-            "too_many_battles",
+            ErrorCode.TOO_MANY_BATTLES,
             f"You already have {limits.max_concurrent_battles} battles streaming; "
             "let one finish or stop it first.",
             status=429,
@@ -190,7 +149,7 @@ def _draw_pair(rng: random.Random) -> tuple[ArenaModel, ArenaModel]:
     candidates = list(live_models_available())
     if len(candidates) < 2:
         raise ArenaError(
-            "no_live_models",
+            ErrorCode.NO_LIVE_MODELS,
             "Fewer than two live models are available right now; try again shortly.",
             status=503,
         )
@@ -206,13 +165,13 @@ def _named_pair(model_slugs: object) -> tuple[ArenaModel, ArenaModel]:
         or len(model_slugs) != 2
         or not all(isinstance(s, str) for s in model_slugs)
     ):
-        raise ArenaError("invalid", "Pick two models.", field="models")
+        raise ArenaError(ErrorCode.INVALID, "Pick two models.", field="models")
     for slug in model_slugs:
         problem = text_problem(slug)
         if problem is not None:  # the database refuses it even as a query parameter
-            raise ArenaError("invalid", f"A model's name {problem}.", field="models")
+            raise ArenaError(ErrorCode.INVALID, f"A model's name {problem}.", field="models")
     if model_slugs[0] == model_slugs[1]:
-        raise ArenaError("invalid", "Pick two different models.", field="models")
+        raise ArenaError(ErrorCode.INVALID, "Pick two different models.", field="models")
     found = {
         m.slug: m
         for m in ArenaModel.objects.filter(
@@ -223,17 +182,11 @@ def _named_pair(model_slugs: object) -> tuple[ArenaModel, ArenaModel]:
     missing = [s for s in model_slugs if s not in found]
     if missing:
         raise ArenaError(
-            "invalid", f"Unknown or unavailable model: {', '.join(missing)}.", field="models"
+            ErrorCode.INVALID,
+            f"Unknown or unavailable model: {', '.join(missing)}.",
+            field="models",
         )
     return found[model_slugs[0]], found[model_slugs[1]]
-
-
-def live_models_public() -> list[dict[str, str]]:
-    """The models a visitor may pick in named (side-by-side) mode."""
-    return [
-        {"slug": m.slug, "name": m.display_name, "organization": m.organization}
-        for m in live_models_available().filter(is_public=True).order_by("display_name")
-    ]
 
 
 def battle_start_live(
@@ -251,12 +204,12 @@ def battle_start_live(
     sides A and B in random order; named mode takes the two the visitor picked, in that order.
     """
     if not session_key:
-        raise ArenaError("no_session", "Open the battle page first.", status=403)
+        raise ArenaError(ErrorCode.NO_SESSION, "Open the battle page first.", status=403)
     limits = live_limits()
     text = _clean_prompt(prompt, limits)
     _check_call_rate(client_ip)
     if mode not in Battle.Mode.values:
-        raise ArenaError("invalid", "Unknown battle mode.", field="mode")
+        raise ArenaError(ErrorCode.INVALID, "Unknown battle mode.", field="mode")
     if mode == Battle.Mode.NAMED:
         model_a, model_b = _named_pair(model_slugs)
     else:
@@ -296,14 +249,14 @@ def _refuse_unless_ready(battle: Battle, action: str) -> None:
         return
     if battle.state == Battle.State.VOTED:
         raise ArenaError(
-            "already_voted", f"This battle has a vote; start a new battle to {action}.", status=409
+            ErrorCode.ALREADY_VOTED,
+            f"This battle has a vote; start a new battle to {action}.",
+            status=409,
         )
     if battle.state == Battle.State.STREAMING:
-        raise ArenaError(
-            "still_streaming", "Wait for both answers (or stop them) first.", status=409
-        )
+        raise still_streaming()
     raise ArenaError(
-        "not_continuable",
+        ErrorCode.NOT_CONTINUABLE,
         "An answer in this battle failed or was stopped, so it cannot go on; "
         "regenerate the answers or start a new battle.",
         status=409,
@@ -324,7 +277,7 @@ def battle_turn_add(
         turns = list(battle.prompt.turns)
         if len(turns) >= limits.max_turns:
             raise ArenaError(
-                "turn_limit",
+                ErrorCode.TURN_LIMIT,
                 f"A battle has at most {limits.max_turns} turns; vote, or start a new battle.",
                 status=409,
             )
@@ -352,16 +305,14 @@ def battle_regenerate(
         battle = _locked_battle(battle_id=battle_id, session_key=session_key)
         if battle.state == Battle.State.VOTED:
             raise ArenaError(
-                "already_voted", "Answers cannot be regenerated after the vote.", status=409
+                ErrorCode.ALREADY_VOTED, "Answers cannot be regenerated after the vote.", status=409
             )
         if battle.state == Battle.State.STREAMING:
-            raise ArenaError(
-                "still_streaming", "Wait for both answers (or stop them) first.", status=409
-            )
+            raise still_streaming()
         _check_concurrency(session_key=session_key, limits=limits, exclude=battle.pk)
         current = list(battle.messages.filter(superseded_at__isnull=True).order_by("-turn"))
         if not current:
-            raise ArenaError("invalid", "Nothing to regenerate yet.")
+            raise ArenaError(ErrorCode.INVALID, "Nothing to regenerate yet.")
         turn = current[0].turn
         text = current[0].user_content
         battle.messages.filter(turn=turn, superseded_at__isnull=True).update(
@@ -381,8 +332,6 @@ def _plan_turn(
     regenerated: bool,
     new_battle: bool = False,
 ) -> TurnPlan:
-    from arena.selectors import battle_payload  # selectors import models only; no cycle
-
     earlier: dict[str, list[BattleMessage]] = {side: [] for side in SIDES}
     if not new_battle:  # a battle created just now has no earlier messages to read
         for message in battle.messages.filter(superseded_at__isnull=True, turn__lt=turn).order_by(
@@ -424,13 +373,6 @@ def _plan_turn(
     )
 
 
-def message_progress(*, message_id: int, content: str) -> None:
-    """Save the partial text of an answer still streaming."""
-    BattleMessage.objects.filter(pk=message_id, status=BattleMessage.Status.STREAMING).update(
-        content=content
-    )
-
-
 def _message_column(name: str) -> str:
     field = BattleMessage._meta.get_field(name)
     assert isinstance(field, Field) and field.column
@@ -440,9 +382,9 @@ def _message_column(name: str) -> str:
 def messages_progress(*, contents: dict[int, str]) -> None:
     """Save the partial texts of answers still streaming (message id -> text), in one commit.
 
-    The UPDATE of ``message_progress`` as one statement run for every message: the consumer
-    saves all the streaming answers of its process at once, hundreds of rows, and the ORM's
-    query building per row would hold the GIL against the token relay for that long.
+    One UPDATE statement run for every message: the consumer saves all the streaming answers
+    of its process at once, hundreds of rows, and the ORM's query building per row would hold
+    the GIL against the token relay for that long.
     """
     if not contents:
         return
@@ -550,7 +492,7 @@ def live_battles_sweep(*, now: datetime | None = None) -> int:
             BattleMessage.objects.filter(
                 battle=battle,
                 superseded_at__isnull=True,
-                status__in=[BattleMessage.Status.PENDING, BattleMessage.Status.STREAMING],
+                status=BattleMessage.Status.STREAMING,
             ).update(
                 status=BattleMessage.Status.ABORTED,
                 error="The server stopped before this answer ended.",

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
 
-from arena.errors import ArenaError
+from arena.errors import ArenaError, ErrorCode
 from arena.models import ArenaModel, Provider, Vote
 
 
@@ -76,19 +76,19 @@ def model_register(
     ``ArenaError`` is raised.
     """
     if not slug:
-        raise ArenaError("invalid", "Name the model's slug.", field="slug")
+        raise ArenaError(ErrorCode.INVALID, "Name the model's slug.", field="slug")
     url = None
     if provider_url is not None:
         url = provider_url.rstrip("/")
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ArenaError(
-                "invalid", f"{provider_url!r} is not an http(s) URL.", field="provider_url"
+                ErrorCode.INVALID, f"{provider_url!r} is not an http(s) URL.", field="provider_url"
             )
     if weight is not None and weight < 0:
-        raise ArenaError("invalid", "The weight cannot be negative.", field="weight")
+        raise ArenaError(ErrorCode.INVALID, "The weight cannot be negative.", field="weight")
     if upstream_model is not None and not upstream_model:
-        raise ArenaError("invalid", "Name the upstream model.", field="upstream_model")
+        raise ArenaError(ErrorCode.INVALID, "Name the upstream model.", field="upstream_model")
     with transaction.atomic():
         model = ArenaModel.objects.select_related("provider").filter(slug=slug).first()
         created = model is None
@@ -96,7 +96,7 @@ def model_register(
         if model is not None and not update:
             kind = "a live model" if model.is_live else "a pool-only model"
             raise ArenaError(
-                "exists",
+                ErrorCode.EXISTS,
                 f"model {slug!r} already exists ({kind} with {votes} votes); "
                 "pass --update to change it.",
                 field="slug",
@@ -106,7 +106,7 @@ def model_register(
             if url is None or upstream_model is None:
                 missing = "--provider-url" if url is None else "--upstream-model"
                 raise ArenaError(
-                    "invalid", f"A new model needs {missing}.", field=missing.lstrip("-")
+                    ErrorCode.INVALID, f"A new model needs {missing}.", field=missing.lstrip("-")
                 )
             model = ArenaModel(slug=slug, display_name=display_name or slug, is_active=True)
         was_live = model.is_live
@@ -122,7 +122,7 @@ def model_register(
             provider = model.provider
         if url is None and upstream_model is not None and provider is None:
             raise ArenaError(
-                "invalid",
+                ErrorCode.INVALID,
                 f"model {slug!r} has no provider: give --provider-url too.",
                 field="provider_url",
             )
@@ -214,4 +214,4 @@ def _validate(obj: Provider | ArenaModel) -> None:
         obj.full_clean(validate_unique=False)
     except ValidationError as exc:
         field, messages = next(iter(exc.message_dict.items()))
-        raise ArenaError("invalid", f"{field}: {' '.join(messages)}", field=field) from None
+        raise ArenaError(ErrorCode.INVALID, f"{field}: {' '.join(messages)}", field=field) from None

@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar
 from django.db import transaction
 from django.utils.text import slugify
 
-from arena.errors import ArenaError
+from arena.errors import ArenaError, ErrorCode
 from arena.models import ArenaModel, Completion, Prompt
 
 # The prompt categories a pool may use: MT-bench's eight (the demo pool's), and ``other``. The
@@ -87,11 +87,11 @@ def _text(value: str, name: str, line_no: int) -> str:
     """
     if "\x00" in value:
         raise ArenaError(
-            "invalid_line", f"line {line_no}: '{name}' holds a NUL character.", field=name
+            ErrorCode.INVALID_LINE, f"line {line_no}: '{name}' holds a NUL character.", field=name
         )
     if _SURROGATE.search(value):
         raise ArenaError(
-            "invalid_line",
+            ErrorCode.INVALID_LINE,
             f"line {line_no}: '{name}' holds an unpaired surrogate (not a Unicode character).",
             field=name,
         )
@@ -107,7 +107,7 @@ def _turns(value: Any, name: str, line_no: int) -> tuple[str, ...]:
         or not all(isinstance(t, str) and t.strip() for t in value)
     ):
         raise ArenaError(
-            "invalid_line",
+            ErrorCode.INVALID_LINE,
             f"line {line_no}: '{name}' must be a non-empty string or list of non-empty strings.",
             field=name,
         )
@@ -119,7 +119,9 @@ def _optional_str(obj: dict[str, Any], name: str, line_no: int, default: str = "
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ArenaError("invalid_line", f"line {line_no}: '{name}' must be a string.", field=name)
+        raise ArenaError(
+            ErrorCode.INVALID_LINE, f"line {line_no}: '{name}' must be a string.", field=name
+        )
     return _text(str(value), name, line_no)
 
 
@@ -127,7 +129,7 @@ def _category(obj: dict[str, Any], line_no: int) -> str:
     value = _optional_str(obj, "category", line_no).strip().lower()
     if value and value not in PROMPT_CATEGORIES:
         raise ArenaError(
-            "invalid_line",
+            ErrorCode.INVALID_LINE,
             f"line {line_no}: 'category' {value!r} is not one of {', '.join(PROMPT_CATEGORIES)}.",
             field="category",
         )
@@ -138,7 +140,7 @@ def _language(obj: dict[str, Any], line_no: int) -> str:
     value = _optional_str(obj, "language", line_no, "en").strip() or "en"
     if not _LANGUAGE_TAG.fullmatch(value):
         raise ArenaError(
-            "invalid_line",
+            ErrorCode.INVALID_LINE,
             f"line {line_no}: 'language' {value!r} is not a language tag such as en, en-US or "
             "zh-Hant.",
             field="language",
@@ -155,26 +157,28 @@ def pool_parse_line(raw: str, line_no: int) -> PoolLine:
     try:
         obj = json.loads(raw)
     except ValueError as exc:
-        raise ArenaError("invalid_line", f"line {line_no}: not valid JSON ({exc}).") from None
+        raise ArenaError(
+            ErrorCode.INVALID_LINE, f"line {line_no}: not valid JSON ({exc})."
+        ) from None
     if not isinstance(obj, dict):
-        raise ArenaError("invalid_line", f"line {line_no}: expected a JSON object.")
+        raise ArenaError(ErrorCode.INVALID_LINE, f"line {line_no}: expected a JSON object.")
     for required in ("prompt", "model", "completion"):
         if required not in obj:
             raise ArenaError(
-                "invalid_line", f"line {line_no}: missing '{required}'.", field=required
+                ErrorCode.INVALID_LINE, f"line {line_no}: missing '{required}'.", field=required
             )
     prompt = _turns(obj["prompt"], "prompt", line_no)
     completion = _turns(obj["completion"], "completion", line_no)
     if len(completion) != len(prompt):
         raise ArenaError(
-            "invalid_line",
+            ErrorCode.INVALID_LINE,
             f"line {line_no}: 'completion' has {len(completion)} turns, 'prompt' has {len(prompt)}.",
             field="completion",
         )
     model = obj["model"]
     if not isinstance(model, str) or not slugify(model):
         raise ArenaError(
-            "invalid_line", f"line {line_no}: 'model' must be a model name.", field="model"
+            ErrorCode.INVALID_LINE, f"line {line_no}: 'model' must be a model name.", field="model"
         )
     return PoolLine(
         line_no=line_no,
@@ -203,7 +207,9 @@ def pool_import(
     """
     source = source or f"import:{path.name}"
     if "\x00" in source or _SURROGATE.search(source):
-        raise ArenaError("invalid", "The source label holds a NUL or a surrogate.", field="source")
+        raise ArenaError(
+            ErrorCode.INVALID, "The source label holds a NUL or a surrogate.", field="source"
+        )
     lines: list[PoolLine] = []
     problems: list[str] = []
     try:
@@ -211,7 +217,7 @@ def pool_import(
             raw_lines = handle.readlines()
     except OSError as exc:
         raise ArenaError(
-            "unreadable", f"cannot read {path}: {exc.strerror}", field="file"
+            ErrorCode.UNREADABLE, f"cannot read {path}: {exc.strerror}", field="file"
         ) from None
     for line_no, raw in enumerate(progress(raw_lines, desc="checking lines"), start=1):
         try:
@@ -228,13 +234,13 @@ def pool_import(
     problems += _prompt_id_conflicts(lines, source)
     if len(problems) == 1:
         raise ArenaError(
-            "invalid_file", f"{path}: {problems[0]} Nothing was imported.", field="file"
+            ErrorCode.INVALID_FILE, f"{path}: {problems[0]} Nothing was imported.", field="file"
         )
     if problems:
         shown = sorted(problems, key=_line_number)[:MAX_REPORTED_LINES]
         more = len(problems) - len(shown)
         raise ArenaError(
-            "invalid_file",
+            ErrorCode.INVALID_FILE,
             f"{path}: {len(problems)} malformed lines; "
             "nothing was imported.\n"
             + "\n".join(shown)
@@ -242,7 +248,7 @@ def pool_import(
             field="file",
         )
     if not lines:
-        raise ArenaError("empty", f"{path} holds no pool lines.", field="file")
+        raise ArenaError(ErrorCode.EMPTY, f"{path} holds no pool lines.", field="file")
     return pool_write(lines=lines, source=source, progress=progress)
 
 
@@ -321,7 +327,7 @@ def pool_write(
             result.prompts_created += created
             if list(prompt.turns) != list(line.prompt):
                 raise ArenaError(
-                    "invalid_line",
+                    ErrorCode.INVALID_LINE,
                     f"line {line.line_no}: prompt_id '{external_id}' was given other turns earlier.",
                     field="prompt",
                 )

@@ -3,8 +3,8 @@
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from arena.identity import ip_hash
 from arena.models import TermsAcceptance
-from arena.services.identity import ip_hash
 
 
 def terms_accept(*, voter_id: str, ip: str | None = None) -> TermsAcceptance:

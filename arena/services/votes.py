@@ -6,10 +6,10 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from arena.errors import ArenaError, not_found
+from arena.errors import ALREADY_VOTED_MESSAGE, ArenaError, ErrorCode, not_found
+from arena.identity import ip_hash, session_hash_matches, user_agent_class
 from arena.models import Battle, BattleMessage, Vote
 from arena.selectors import battle_pk, terms_accepted
-from arena.services.identity import ip_hash, session_hash_matches, user_agent_class
 from arena.signals import vote_recorded
 from ratings.style import conv_metadata
 
@@ -33,7 +33,7 @@ def vote_record(
     """
     if not isinstance(winner, str) or winner not in WINNERS:
         raise ArenaError(
-            "invalid",
+            ErrorCode.INVALID,
             f"winner must be one of {', '.join(sorted(WINNERS))}.",
             field="winner",
         )
@@ -45,19 +45,22 @@ def vote_record(
                 raise not_found("Battle")
             if not session_hash_matches(battle.session_hash, session_key):
                 raise ArenaError(
-                    "forbidden", "This battle was served to another session.", status=403
+                    ErrorCode.FORBIDDEN, "This battle was served to another session.", status=403
                 )
             if battle.state == Battle.State.VOTED or Vote.objects.filter(battle=battle).exists():
-                raise ArenaError("already_voted", "This battle already has a vote.", status=409)
+                raise ArenaError(ErrorCode.ALREADY_VOTED, ALREADY_VOTED_MESSAGE, status=409)
             if battle.state != Battle.State.READY:
                 raise ArenaError(
-                    "not_votable",
+                    ErrorCode.NOT_VOTABLE,
                     f"This battle cannot be voted on (it is {battle.get_state_display().lower()}).",
                     status=409,
                 )
             if not terms_accepted(voter_id=voter_id):
                 raise ArenaError(
-                    "terms_required", "Accept the terms before voting.", status=403, field="terms"
+                    ErrorCode.TERMS_REQUIRED,
+                    "Accept the terms before voting.",
+                    status=403,
+                    field="terms",
                 )
             messages = list(battle.messages.filter(superseded_at__isnull=True).order_by("turn"))
             a_texts = [m.content for m in messages if m.side == BattleMessage.Side.A]
@@ -79,7 +82,7 @@ def vote_record(
                 lambda: vote_recorded.send(sender=Vote, vote_id=vote.pk, battle_id=battle.pk)
             )
     except IntegrityError:
-        raise ArenaError("already_voted", "This battle already has a vote.", status=409) from None
+        raise ArenaError(ErrorCode.ALREADY_VOTED, ALREADY_VOTED_MESSAGE, status=409) from None
     return vote
 
 

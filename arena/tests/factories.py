@@ -1,7 +1,7 @@
 import factory
 
+from arena.identity import session_hash
 from arena.models import ArenaModel, Battle, BattleMessage, Completion, Prompt, Provider
-from arena.services.identity import session_hash
 
 
 class ProviderFactory(factory.django.DjangoModelFactory):

@@ -9,13 +9,12 @@ from django.utils import timezone
 
 from arena.errors import ArenaError
 from arena.models import ArenaModel, Battle, BattleMessage, LiveLimits, Provider
-from arena.selectors import votes_for_rating
+from arena.selectors import live_battles_enabled, votes_for_rating
 from arena.services.live import (
     battle_regenerate,
     battle_start_live,
     battle_turn_add,
     battle_turn_finish,
-    live_battles_enabled,
     live_battles_sweep,
     messages_progress,
 )

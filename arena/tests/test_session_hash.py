@@ -11,8 +11,8 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.urls import reverse
 
+from arena.identity import session_hash
 from arena.models import Battle
-from arena.services.identity import session_hash
 from arena.tests.factories import pool_of
 
 

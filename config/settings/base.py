@@ -231,9 +231,12 @@ STORAGES = {
 ADMIN_URL = env("DJANGO_ADMIN_URL", default="admin/")
 # Salt for the one-way hash of a voter's IP address; the raw address is never stored.
 ARENA_IP_HASH_SALT = env("ARENA_IP_HASH_SALT", default="")
-# Key of the battles' session hashes (arena.services.identity.session_hash); empty derives one
+# Key of the battles' session hashes (arena.identity.session_hash); empty derives one
 # from SECRET_KEY. Changing it detaches open battles from their visitors.
 ARENA_SESSION_HASH_KEY = env("ARENA_SESSION_HASH_KEY", default="")
+# Key of the exports' judge ids (arena.exports.judge_hash); empty uses SECRET_KEY as before, so
+# ids stay stable until it is set. Set it before rotating SECRET_KEY; changing it changes every id.
+ARENA_JUDGE_HASH_KEY = env("ARENA_JUDGE_HASH_KEY", default="")
 ARENA_TERMS_VERSION = env("ARENA_TERMS_VERSION", default="2026-11")
 RATELIMIT_ENABLE = env.bool("ARENA_RATELIMIT_ENABLE", default=True)
 ARENA_RATELIMIT_BATTLES = env("ARENA_RATELIMIT_BATTLES", default="120/m")
