@@ -1,4 +1,8 @@
+import time
+from collections.abc import Iterator
+
 import pytest
+import time_machine
 from django.test import Client
 
 from arena.api import VOTER_SESSION_KEY
@@ -29,3 +33,15 @@ async def upstream_clients():
 
     yield
     await close_clients()
+
+
+@pytest.fixture
+def frozen_clock() -> Iterator[time_machine.Traveller]:
+    """The wall clock stands still at the moment the test starts (the monotonic clock runs on).
+
+    django-ratelimit counts in windows of the wall clock, and the live-call limit keys its count
+    by the wall-clock window too; a window can end at any second (django-ratelimit offsets each
+    key's window), so a test counting requests could otherwise start again from zero halfway.
+    """
+    with time_machine.travel(time.time(), tick=False) as traveller:
+        yield traveller

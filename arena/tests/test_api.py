@@ -160,7 +160,7 @@ def test_no_pool_gives_a_503_json_error(visitor):
     assert response.json()["error"]["code"] == "no_battle_available"
 
 
-def test_battle_creation_is_rate_limited(visitor, pool, settings):
+def test_battle_creation_is_rate_limited(visitor, pool, settings, frozen_clock):
     settings.RATELIMIT_ENABLE = True
     settings.ARENA_RATELIMIT_BATTLES = "3/m"
     statuses = [post_json(visitor, "/api/battles", {}).status_code for _ in range(5)]

@@ -277,7 +277,7 @@ def test_the_live_sweep_runs_from_the_beat_schedule(settings):
     assert "arena.tasks.live_battles_sweep" in app.tasks
 
 
-def test_live_calls_are_rate_limited_per_address_whatever_the_session(settings):
+def test_live_calls_are_rate_limited_per_address_whatever_the_session(settings, frozen_clock):
     settings.RATELIMIT_ENABLE = True
     settings.ARENA_RATELIMIT_LIVE = "2/m"
     live(2)

@@ -29,7 +29,7 @@ RATE_KEYS = "*rl:*"
 
 
 @pytest.fixture
-def production_cache(own_redis, settings):  # noqa: F811
+def production_cache(own_redis, settings, frozen_clock):  # noqa: F811
     settings.CACHES = {
         "default": {
             "BACKEND": "arena.cache.FallbackRedisCache",
@@ -39,7 +39,7 @@ def production_cache(own_redis, settings):  # noqa: F811
     }
     settings.SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
     settings.RATELIMIT_ENABLE = True
-    # Per day, so that no window boundary falls inside the test.
+    # The wall clock stands still (frozen_clock), so no window ends inside the test.
     settings.ARENA_RATELIMIT_BATTLES = "3/d"
     settings.ARENA_RATELIMIT_VOTES = "100/d"
     settings.ARENA_RATELIMIT_LIVE = "1/d"

@@ -1,3 +1,5 @@
+import hashlib
+import hmac
 import threading
 
 import pytest
@@ -46,9 +48,12 @@ def test_vote_is_stored_with_style_counts_of_both_sides_and_closes_the_battle(vo
     assert style["sum_assistant_a_tokens"] > 0 and style["sum_assistant_b_tokens"] > 0
 
 
-def test_vote_stores_a_salted_ip_hash_never_the_ip(voter):
+def test_vote_stores_a_salted_ip_hash_never_the_ip(voter, settings):
+    settings.ARENA_IP_HASH_SALT = "pepper-for-this-test"
     vote = record(BattleFactory(), voter, ip="203.0.113.9")
-    assert vote.ip_hash and "203.0.113.9" not in vote.ip_hash
+    expected = hmac.new(b"pepper-for-this-test", b"203.0.113.9", hashlib.sha256).hexdigest()[:32]
+    assert vote.ip_hash == expected
+    assert vote.ip_hash != "203.0.113.9"
     other = record(BattleFactory(), voter, ip="203.0.113.10")
     assert other.ip_hash != vote.ip_hash
     assert vote.user_agent_class == "browser"

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 
+from arena.models import Vote
 from arena.services.terms import terms_accept
 from arena.services.votes import vote_record
 from arena.tests.factories import BattleFactory
@@ -93,16 +94,23 @@ def test_votes_within_the_debounce_window_share_one_delayed_refresh(
     assert apply_async.call_args.kwargs["countdown"] == 45
 
 
-def test_a_failing_enqueue_does_not_fail_the_vote(db, django_capture_on_commit_callbacks):
+def test_a_failing_enqueue_does_not_fail_the_vote(db, django_capture_on_commit_callbacks, caplog):
     battle = _ready_battle()
     with (
-        mock.patch.object(tasks.snapshot_refresh, "apply_async", side_effect=OSError("broker")),
+        mock.patch.object(
+            tasks.snapshot_refresh, "apply_async", side_effect=OSError("broker")
+        ) as apply_async,
         django_capture_on_commit_callbacks(execute=True),
+        caplog.at_level("ERROR", logger="ratings.tasks"),
     ):
         vote = vote_record(
             battle_id=battle.pk, session_key="session-1", voter_id="voter-1", winner="model_b"
         )
-    assert vote.pk is not None
+    assert Vote.objects.filter(pk=vote.pk, winner="model_b").exists()
+    assert apply_async.call_count == 1  # the receiver ran and tried to enqueue
+    [record] = [r for r in caplog.records if r.name == "ratings.tasks"]
+    assert record.levelname == "ERROR" and "could not enqueue" in record.getMessage()
+    assert record.exc_info is not None and isinstance(record.exc_info[1], OSError)
 
 
 def test_staff_recompute_now_enqueues_a_forced_refresh(
