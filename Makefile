@@ -41,8 +41,7 @@ test: install
 	mkdir -p var
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy arena ratings config
-	$(BIN)/lint-imports
+	$(BIN)/mypy answer_style arena ratings config
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest
 
@@ -52,8 +51,7 @@ test-engine: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy arena ratings config
-	$(BIN)/lint-imports
+	$(BIN)/mypy answer_style arena ratings config
 
 format: install
 	$(BIN)/ruff check --fix .

@@ -217,6 +217,13 @@ class BattleMessage(models.Model):
     turn = models.PositiveSmallIntegerField(help_text="0-based user turn this answers.")
     user_content = models.TextField()
     content = models.TextField(blank=True)
+    # Counted when the answer is saved, so that a vote only sums them; null for an answer saved
+    # before they were kept, or still streaming.
+    style = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Style counts of the answer (answer_style.style_counts): tokens, headers, lists, bold.",
+    )
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.DONE)
     token_count = models.PositiveIntegerField(null=True, blank=True)
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)

@@ -42,6 +42,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils.translation import get_language_info
 
+from answer_style import CONV_METADATA_KEYS
 from ratings import engine
 from ratings.models import LeaderboardSnapshot
 from ratings.selectors import models_metadata, rating_battles, rating_votes_mark, snapshot_latest
@@ -53,12 +54,6 @@ PAYLOAD_SCHEMA = 2
 # Key of the PostgreSQL advisory lock that serialises snapshot runs (any fixed 64-bit integer).
 SNAPSHOT_LOCK_KEY = 0x5241_5449_4E47  # "RATING"
 CODING_CATEGORY = "coding"
-# The keys of a vote's ``style`` (public-arena conv_metadata) that style control needs.
-STYLE_KEYS = tuple(
-    f"{element}_{side}"
-    for side in ("a", "b")
-    for element in ("header_count", "list_count", "bold_count")
-) + ("sum_assistant_a_tokens", "sum_assistant_b_tokens")
 
 
 #: Why a model is listed as provisional in a snapshot: the engine's reasons, and ``few_votes``
@@ -234,7 +229,7 @@ def _entry(
 
 
 def _style_complete(meta: Any) -> bool:
-    return isinstance(meta, dict) and all(k in meta for k in STYLE_KEYS)
+    return isinstance(meta, dict) and all(k in meta for k in CONV_METADATA_KEYS)
 
 
 def _fit(battles: pd.DataFrame, *, style_control: bool, params: dict[str, Any]) -> dict[str, Any]:

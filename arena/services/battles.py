@@ -5,6 +5,7 @@ from collections.abc import Sequence
 
 from django.db import transaction
 
+from answer_style import style_counts
 from arena.errors import ArenaError, ErrorCode
 from arena.identity import session_hash
 from arena.inputs import text_storable
@@ -109,7 +110,8 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
                     side=side,
                     turn=turn,
                     user_content=text_storable(prompt.turns[turn]),
-                    content=text_storable(completions[model_id].turns[turn]),
+                    content=(answer := text_storable(completions[model_id].turns[turn])),
+                    style=style_counts(answer),
                     status=BattleMessage.Status.DONE,
                     finish_reason="stop",
                 )

@@ -9,10 +9,10 @@ from typing import Any
 
 from django.db import transaction
 
+from answer_style import conv_metadata, style_counts
 from arena.errors import ArenaError, ErrorCode
 from arena.models import ArenaModel, Battle, BattleMessage, Prompt, Vote
 from arena.services.pool import PoolLine, Progress, no_progress, pool_write
-from ratings.style import conv_metadata
 
 DEMO_DATA_DIR = Path(__file__).resolve().parent.parent / "demo_data"
 MT_BENCH_SOURCE = "mt_bench"
@@ -155,6 +155,7 @@ def _write_history(history: list[dict[str, Any]], progress: Progress) -> int:
                 state=Battle.State.VOTED,
             )
         )
+        counts = {side: [style_counts(text) for text in item[side]] for side in ("a", "b")}
         for side in ("a", "b"):
             for turn, text in enumerate(item[side]):
                 messages.append(
@@ -164,6 +165,7 @@ def _write_history(history: list[dict[str, Any]], progress: Progress) -> int:
                         turn=turn,
                         user_content=prompt.turns[turn],
                         content=text,
+                        style=counts[side][turn],
                         status=BattleMessage.Status.DONE,
                     )
                 )
@@ -173,7 +175,7 @@ def _write_history(history: list[dict[str, Any]], progress: Progress) -> int:
                 winner=item["winner"],
                 voter_id=f"mt_bench:{item['judge']}",
                 user_agent_class="import",
-                style=conv_metadata(item["a"], item["b"]),
+                style=conv_metadata(counts["a"], counts["b"]),
             )
         )
     Battle.objects.bulk_create(battles, batch_size=500)

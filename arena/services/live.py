@@ -20,6 +20,7 @@ from django.db import connection, transaction
 from django.db.models import Field
 from django.utils import timezone
 
+from answer_style import style_counts
 from arena.errors import ArenaError, ErrorCode, not_found, still_streaming
 from arena.identity import ip_hash, session_hash, session_hash_matches
 from arena.inputs import text_problem, text_storable
@@ -407,6 +408,7 @@ def message_finish(*, message_id: int, answer: Answer) -> BattleMessage:
     }.get(answer.status, BattleMessage.Status.ABORTED)  # still streaming when the turn ended
     message = BattleMessage.objects.get(pk=message_id)
     message.content = answer.text
+    message.style = style_counts(answer.text)
     message.status = status
     message.token_count = answer.completion_tokens
     message.prompt_tokens = answer.prompt_tokens

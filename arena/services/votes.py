@@ -1,17 +1,18 @@
 """Recording a visitor's vote."""
 
 from datetime import timedelta
+from typing import cast
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from answer_style import AnswerStyle, conv_metadata, style_counts
 from arena.errors import ALREADY_VOTED_MESSAGE, ArenaError, ErrorCode, not_found
 from arena.identity import ip_hash, session_hash_matches, user_agent_class
 from arena.models import Battle, BattleMessage, Vote
 from arena.selectors import battle_pk, terms_accepted
 from arena.signals import vote_recorded
-from ratings.style import conv_metadata
 
 WINNERS = frozenset(Vote.Winner.values)
 
@@ -28,8 +29,9 @@ def vote_record(
     """Record the one vote a battle gets, from the session it was served to.
 
     The battle row is locked for the duration, so a double submission sees the first vote; the
-    one-vote-per-battle constraint backs this up. The style counts of both sides are computed
-    from the answers shown, and downstream listeners hear of the vote only after commit.
+    one-vote-per-battle constraint backs this up. The vote keeps the style counts of both sides,
+    summed from those their answers got when saved, and downstream listeners hear of the vote
+    only after commit.
     """
     if not isinstance(winner, str) or winner not in WINNERS:
         raise ArenaError(
@@ -63,8 +65,10 @@ def vote_record(
                     field="terms",
                 )
             messages = list(battle.messages.filter(superseded_at__isnull=True).order_by("turn"))
-            a_texts = [m.content for m in messages if m.side == BattleMessage.Side.A]
-            b_texts = [m.content for m in messages if m.side == BattleMessage.Side.B]
+            style = conv_metadata(
+                [_answer_style(m) for m in messages if m.side == BattleMessage.Side.A],
+                [_answer_style(m) for m in messages if m.side == BattleMessage.Side.B],
+            )
             flags = _flags(battle=battle, user_agent=user_agent)
             vote = Vote.objects.create(
                 battle=battle,
@@ -74,7 +78,7 @@ def vote_record(
                 user_agent_class=user_agent_class(user_agent),
                 flagged=bool(flags),
                 flags=flags,
-                style=conv_metadata(a_texts, b_texts),
+                style=style,
             )
             battle.state = Battle.State.VOTED
             battle.save(update_fields=["state", "updated_at"])
@@ -84,6 +88,13 @@ def vote_record(
     except IntegrityError:
         raise ArenaError(ErrorCode.ALREADY_VOTED, ALREADY_VOTED_MESSAGE, status=409) from None
     return vote
+
+
+def _answer_style(message: BattleMessage) -> AnswerStyle:
+    """The answer's counts as saved; counted now for an answer saved before they were kept."""
+    if message.style is None:
+        return style_counts(message.content)
+    return cast(AnswerStyle, message.style)
 
 
 def _flags(*, battle: Battle, user_agent: str | None) -> list[str]:

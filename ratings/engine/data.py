@@ -18,6 +18,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+# The style schema is the answer_style package's (Django-free, shared with the arena).
+from answer_style.schema import CONV_METADATA_KEYS as CONV_METADATA_KEYS
+from answer_style.schema import STYLE_COLUMNS as STYLE_COLUMNS
+from answer_style.schema import STYLE_ELEMENTS as STYLE_ELEMENTS
+
 from .errors import CannotRateError, EngineError
 
 if TYPE_CHECKING:
@@ -25,29 +30,6 @@ if TYPE_CHECKING:
 
 #: Outcome of a battle from model A's side; a tie of either kind is half a win.
 OUTCOMES: Mapping[str, float] = {"model_a": 1.0, "model_b": 0.0, "tie": 0.5, "tie (bothbad)": 0.5}
-
-#: The four style elements LMArena controls for, in reporting order.
-STYLE_ELEMENTS: tuple[str, ...] = ("length", "header", "list", "bold")
-
-#: Flat columns holding each side's summed counts, per style element.
-STYLE_COLUMNS: Mapping[str, tuple[str, str]] = {
-    "length": ("sum_assistant_a_tokens", "sum_assistant_b_tokens"),
-    "header": ("header_count_a", "header_count_b"),
-    "list": ("list_count_a", "list_count_b"),
-    "bold": ("bold_count_a", "bold_count_b"),
-}
-
-#: Keys of the nested counts inside ``conv_metadata`` (their values are summed).
-CONV_METADATA_KEYS: Mapping[str, tuple[str, ...] | None] = {
-    "sum_assistant_a_tokens": None,
-    "sum_assistant_b_tokens": None,
-    "header_count_a": ("h1", "h2", "h3", "h4", "h5", "h6"),
-    "header_count_b": ("h1", "h2", "h3", "h4", "h5", "h6"),
-    "list_count_a": ("ordered", "unordered"),
-    "list_count_b": ("ordered", "unordered"),
-    "bold_count_a": ("**", "__"),
-    "bold_count_b": ("**", "__"),
-}
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

@@ -5,10 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from ratings.engine import STYLE_COLUMNS
-from ratings.style import conv_metadata, count_tokens, strip_code_blocks, style_counts
+from answer_style import (
+    CONV_METADATA_KEYS,
+    STYLE_COLUMNS,
+    conv_metadata,
+    count_tokens,
+    strip_code_blocks,
+    style_counts,
+)
+from ratings import engine
 
 ANSWERS = Path(__file__).parent / "data" / "arena_hard_style" / "o3-mini-2025-01-31.jsonl"
 
@@ -88,8 +96,8 @@ def test_special_token_text_is_counted_as_ordinary_text():
 
 
 def test_conv_metadata_sums_each_side_over_its_turns():
-    meta = conv_metadata(["# a\n**b**", "- x\n- y"], ["plain"])
     one, two = style_counts("# a\n**b**"), style_counts("- x\n- y")
+    meta = conv_metadata([one, two], [style_counts("plain")])
     assert meta["sum_assistant_a_tokens"] == one["tokens"] + two["tokens"]
     assert meta["header_count_a"]["h1"] == 1
     assert meta["list_count_a"] == {"ordered": 0, "unordered": 2}
@@ -97,6 +105,17 @@ def test_conv_metadata_sums_each_side_over_its_turns():
     assert meta["sum_assistant_b_tokens"] == count_tokens("plain")
     assert meta["header_count_b"] == dict.fromkeys(["h1", "h2", "h3", "h4", "h5", "h6"], 0)
     assert set(meta) == {column for pair in STYLE_COLUMNS.values() for column in pair}
+    assert set(meta) == set(CONV_METADATA_KEYS)
+
+
+def test_the_engine_reads_the_conv_metadata_the_counts_make():
+    meta = conv_metadata([style_counts("# a\n- b\n**c**")], [style_counts("plain text")])
+    battles = pd.DataFrame({"model_a": ["x"], "model_b": ["y"], "winner": ["tie"]})
+    battles["conv_metadata"] = [meta]
+    flat = engine.flatten_conv_metadata(battles).iloc[0]
+    assert flat["sum_assistant_a_tokens"] == meta["sum_assistant_a_tokens"]
+    assert (flat["header_count_a"], flat["list_count_a"], flat["bold_count_a"]) == (1, 1, 1)
+    assert (flat["header_count_b"], flat["list_count_b"], flat["bold_count_b"]) == (0, 0, 0)
 
 
 @pytest.mark.parametrize("text", ["", "no markdown at all"])

@@ -1,4 +1,4 @@
-"""Style counts of a model's answer, as LMArena counts them for style control.
+"""Style counts of one answer, as LMArena counts them for style control.
 
 LMArena (arena-hard-auto ``utils/add_markdown_info.py``; FastChat's arena pipeline) counts, per
 answer: tokens, markdown headers h1-h6, list items (ordered, unordered) and bold spans
@@ -19,9 +19,10 @@ answers, so it is not used.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
+
+from .schema import AnswerStyle
 
 ENCODING_NAME = "o200k_base"
 
@@ -70,38 +71,13 @@ def markdown_counts(text: str) -> dict[str, dict[str, int]]:
     }
 
 
-def style_counts(text: str) -> dict[str, Any]:
+def style_counts(text: str) -> AnswerStyle:
     """``{"tokens", "header_count": {h1..h6}, "list_count": {ordered, unordered},
     "bold_count": {"**", "__"}}`` of one answer."""
-    return {"tokens": count_tokens(text), **markdown_counts(text)}
-
-
-def _summed(texts: Iterable[str]) -> dict[str, Any]:
-    total: dict[str, Any] = {
-        "tokens": 0,
-        "header_count": dict.fromkeys(_HEADERS, 0),
-        "list_count": {"ordered": 0, "unordered": 0},
-        "bold_count": {"**": 0, "__": 0},
-    }
-    for text in texts:
-        counts = style_counts(text)
-        total["tokens"] += counts["tokens"]
-        for group in ("header_count", "list_count", "bold_count"):
-            for key, value in counts[group].items():
-                total[group][key] += value
-    return total
-
-
-def conv_metadata(a_texts: list[str], b_texts: list[str]) -> dict[str, Any]:
-    """The public arena ``conv_metadata`` of a battle, summed over each side's assistant turns."""
-    a, b = _summed(a_texts), _summed(b_texts)
+    markdown = markdown_counts(text)
     return {
-        "sum_assistant_a_tokens": a["tokens"],
-        "header_count_a": a["header_count"],
-        "list_count_a": a["list_count"],
-        "bold_count_a": a["bold_count"],
-        "sum_assistant_b_tokens": b["tokens"],
-        "header_count_b": b["header_count"],
-        "list_count_b": b["list_count"],
-        "bold_count_b": b["bold_count"],
+        "tokens": count_tokens(text),
+        "header_count": markdown["header_count"],
+        "list_count": markdown["list_count"],
+        "bold_count": markdown["bold_count"],
     }

@@ -1,0 +1,67 @@
+"""Answers keep the style counts they had when saved; a vote sums them instead of recounting."""
+
+import random
+
+import pytest
+
+from answer_style import conv_metadata, style_counts
+from arena.models import BattleMessage
+from arena.services.battles import battle_start_pool
+from arena.services.live import message_finish
+from arena.services.terms import terms_accept
+from arena.services.votes import vote_record
+from arena.tests.factories import BattleFactory, CompletionFactory, pool_of
+from arena.upstream import Answer
+
+pytestmark = pytest.mark.django_db
+
+
+def vote(battle):
+    terms_accept(voter_id="voter-1")
+    return vote_record(
+        battle_id=battle.id, session_key="session-1", voter_id="voter-1", winner="tie"
+    )
+
+
+def test_a_pool_battle_saves_each_answer_with_its_counts():
+    models, prompts = pool_of(n_models=2, n_prompts=1, turns=2)
+    prompts[0].completions.filter(model=models[0]).delete()
+    CompletionFactory(prompt=prompts[0], model=models[0], turns=["# One\n- a\n- b", "**x**"])
+    battle = battle_start_pool(session_key="s1", rng=random.Random(1))
+    messages = list(battle.messages.all())
+    assert len(messages) == 4
+    for message in messages:
+        assert message.style == style_counts(message.content)
+    assert sum(m.style["header_count"]["h1"] for m in messages) == 1
+    assert sum(m.style["bold_count"]["**"] for m in messages) == 1
+
+
+def test_a_live_answer_is_counted_when_its_turn_ends():
+    battle = BattleFactory()
+    message = battle.messages.get(side="a")
+    message.content, message.status = "", BattleMessage.Status.STREAMING
+    message.save()
+    answer = Answer(parts=["## Plan\n", "1. first\n", "2. second"], status="done")
+    saved = message_finish(message_id=message.pk, answer=answer)
+    saved.refresh_from_db()
+    assert saved.style == style_counts("## Plan\n1. first\n2. second")
+    assert saved.style["header_count"]["h2"] == 1
+    assert saved.style["list_count"]["ordered"] == 2
+
+
+def test_a_vote_sums_the_counts_the_answers_were_saved_with():
+    battle = BattleFactory()  # side a's text has one h1 header, side b's none
+    stored = {"a": style_counts("## x\n## y"), "b": style_counts("__z__")}
+    for side, counts in stored.items():
+        battle.messages.filter(side=side).update(style=counts)
+    style = vote(battle).style
+    assert style == conv_metadata([stored["a"]], [stored["b"]])
+    assert style["header_count_a"]["h1"] == 0 and style["header_count_a"]["h2"] == 2
+    assert style["bold_count_b"]["__"] == 1
+
+
+def test_a_vote_counts_an_answer_saved_without_counts():
+    battle = BattleFactory(messages={"a": "# A\n- x", "b": "plain"})
+    battle.messages.filter(side="b").update(style=style_counts("### c"))
+    style = vote(battle).style
+    assert style == conv_metadata([style_counts("# A\n- x")], [style_counts("### c")])
