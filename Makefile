@@ -42,6 +42,7 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy answer_style arena ratings config
+	$(BIN)/lint-imports
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest
 
@@ -52,6 +53,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy answer_style arena ratings config
+	$(BIN)/lint-imports
 
 format: install
 	$(BIN)/ruff check --fix .

@@ -5,6 +5,7 @@ missing; with ARENA_REQUIRE_SERVICES=1 / ARENA_REQUIRE_BROWSER=1 (as in CI) they
 """
 
 import asyncio
+import contextlib
 import os
 import socket
 import threading
@@ -83,6 +84,41 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(reason)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Browser tests run last, after every other test (the order is otherwise kept): once the
+    session's browser has started, Playwright's event loop is running in this thread for the
+    rest of the session (see ``_browser_tests_may_call_the_orm``)."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    """``DJANGO_ALLOW_ASYNC_UNSAFE`` for browser tests only, from their setup (the database
+    marker's fixtures included) to their teardown (the session's, for the last one)."""
+    if item.get_closest_marker("browser") is None:
+        return (yield)
+    with _browser_tests_may_call_the_orm():
+        return (yield)
+
+
+@contextlib.contextmanager
+def _browser_tests_may_call_the_orm() -> Iterator[None]:
+    """Playwright's sync API keeps an event loop running in the test thread while the browser
+    lives, which Django takes for an async context and refuses ORM calls in. A browser test and
+    its fixtures are plain synchronous code, so the guard is lifted for those tests alone; every
+    other test (consumers included) runs with it on, before the browser starts."""
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -152,18 +188,14 @@ def browser() -> Iterator[object]:
     # loaded machine (two cores, the server, Chromium and the upstream in one process tree)
     # can take seconds to get a frame through.
     expect.set_options(timeout=30_000)
-    # Playwright's sync API keeps an event loop running in the test thread for the whole session,
-    # which Django takes for an async context. The ORM calls of browser tests and their fixtures
-    # are plain synchronous code, so the guard is lifted while the browser lives; consumers are
-    # checked with it on in their own tests, which run before the browser starts (tests/ last).
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    # Its event loop runs in this thread from here to the end of the session: browser tests run
+    # last, with Django's async guard lifted (pytest_runtest_protocol above).
     with sync_playwright() as pw:
         instance = pw.chromium.launch(
             executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
         )
         yield instance
         instance.close()
-    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
 @pytest.fixture
@@ -211,6 +243,8 @@ def live_models(fake_upstream):
 
 
 # --- Ratings: votes to rate -------------------------------------------------------------------
+# Here rather than in one app's conftest: arena/tests (exports, the add-model command, hostile
+# API input), ratings/tests and tests/ (CSP, schemathesis, browser leaderboards) all use them.
 
 
 @pytest.fixture
