@@ -147,7 +147,7 @@ class AsgiServer:
         self.thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True)
 
     async def _serve(self) -> None:
-        from arena.upstream import close_clients
+        from arena.live.upstream import close_clients
 
         try:
             await self.server.serve()

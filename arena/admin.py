@@ -8,6 +8,7 @@ from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 
 from arena.exports import FORMATS
+from arena.live.breaker import provider_breaker_reset
 from arena.models import (
     ArenaModel,
     Battle,
@@ -19,7 +20,6 @@ from arena.models import (
     TermsAcceptance,
     Vote,
 )
-from arena.services.breaker import provider_breaker_reset
 
 
 class ReadOnlyAdmin(admin.ModelAdmin[Any]):

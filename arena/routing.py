@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path
 
-from arena.consumers import BattleConsumer
+from arena.live.consumer import BattleConsumer
 
 websocket_urlpatterns: list[URLPattern] = [
     path("ws/battle", BattleConsumer.as_asgi(), name="ws-battle"),

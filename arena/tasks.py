@@ -1,10 +1,11 @@
-"""Celery tasks of the battle side: thin wrappers over services."""
+"""Celery tasks of the battle side, under their registered names: the live battles' sweep
+(``arena.live.sweep``)."""
 
 import logging
 
 from celery import shared_task
 
-from arena.services.live import live_battles_sweep
+from arena.live.sweep import live_battles_sweep
 
 logger = logging.getLogger(__name__)
 

@@ -14,18 +14,18 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def test_after_turn_lost_the_page_offers_regenerate_and_the_lost_answers_are_kept(
     asgi_server, page, fake_upstream, live_models, monkeypatch
 ):
-    from arena import consumers
+    from arena.live import consumer, runtime
 
-    real_finish, database = consumers._turn_finish, {"up": False}
+    real_finish, database = runtime.turn_finish, {"up": False}
 
     def finish(*args):
         if not database["up"]:
             raise OperationalError("the database is away")
         return real_finish(*args)
 
-    monkeypatch.setattr(consumers, "_turn_finish", finish)
-    monkeypatch.setattr(consumers, "_FINISH_RETRY_SECONDS", 0.01)
-    monkeypatch.setattr(consumers, "_SAVE_RETRY_FIRST_SECONDS", 60.0)  # the page acts first
+    monkeypatch.setattr(runtime, "turn_finish", finish)
+    monkeypatch.setattr(consumer, "_FINISH_RETRY_SECONDS", 0.01)
+    monkeypatch.setattr(runtime, "_SAVE_RETRY_FIRST_SECONDS", 60.0)  # the page acts first
     fake_upstream.models["upstream-quokka-1"] = FakeModel(tokens=["Kept ", "one."])
     fake_upstream.models["upstream-quokka-2"] = FakeModel(tokens=["Kept ", "two."])
     open_live_page(page, asgi_server)

@@ -29,7 +29,7 @@ def other_visitor(db) -> Client:
 @pytest.fixture
 async def upstream_clients():
     """Closes the upstream HTTP clients this test's event loop opened (and their sockets)."""
-    from arena.upstream import close_clients
+    from arena.live.upstream import close_clients
 
     yield
     await close_clients()

@@ -5,13 +5,13 @@ import random
 import pytest
 
 from answer_style import conv_metadata, style_counts
+from arena.live.turns import message_finish
+from arena.live.upstream import Answer
 from arena.models import BattleMessage
 from arena.services.battles import battle_start_pool
-from arena.services.live import message_finish
 from arena.services.terms import terms_accept
 from arena.services.votes import vote_record
 from arena.tests.factories import BattleFactory, CompletionFactory, pool_of
-from arena.upstream import Answer
 
 pytestmark = pytest.mark.django_db
 

@@ -82,11 +82,11 @@ def outage():
 
 @pytest.fixture
 def fast_saves(monkeypatch, settings):
-    from arena import consumers
+    from arena.live import consumer, runtime
 
     settings.ARENA_LIVE_SAVE_SECONDS = 0.05  # partial saves happen before the outage
-    monkeypatch.setattr(consumers, "_FINISH_RETRY_SECONDS", 0.01)
-    return consumers
+    monkeypatch.setattr(consumer, "_FINISH_RETRY_SECONDS", 0.01)
+    return runtime  # the lost-turn retry's delays
 
 
 async def stream_into_outage(comm, outage) -> list[dict]:

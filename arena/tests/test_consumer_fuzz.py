@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, event, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from arena.services.live import battle_start_live, battle_turn_finish
+from arena.live.turns import battle_start_live, battle_turn_finish
+from arena.live.upstream import Answer, close_clients
 from arena.services.terms import terms_accept
 from arena.tests.fake_openai import FakeModel
-from arena.upstream import Answer, close_clients
 from config.asgi import application
 
 pytestmark = [pytest.mark.django_db(transaction=True)]

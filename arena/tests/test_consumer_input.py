@@ -110,17 +110,17 @@ async def test_model_names_and_battle_ids_with_a_nul_or_a_surrogate_get_error_fr
 async def test_an_unexpected_exception_is_logged_and_answered_with_a_generic_error_frame(
     fake_upstream, live_models, monkeypatch, caplog
 ):
-    from arena import consumers
+    from arena.live import consumer
 
     def broken():
         raise RuntimeError("a bug, with internals: /srv/secret")
 
-    monkeypatch.setattr(consumers, "live_models_public", broken)
+    monkeypatch.setattr(consumer, "live_models_public", broken)
     comm = await open_socket()
-    with caplog.at_level(logging.ERROR, logger="arena.consumers"):
+    with caplog.at_level(logging.ERROR, logger="arena.live.consumer"):
         await comm.send_json_to({"type": "models"})
         error = await comm.receive_json_from(FRAME_TIMEOUT)
-    assert error == consumers.SERVER_ERROR_FRAME and "secret" not in json.dumps(error)
+    assert error == consumer.SERVER_ERROR_FRAME and "secret" not in json.dumps(error)
     logged = [r for r in caplog.records if r.exc_info and "a bug" in str(r.exc_info[1])]
     assert logged, "the exception is logged with its traceback"
     await still_usable(comm)

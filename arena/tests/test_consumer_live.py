@@ -400,9 +400,9 @@ async def test_malformed_frames_get_error_frames_and_the_socket_stays_usable(
 async def test_a_failed_save_at_the_end_of_a_turn_is_retried(
     fake_upstream, live_models, monkeypatch
 ):
-    from arena import consumers
+    from arena.live import consumer, runtime
 
-    real, calls = consumers._turn_finish, []
+    real, calls = runtime.turn_finish, []
 
     def flaky(*args):
         calls.append(1)
@@ -410,8 +410,8 @@ async def test_a_failed_save_at_the_end_of_a_turn_is_retried(
             raise RuntimeError("database restarting")
         return real(*args)
 
-    monkeypatch.setattr(consumers, "_turn_finish", flaky)
-    monkeypatch.setattr(consumers, "_FINISH_RETRY_SECONDS", 0.01)
+    monkeypatch.setattr(runtime, "turn_finish", flaky)
+    monkeypatch.setattr(consumer, "_FINISH_RETRY_SECONDS", 0.01)
     comm = await open_socket()
     await comm.send_json_to({"type": "start", "prompt": "Hello"})
     end = (await frames_until(comm, "turn_end"))[-1]
@@ -422,14 +422,14 @@ async def test_a_failed_save_at_the_end_of_a_turn_is_retried(
 async def test_a_turn_whose_end_cannot_be_saved_says_so_and_is_swept_later(
     fake_upstream, live_models, monkeypatch, settings
 ):
-    from arena import consumers
-    from arena.services.live import live_battles_sweep
+    from arena.live import consumer, runtime
+    from arena.live.sweep import live_battles_sweep
 
     def broken(*args):
         raise RuntimeError("database gone")
 
-    monkeypatch.setattr(consumers, "_turn_finish", broken)
-    monkeypatch.setattr(consumers, "_FINISH_RETRY_SECONDS", 0.01)
+    monkeypatch.setattr(runtime, "turn_finish", broken)
+    monkeypatch.setattr(consumer, "_FINISH_RETRY_SECONDS", 0.01)
     comm = await open_socket()
     await comm.send_json_to({"type": "start", "prompt": "Hello"})
     frames = await frames_until(comm, "error")

@@ -8,21 +8,21 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from arena.errors import ArenaError
-from arena.models import ArenaModel, Battle, BattleMessage, LiveLimits, Provider
-from arena.selectors import live_battles_enabled, votes_for_rating
-from arena.services.live import (
+from arena.live.sweep import live_battles_sweep
+from arena.live.turns import (
     battle_regenerate,
     battle_start_live,
     battle_turn_add,
     battle_turn_finish,
-    live_battles_sweep,
     messages_progress,
 )
+from arena.live.upstream import Answer
+from arena.models import ArenaModel, Battle, BattleMessage, LiveLimits, Provider
+from arena.selectors import live_battles_enabled, votes_for_rating
 from arena.services.models import model_register
 from arena.services.terms import terms_accept
 from arena.services.votes import vote_record
 from arena.tests.factories import ArenaModelFactory, ProviderFactory, pool_of
-from arena.upstream import Answer
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("upstream_clients")]
 

@@ -5,8 +5,8 @@ import socket
 
 import pytest
 
+from arena.live.upstream import Answer, UpstreamTarget, _close, request_kwargs, stream_answer
 from arena.tests.fake_openai import FakeModel
-from arena.upstream import Answer, UpstreamTarget, _close, request_kwargs, stream_answer
 
 # No database is touched; the mark makes pytest-django order these async tests with the database
 # tests, before the browser tests whose session-long Playwright loop would stop asyncio tests.

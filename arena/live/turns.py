@@ -1,39 +1,31 @@
-"""Live battles: two models answer a visitor's prompt, streamed side by side.
+"""The turns of a live battle: planned, then finished.
 
 The services here do the bookkeeping around a turn; the streaming itself happens in the
-websocket consumer (``arena.consumers``) through ``arena.upstream``. A turn is planned
+websocket consumer (``arena.live.consumer``) through ``arena.live.upstream``. A turn is planned
 (``battle_start_live``, ``battle_turn_add``, ``battle_regenerate``: the messages are created as
 streaming, and the battle is streaming), then finished (``battle_turn_finish``: both answers are
 saved and the battle becomes ready to vote, or errored/aborted, which are not votable).
 """
 
 import random
-import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
-from django.core.cache import cache
 from django.db import connection, transaction
 from django.db.models import Field
 from django.utils import timezone
 
 from answer_style import style_counts
 from arena.errors import ArenaError, ErrorCode, not_found, still_streaming
-from arena.identity import ip_hash, session_hash, session_hash_matches
-from arena.inputs import text_problem, text_storable
+from arena.identity import session_hash, session_hash_matches
+from arena.inputs import text_storable
+from arena.live.breaker import provider_failure_record, provider_success_record
+from arena.live.draw import draw_pair, named_pair
+from arena.live.limits import check_call_rate, check_concurrency, clean_prompt
+from arena.live.upstream import Answer, UpstreamTarget
 from arena.models import USER_PROMPT_SOURCE, ArenaModel, Battle, BattleMessage, Prompt
-from arena.selectors import (
-    Limits,
-    battle_payload,
-    battle_pk,
-    live_limits,
-    live_models_available,
-)
-from arena.services.breaker import provider_failure_record, provider_success_record
-from arena.upstream import Answer, UpstreamTarget
+from arena.selectors import Limits, battle_payload, battle_pk, live_limits
 
 SIDES = ("a", "b")
 
@@ -74,122 +66,6 @@ def _target(model: ArenaModel) -> UpstreamTarget:
     )
 
 
-def _clean_prompt(prompt: object, limits: Limits) -> str:
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise ArenaError(ErrorCode.EMPTY_PROMPT, "Type a prompt first.", field="prompt")
-    text = prompt.strip()
-    if len(text) > limits.max_prompt_chars:
-        raise ArenaError(
-            ErrorCode.PROMPT_TOO_LONG,
-            f"The prompt is {len(text)} characters long; the limit is {limits.max_prompt_chars}.",
-            field="prompt",
-        )
-    problem = text_problem(text)
-    if problem is not None:
-        raise ArenaError(ErrorCode.INVALID, f"The prompt {problem}.", field="prompt")
-    return text
-
-
-_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _check_call_rate(client_ip: str | None) -> None:
-    """At most ``ARENA_RATELIMIT_LIVE`` model calls (starts, follow-ups, regenerations) per
-    client address, whatever its sessions: a new session is one page load away, model calls
-    cost money. A fixed window counted in the cache (Redis in production, shared by every
-    worker)."""
-    if not settings.RATELIMIT_ENABLE or not client_ip or not settings.ARENA_RATELIMIT_LIVE:
-        return
-    count, _, unit = str(settings.ARENA_RATELIMIT_LIVE).partition("/")
-    period = _PERIODS.get(unit[-1:], 60) * int(unit[:-1] or 1)
-    key = f"arena:live-calls:{ip_hash(client_ip)}:{int(time.time() // period)}"
-    used = 1 if cache.add(key, 1, timeout=period + 1) else cache.incr(key)
-    if used > int(count):
-        raise ArenaError(
-            ErrorCode.RATE_LIMITED,
-            "Too many battles from your network in a short time; wait a minute and try again.",
-            status=429,
-        )
-
-
-def _lock_session(session_digest: str) -> None:
-    """Serialise the live calls of one session until the transaction ends, so two starts at
-    once cannot both pass the concurrency count. SQLite's IMMEDIATE transactions already
-    serialise every writer; PostgreSQL takes an advisory lock on the session (named by its
-    hash, like everything the database sees of a session)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                [f"arena-live-session:{session_digest}"],
-            )
-
-
-def _check_concurrency(*, session_key: str, limits: Limits, exclude: uuid.UUID | None) -> None:
-    digest = session_hash(session_key)
-    _lock_session(digest)
-    fresh = timezone.now() - timedelta(seconds=settings.ARENA_LIVE_STALE_SECONDS)
-    running = Battle.objects.filter(
-        session_hash=digest,
-        source=Battle.Source.LIVE,
-        state=Battle.State.STREAMING,
-        updated_at__gte=fresh,
-    )
-    if exclude is not None:
-        running = running.exclude(pk=exclude)
-    if running.count() >= limits.max_concurrent_battles:
-        raise ArenaError(
-            ErrorCode.TOO_MANY_BATTLES,
-            f"You already have {limits.max_concurrent_battles} battles streaming; "
-            "let one finish or stop it first.",
-            status=429,
-        )
-
-
-def _draw_pair(rng: random.Random) -> tuple[ArenaModel, ArenaModel]:
-    candidates = list(live_models_available())
-    if len(candidates) < 2:
-        raise ArenaError(
-            ErrorCode.NO_LIVE_MODELS,
-            "Fewer than two live models are available right now; try again shortly.",
-            status=503,
-        )
-    first = rng.choices(candidates, weights=[m.sampling_weight for m in candidates], k=1)[0]
-    rest = [m for m in candidates if m.pk != first.pk]
-    second = rng.choices(rest, weights=[m.sampling_weight for m in rest], k=1)[0]
-    return (first, second) if rng.random() < 0.5 else (second, first)
-
-
-def _named_pair(model_slugs: object) -> tuple[ArenaModel, ArenaModel]:
-    if (
-        not isinstance(model_slugs, list | tuple)
-        or len(model_slugs) != 2
-        or not all(isinstance(s, str) for s in model_slugs)
-    ):
-        raise ArenaError(ErrorCode.INVALID, "Pick two models.", field="models")
-    for slug in model_slugs:
-        problem = text_problem(slug)
-        if problem is not None:  # the database refuses it even as a query parameter
-            raise ArenaError(ErrorCode.INVALID, f"A model's name {problem}.", field="models")
-    if model_slugs[0] == model_slugs[1]:
-        raise ArenaError(ErrorCode.INVALID, "Pick two different models.", field="models")
-    found = {
-        m.slug: m
-        for m in ArenaModel.objects.filter(
-            slug__in=model_slugs, is_active=True, is_public=True
-        ).select_related("provider")
-        if m.is_live
-    }
-    missing = [s for s in model_slugs if s not in found]
-    if missing:
-        raise ArenaError(
-            ErrorCode.INVALID,
-            f"Unknown or unavailable model: {', '.join(missing)}.",
-            field="models",
-        )
-    return found[model_slugs[0]], found[model_slugs[1]]
-
-
 def battle_start_live(
     *,
     session_key: str,
@@ -207,16 +83,16 @@ def battle_start_live(
     if not session_key:
         raise ArenaError(ErrorCode.NO_SESSION, "Open the battle page first.", status=403)
     limits = live_limits()
-    text = _clean_prompt(prompt, limits)
-    _check_call_rate(client_ip)
+    text = clean_prompt(prompt, limits)
+    check_call_rate(client_ip)
     if mode not in Battle.Mode.values:
         raise ArenaError(ErrorCode.INVALID, "Unknown battle mode.", field="mode")
     if mode == Battle.Mode.NAMED:
-        model_a, model_b = _named_pair(model_slugs)
+        model_a, model_b = named_pair(model_slugs)
     else:
-        model_a, model_b = _draw_pair(rng or random.SystemRandom())
+        model_a, model_b = draw_pair(rng or random.SystemRandom())
     with transaction.atomic():
-        _check_concurrency(session_key=session_key, limits=limits, exclude=None)
+        check_concurrency(session_key=session_key, limits=limits, exclude=None)
         battle = Battle.objects.create(
             mode=mode,
             source=Battle.Source.LIVE,
@@ -269,8 +145,8 @@ def battle_turn_add(
 ) -> TurnPlan:
     """Add a follow-up prompt: the same pair answers it with the whole conversation."""
     limits = live_limits()
-    text = _clean_prompt(prompt, limits)
-    _check_call_rate(client_ip)
+    text = clean_prompt(prompt, limits)
+    check_call_rate(client_ip)
     with transaction.atomic():
         battle = _locked_battle(battle_id=battle_id, session_key=session_key)
         _refuse_unless_ready(battle, "ask more")
@@ -282,7 +158,7 @@ def battle_turn_add(
                 f"A battle has at most {limits.max_turns} turns; vote, or start a new battle.",
                 status=409,
             )
-        _check_concurrency(session_key=session_key, limits=limits, exclude=battle.pk)
+        check_concurrency(session_key=session_key, limits=limits, exclude=battle.pk)
         battle.prompt.turns = [*turns, text]
         battle.prompt.save(update_fields=["turns"])
         battle.state = Battle.State.STREAMING
@@ -301,7 +177,7 @@ def battle_regenerate(
     answers stay on record, marked superseded.
     """
     limits = live_limits()
-    _check_call_rate(client_ip)
+    check_call_rate(client_ip)
     with transaction.atomic():
         battle = _locked_battle(battle_id=battle_id, session_key=session_key)
         if battle.state == Battle.State.VOTED:
@@ -310,7 +186,7 @@ def battle_regenerate(
             )
         if battle.state == Battle.State.STREAMING:
             raise still_streaming()
-        _check_concurrency(session_key=session_key, limits=limits, exclude=battle.pk)
+        check_concurrency(session_key=session_key, limits=limits, exclude=battle.pk)
         current = list(battle.messages.filter(superseded_at__isnull=True).order_by("-turn"))
         if not current:
             raise ArenaError(ErrorCode.INVALID, "Nothing to regenerate yet.")
@@ -468,38 +344,3 @@ def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[str, tuple[int, An
         elif answer.status == "done":
             provider_success_record(provider_id=provider_id)
     return battle
-
-
-def live_battles_sweep(*, now: datetime | None = None) -> int:
-    """Settle battles left streaming by a server that stopped mid-turn (a crash, a restart, a
-    turn whose end could not be saved): their unfinished answers become aborted, keeping the
-    partial text, and the battle aborted, so the visitor can regenerate or start over.
-
-    Only battles older than the longest an answer may take (``ARENA_LIVE_ANSWER_SECONDS``) and
-    a minute's margin: a live server has ended every turn by then. Returns how many it settled.
-    """
-    now = now or timezone.now()
-    cutoff = now - timedelta(seconds=settings.ARENA_LIVE_ANSWER_SECONDS + 60)
-    settled = 0
-    stale = Battle.objects.filter(state=Battle.State.STREAMING, updated_at__lt=cutoff)
-    for battle_id in stale.values_list("pk", flat=True):
-        with transaction.atomic():
-            battle = (
-                Battle.objects.select_for_update()
-                .filter(pk=battle_id, state=Battle.State.STREAMING, updated_at__lt=cutoff)
-                .first()
-            )
-            if battle is None:  # its turn ended meanwhile
-                continue
-            BattleMessage.objects.filter(
-                battle=battle,
-                superseded_at__isnull=True,
-                status=BattleMessage.Status.STREAMING,
-            ).update(
-                status=BattleMessage.Status.ABORTED,
-                error="The server stopped before this answer ended.",
-            )
-            battle.state = Battle.State.ABORTED
-            battle.save(update_fields=["state", "updated_at"])
-            settled += 1
-    return settled

@@ -1,0 +1,94 @@
+"""The limits of live battles, enforced when a turn is planned.
+
+The limits themselves are read by a selector (``arena.selectors.live_limits``: the admin's
+*Live battle limits* or the ``ARENA_LIVE_*`` settings); here they are applied: the prompt's
+length, the model calls per client address (``ARENA_RATELIMIT_LIVE``) and the battles one
+session may have streaming at once.
+"""
+
+import time
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import connection
+from django.utils import timezone
+
+from arena.errors import ArenaError, ErrorCode
+from arena.identity import ip_hash, session_hash
+from arena.inputs import text_problem
+from arena.models import Battle
+from arena.selectors import Limits
+
+
+def clean_prompt(prompt: object, limits: Limits) -> str:
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ArenaError(ErrorCode.EMPTY_PROMPT, "Type a prompt first.", field="prompt")
+    text = prompt.strip()
+    if len(text) > limits.max_prompt_chars:
+        raise ArenaError(
+            ErrorCode.PROMPT_TOO_LONG,
+            f"The prompt is {len(text)} characters long; the limit is {limits.max_prompt_chars}.",
+            field="prompt",
+        )
+    problem = text_problem(text)
+    if problem is not None:
+        raise ArenaError(ErrorCode.INVALID, f"The prompt {problem}.", field="prompt")
+    return text
+
+
+_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def check_call_rate(client_ip: str | None) -> None:
+    """At most ``ARENA_RATELIMIT_LIVE`` model calls (starts, follow-ups, regenerations) per
+    client address, whatever its sessions: a new session is one page load away, model calls
+    cost money. A fixed window counted in the cache (Redis in production, shared by every
+    worker)."""
+    if not settings.RATELIMIT_ENABLE or not client_ip or not settings.ARENA_RATELIMIT_LIVE:
+        return
+    count, _, unit = str(settings.ARENA_RATELIMIT_LIVE).partition("/")
+    period = _PERIODS.get(unit[-1:], 60) * int(unit[:-1] or 1)
+    key = f"arena:live-calls:{ip_hash(client_ip)}:{int(time.time() // period)}"
+    used = 1 if cache.add(key, 1, timeout=period + 1) else cache.incr(key)
+    if used > int(count):
+        raise ArenaError(
+            ErrorCode.RATE_LIMITED,
+            "Too many battles from your network in a short time; wait a minute and try again.",
+            status=429,
+        )
+
+
+def _lock_session(session_digest: str) -> None:
+    """Serialise the live calls of one session until the transaction ends, so two starts at
+    once cannot both pass the concurrency count. SQLite's IMMEDIATE transactions already
+    serialise every writer; PostgreSQL takes an advisory lock on the session (named by its
+    hash, like everything the database sees of a session)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                [f"arena-live-session:{session_digest}"],
+            )
+
+
+def check_concurrency(*, session_key: str, limits: Limits, exclude: uuid.UUID | None) -> None:
+    digest = session_hash(session_key)
+    _lock_session(digest)
+    fresh = timezone.now() - timedelta(seconds=settings.ARENA_LIVE_STALE_SECONDS)
+    running = Battle.objects.filter(
+        session_hash=digest,
+        source=Battle.Source.LIVE,
+        state=Battle.State.STREAMING,
+        updated_at__gte=fresh,
+    )
+    if exclude is not None:
+        running = running.exclude(pk=exclude)
+    if running.count() >= limits.max_concurrent_battles:
+        raise ArenaError(
+            ErrorCode.TOO_MANY_BATTLES,
+            f"You already have {limits.max_concurrent_battles} battles streaming; "
+            "let one finish or stop it first.",
+            status=429,
+        )
