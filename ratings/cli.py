@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from ratings.csv_cells import neutralise
-from ratings.engine import EngineError, rate
+from ratings.engine import EngineError, Provisional, RatingResult, rate
 from ratings.engine.io import has_style_counts, read_battles
 
 FORMATS = ("json", "csv", "table")
@@ -67,7 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", help="write here instead of standard output")
 
 
-def _public(result: dict[str, Any]) -> dict[str, Any]:
+def _public(result: RatingResult) -> dict[str, Any]:
+    """The JSON output: the engine's result without the matrices and the online Elo."""
+    data = result.to_dict()
     keys = (
         "models",
         "style_coefficients",
@@ -77,22 +79,24 @@ def _public(result: dict[str, Any]) -> dict[str, Any]:
         "method",
         "provisional",
     )
-    return {key: result[key] for key in keys}
+    return {key: data[key] for key in keys}  # type: ignore[literal-required]
 
 
-def _csv(result: dict[str, Any]) -> str:
+def _csv(result: RatingResult) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, extrasaction="ignore")
     writer.writeheader()
-    for row in result["models"]:
-        writer.writerow({**row, "model": neutralise(row["model"]), "status": "rated"})
-    for entry in result["provisional"]:
-        writer.writerow({**entry, "model": neutralise(entry["model"]), "status": "provisional"})
+    for rated in result.models:
+        writer.writerow({**rated.to_dict(), "model": neutralise(rated.model), "status": "rated"})
+    for entry in result.provisional:
+        writer.writerow(
+            {**entry.as_dict(), "model": neutralise(entry.model), "status": "provisional"}
+        )
     return buffer.getvalue()
 
 
-def _provisional_table(entries: list[dict[str, Any]]) -> list[str]:
-    width = max(len("model"), *(len(e["model"]) for e in entries))
+def _provisional_table(entries: Sequence[Provisional]) -> list[str]:
+    width = max(len("model"), *(len(e.model) for e in entries))
     lines = [
         "",
         "provisional (needs more battles; not rated):",
@@ -100,13 +104,13 @@ def _provisional_table(entries: list[dict[str, Any]]) -> list[str]:
     ]
     for e in entries:
         lines.append(
-            f"  {e['model']:<{width}}  {e['battles']:>7}  {e['wins']:>5}  {e['losses']:>6}"
-            f"  {e['ties']:>5}  {e['reason']}"
+            f"  {e.model:<{width}}  {e.battles:>7}  {e.wins:>5}  {e.losses:>6}"
+            f"  {e.ties:>5}  {e.reason}"
         )
     return lines
 
 
-def render(result: dict[str, Any], fmt: str) -> str:
+def render(result: RatingResult, fmt: str) -> str:
     """The result as JSON (the engine's keys, ``provisional`` included), CSV or a text table.
 
     CSV rows have ``status`` ``rated`` (rank, rating, interval, votes) or ``provisional``
@@ -116,40 +120,40 @@ def render(result: dict[str, Any], fmt: str) -> str:
         return json.dumps(_public(result), indent=2) + "\n"
     if fmt == "csv":
         return _csv(result)
-    width = max(len("model"), *(len(m["model"]) for m in result["models"]))
+    width = max(len("model"), *(len(m.model) for m in result.models))
     lines = [f"{'rank':>4}  {'model':<{width}}  {'rating':>8}  {'95% interval':>19}  {'votes':>7}"]
-    for m in result["models"]:
-        interval = f"{m['rating_lower']:.1f} to {m['rating_upper']:.1f}"
+    for m in result.models:
+        interval = f"{m.rating_lower:.1f} to {m.rating_upper:.1f}"
         lines.append(
-            f"{m['rank']:>4}  {m['model']:<{width}}  {m['rating']:>8.1f}  {interval:>19}"
-            f"  {m['votes']:>7}"
+            f"{m.rank:>4}  {m.model:<{width}}  {m.rating:>8.1f}  {interval:>19}  {m.votes:>7}"
         )
-    coefficients = result["style_coefficients"]
+    coefficients = result.style_coefficients
     if coefficients:
-        intervals = result["style_coefficient_intervals"] or {}
+        intervals = result.style_intervals or {}
         lines.append("")
         lines.append("style coefficients (logit per standard deviation):")
         for name, value in coefficients.items():
-            if value is None:
+            bounds = intervals.get(name)
+            if value is None or bounds is None:
                 lines.append(f"  {name:<7} n/a (no variation in the data)")
                 continue
-            lo, hi = intervals[name]
+            lo, hi = bounds
             lines.append(f"  {name:<7} {value:+.4f}  ({lo:+.4f} to {hi:+.4f})")
-    if result["provisional"]:
-        lines.extend(_provisional_table(result["provisional"]))
-    method = result["method"]
+    if result.provisional:
+        lines.extend(_provisional_table(result.provisional))
+    method = result.method
     lines.append("")
-    unused = result["n_battles_input"] - result["n_battles"]
+    unused = result.n_battles_input - result.n_battles
     lines.append(
-        f"{result['n_battles']} battles"
+        f"{result.n_battles} battles"
         + (f" ({unused} more with provisional models, not used)" if unused else "")
-        + f", {method['ci']} intervals, "
-        f"style control {'on' if method['style_control'] else 'off'}"
+        + f", {method.ci} intervals, "
+        f"style control {'on' if method.style_control else 'off'}"
     )
     return "\n".join(lines) + "\n"
 
 
-def run(options: dict[str, Any], stdout: TextIO) -> dict[str, Any]:
+def run(options: dict[str, Any], stdout: TextIO) -> RatingResult:
     """Do what the options say; errors are ``EngineError`` naming the row or column.
 
     Fewer than two ratable models raise ``CannotRateError`` naming the reason. The progress

@@ -11,9 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.utils.safestring import SafeString, mark_safe
+
+if TYPE_CHECKING:
+    from ratings.selectors import RatedRow
 
 FONT = 13
 LABEL_WIDTH = 190
@@ -70,7 +73,7 @@ def _truncate(text: str, limit: int = 24) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def forest_plot(rows: Sequence[dict[str, Any]], *, plot_id: str = "forest") -> SafeString:
+def forest_plot(rows: Sequence[RatedRow], *, plot_id: str = "forest") -> SafeString:
     """Ratings with their 95% intervals, one line per model, best first."""
     row_h, top, bottom, right = 30, 16, 44, 56
     width, label_width = 600, 170

@@ -6,19 +6,21 @@ Arena's votes are read only through ``arena.selectors.votes_for_rating``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 from django.db.models import Count, Max
 
 from arena.models import ArenaModel
 from arena.selectors import votes_for_rating
+from ratings.engine import ModelRatingDict, RatingResultDict
 from ratings.models import LeaderboardSnapshot
+from ratings.payload import CategoryEntry, ModelMeta, ProvisionalEntry, SnapshotPayload
 
 STYLE_OPTIONS = ("on", "off")
 DEFAULT_CATEGORY = "overall"
 
-#: A provisional model's reason, in words (``ratings.services.SnapshotReason``).
+#: A provisional model's reason, in words (``ratings.payload.SnapshotReason``).
 PROVISIONAL_REASON_TEXT = {
     "no_losses": "No rated model has beaten or tied it yet, directly or through others, so its "
     "rating has no upper bound.",
@@ -76,16 +78,41 @@ def snapshot_latest() -> LeaderboardSnapshot | None:
     return LeaderboardSnapshot.objects.order_by("-created_at", "-id").first()
 
 
+class RatedRow(ModelRatingDict):
+    """A rated model as the page shows it: the payload's row, what the model is, its error bars."""
+
+    name: str
+    organization: str
+    license: str
+    active: bool
+    minus: float  # rating - rating_lower
+    plus: float  # rating_upper - rating
+
+
+class ProvisionalRow(ProvisionalEntry):
+    """A provisional model as the page shows it: the payload's row, what the model is, why."""
+
+    name: str
+    organization: str
+    license: str
+    active: bool
+    reason_text: str
+
+
+def _meta(models: dict[str, ModelMeta], slug: str) -> ModelMeta:
+    return models.get(slug) or {"name": slug, "organization": "", "license": "", "active": True}
+
+
 @dataclass(frozen=True)
 class LeaderboardView:
     """One category and style setting of a snapshot, shaped for the page and the downloads."""
 
     snapshot: LeaderboardSnapshot
-    category: dict[str, Any]
+    category: CategoryEntry
     style: str
-    result: dict[str, Any] | None  # the engine's result, or None for "not enough votes"
-    rows: list[dict[str, Any]]
-    provisional: list[dict[str, Any]]  # models not rated in this view, with record and reason
+    result: RatingResultDict | None  # the engine's result, or None for "not enough votes"
+    rows: list[RatedRow]
+    provisional: list[ProvisionalRow]  # models not rated in this view, with record and reason
 
     @property
     def reason(self) -> str:
@@ -94,27 +121,35 @@ class LeaderboardView:
         return str(reasons.get(self.style) or self.category.get("reason") or "")
 
     @property
-    def categories(self) -> list[dict[str, Any]]:
-        return list(self.snapshot.payload.get("categories", []))
+    def categories(self) -> list[CategoryEntry]:
+        return list(snapshot_payload(self.snapshot).get("categories", []))
+
+
+def snapshot_payload(snapshot: LeaderboardSnapshot) -> SnapshotPayload:
+    """The snapshot's payload, typed (written by ``ratings.services.snapshot_build``)."""
+    return cast(SnapshotPayload, snapshot.payload)
 
 
 def leaderboard_view(
     snapshot: LeaderboardSnapshot, *, category: str | None, style: str | None
 ) -> LeaderboardView:
     """Pick a category (unknown keys fall back to overall) and a style setting (default on)."""
-    categories = snapshot.payload.get("categories", [])
+    payload = snapshot_payload(snapshot)
+    categories = payload.get("categories", [])
     by_key = {c["key"]: c for c in categories}
     chosen = by_key.get(category or "") or by_key.get(DEFAULT_CATEGORY) or categories[0]
     style = style if style in STYLE_OPTIONS else "on"
     result = (chosen.get("results") or {}).get(style)
-    meta = snapshot.payload.get("models", {})
+    meta = payload.get("models", {})
+    provisional: list[ProvisionalEntry]
     if result:
-        provisional = result.get("provisional") or []
+        # The engine's reasons are a subset of the snapshot's.
+        provisional = cast(list[ProvisionalEntry], result.get("provisional") or [])
     else:
         provisional = (chosen.get("provisional") or {}).get(style) or []
-    rows = []
-    for entry in (result or {}).get("models", []):
-        info = meta.get(entry["model"], {})
+    rows: list[RatedRow] = []
+    for entry in result["models"] if result else []:
+        info = _meta(meta, entry["model"])
         rows.append(
             {
                 **entry,
@@ -126,17 +161,19 @@ def leaderboard_view(
                 "plus": entry["rating_upper"] - entry["rating"],
             }
         )
-    unrated = [
-        {
-            **entry,
-            "name": meta.get(entry["model"], {}).get("name", entry["model"]),
-            "organization": meta.get(entry["model"], {}).get("organization", ""),
-            "license": meta.get(entry["model"], {}).get("license", ""),
-            "active": meta.get(entry["model"], {}).get("active", True),
-            "reason_text": PROVISIONAL_REASON_TEXT.get(entry["reason"], entry["reason"]),
-        }
-        for entry in provisional
-    ]
+    unrated: list[ProvisionalRow] = []
+    for row in provisional:
+        info = _meta(meta, row["model"])
+        unrated.append(
+            {
+                **row,
+                "name": info.get("name", row["model"]),
+                "organization": info.get("organization", ""),
+                "license": info.get("license", ""),
+                "active": info.get("active", True),
+                "reason_text": PROVISIONAL_REASON_TEXT.get(row["reason"], row["reason"]),
+            }
+        )
     return LeaderboardView(
         snapshot=snapshot,
         category=chosen,

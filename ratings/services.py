@@ -33,8 +33,8 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from dataclasses import dataclass, replace
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -45,29 +45,21 @@ from django.utils.translation import get_language_info
 from answer_style import CONV_METADATA_KEYS
 from ratings import engine
 from ratings.models import LeaderboardSnapshot
+from ratings.payload import (
+    PAYLOAD_SCHEMA,
+    CategoryEntry,
+    ModelMeta,
+    ProvisionalEntry,
+    SnapshotPayload,
+    SnapshotReason,
+)
 from ratings.selectors import models_metadata, rating_battles, rating_votes_mark, snapshot_latest
 
 logger = logging.getLogger(__name__)
 
-# 2: provisional models (``results[style]["provisional"]`` and ``provisional[style]``).
-PAYLOAD_SCHEMA = 2
 # Key of the PostgreSQL advisory lock that serialises snapshot runs (any fixed 64-bit integer).
 SNAPSHOT_LOCK_KEY = 0x5241_5449_4E47  # "RATING"
 CODING_CATEGORY = "coding"
-
-
-#: Why a model is listed as provisional in a snapshot: the engine's reasons, and ``few_votes``
-#: for a model in a view that has too few votes to rate anyone.
-SnapshotReason = Literal["no_losses", "no_wins", "not_connected", "few_votes"]
-
-
-class ProvisionalEntry(TypedDict):
-    model: str
-    battles: int
-    wins: int
-    losses: int
-    ties: int
-    reason: SnapshotReason
 
 
 @dataclass(frozen=True)
@@ -168,34 +160,24 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _public_only(result: dict[str, Any], public: set[str]) -> dict[str, Any]:
+def _public_only(result: engine.RatingResult, public: set[str]) -> engine.RatingResult:
     """The engine's result without the models that are not shown (``is_public`` off).
 
     Their votes still inform everyone else's rating; ranks are recomputed among those shown.
     """
-    shown = [m for m in result["models"] if m["model"] in public]
+    shown = [m for m in result.models if m.model in public]
     ranks = engine.upper_bound_ranks(
-        np.array([m["rating_lower"] for m in shown], dtype=float),
-        np.array([m["rating_upper"] for m in shown], dtype=float),
+        np.array([m.rating_lower for m in shown], dtype=float),
+        np.array([m.rating_upper for m in shown], dtype=float),
     )
-    models = [{**m, "rank": rank} for m, rank in zip(shown, ranks, strict=True)]
-    matrices = result.get("matrices") or {}
-    names = matrices.get("models", [])
-    keep = [i for i, name in enumerate(names) if name in public]
-    out = {**result, "models": models}
-    if matrices:
-        out["matrices"] = {
-            "models": [names[i] for i in keep],
-            **{
-                key: [[matrices[key][i][j] for j in keep] for i in keep]
-                for key in ("battle_counts", "win_fraction", "predicted_win_probability")
-                if key in matrices
-            },
-        }
-    if result.get("online_elo"):
-        out["online_elo"] = {k: v for k, v in result["online_elo"].items() if k in public}
-    out["provisional"] = [e for e in result.get("provisional", []) if e["model"] in public]
-    return out
+    elo = result.online_elo
+    return replace(
+        result,
+        models=tuple(replace(m, rank=rank) for m, rank in zip(shown, ranks, strict=True)),
+        matrices=result.matrices.only(public),
+        online_elo=None if elo is None else {k: v for k, v in elo.items() if k in public},
+        provisional=tuple(e for e in result.provisional if e.model in public),
+    )
 
 
 def _everyone_provisional(battles: pd.DataFrame, public: set[str]) -> list[ProvisionalEntry]:
@@ -232,7 +214,9 @@ def _style_complete(meta: Any) -> bool:
     return isinstance(meta, dict) and all(k in meta for k in CONV_METADATA_KEYS)
 
 
-def _fit(battles: pd.DataFrame, *, style_control: bool, params: dict[str, Any]) -> dict[str, Any]:
+def _fit(
+    battles: pd.DataFrame, *, style_control: bool, params: dict[str, Any]
+) -> engine.RatingResult:
     columns = ["model_a", "model_b", "winner"]
     if style_control:
         frame = engine.flatten_conv_metadata(battles[[*columns, "conv_metadata"]])
@@ -250,7 +234,7 @@ def _fit(battles: pd.DataFrame, *, style_control: bool, params: dict[str, Any]) 
 
 def snapshot_build(
     battles: pd.DataFrame, *, models: dict[str, dict[str, Any]], params: dict[str, Any]
-) -> dict[str, Any]:
+) -> SnapshotPayload:
     """The snapshot payload: each category fitted with and without style control."""
     public = {slug for slug, m in models.items() if m.get("public", True)}
     styled = battles["conv_metadata"].map(_style_complete) if len(battles) else battles["winner"]
@@ -258,7 +242,7 @@ def snapshot_build(
     for category in snapshot_categories(battles, long_prompt_chars=params["long_prompt_chars"]):
         subset = battles[category.select(battles)] if len(battles) else battles
         n_models = len(set(subset["model_a"]) | set(subset["model_b"]))
-        entry: dict[str, Any] = {
+        entry: CategoryEntry = {
             "key": category.key,
             "label": category.label,
             "description": category.description,
@@ -282,7 +266,7 @@ def snapshot_build(
             }
             categories.append(entry)
             continue
-        reasons = {}
+        reasons: dict[str, str] = {}
         provisional: dict[str, list[ProvisionalEntry]] = {}
         for style, rows in views.items():
             try:
@@ -305,7 +289,10 @@ def snapshot_build(
             except Exception:
                 logger.exception("ratings: %s, style %s failed", category.key, style)
                 raise
-            entry["results"][style] = _finite(_public_only(result, public))
+            # JSON at the edge: NaN and infinities (never valid JSON) become None.
+            entry["results"][style] = cast(
+                engine.RatingResultDict, _finite(_public_only(result, public).to_dict())
+            )
         if reasons:
             entry["reasons"] = reasons
             entry["provisional"] = provisional
@@ -317,7 +304,12 @@ def snapshot_build(
     return {
         "schema": PAYLOAD_SCHEMA,
         "models": {
-            slug: {k: m[k] for k in ("name", "organization", "license", "active")}
+            slug: ModelMeta(
+                name=m["name"],
+                organization=m["organization"],
+                license=m["license"],
+                active=m["active"],
+            )
             for slug, m in sorted(models.items())
             if slug in rated and slug in public
         },

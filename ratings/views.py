@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -60,10 +61,10 @@ def _charts(view: LeaderboardView) -> dict[str, Any]:
     if not result:
         return {}
     names = {row["model"]: row["name"] for row in view.rows}
-    matrices = result.get("matrices") or {}
-    labels = [names.get(slug, slug) for slug in matrices.get("models", [])]
+    matrices = result.get("matrices")
+    labels = [names.get(slug, slug) for slug in matrices["models"]] if matrices else []
     charts: dict[str, Any] = {"forest": plots.forest_plot(view.rows), "labels": labels}
-    if labels:
+    if matrices and labels:
         charts["winrate"] = plots.heatmap(
             labels=labels,
             values=matrices["win_fraction"],
@@ -94,10 +95,9 @@ def _charts(view: LeaderboardView) -> dict[str, Any]:
             }
             for i, label in enumerate(labels)
         ]
-    if result.get("style_coefficients"):
-        charts["style"] = plots.style_plot(
-            result["style_coefficients"], result.get("style_coefficient_intervals")
-        )
+    coefficients = result.get("style_coefficients")
+    if coefficients:
+        charts["style"] = plots.style_plot(coefficients, result.get("style_coefficient_intervals"))
         intervals = result.get("style_coefficient_intervals") or {}
         charts["style_rows"] = [
             {
@@ -105,7 +105,7 @@ def _charts(view: LeaderboardView) -> dict[str, Any]:
                 "value": value,
                 "interval": intervals.get(name),
             }
-            for name, value in result["style_coefficients"].items()
+            for name, value in coefficients.items()
         ]
     return charts
 
@@ -136,7 +136,8 @@ def leaderboard_csv(request: HttpRequest) -> HttpResponse:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, extrasaction="ignore")
     writer.writeheader()
-    for row in view.rows:
+    for rated in view.rows:
+        row: dict[str, Any] = dict(rated)
         writer.writerow(
             {
                 **row,
@@ -147,17 +148,22 @@ def leaderboard_csv(request: HttpRequest) -> HttpResponse:
                 "status": "rated",
             }
         )
-    for row in view.provisional:
+    for provisional in view.provisional:
+        unrated: dict[str, Any] = dict(provisional)
         writer.writerow(
             {
-                **{key: row[key] for key in PROVISIONAL_FIELDS},
-                **{key: neutralise(row[key]) for key in TEXT_FIELDS},
+                **{key: unrated[key] for key in PROVISIONAL_FIELDS},
+                **{key: neutralise(unrated[key]) for key in TEXT_FIELDS},
                 "status": "provisional",
             }
         )
     response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{_filename(view, "csv")}"'
     return response
+
+
+def _pick(row: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {key: row[key] for key in keys}
 
 
 @require_GET
@@ -168,7 +174,8 @@ def leaderboard_json(request: HttpRequest) -> JsonResponse:
             {"error": {"code": "not_computed", "message": NOT_COMPUTED}}, status=404
         )
     snapshot = view.snapshot
-    result = view.result or {}
+    result = view.result
+    category: dict[str, Any] = dict(view.category)
     body = {
         "snapshot": {
             "id": snapshot.pk,
@@ -177,18 +184,22 @@ def leaderboard_json(request: HttpRequest) -> JsonResponse:
             "n_votes": snapshot.n_votes,
             "params": snapshot.params,
         },
-        "category": {k: view.category[k] for k in ("key", "label", "description", "n_votes")},
+        "category": {k: category[k] for k in ("key", "label", "description", "n_votes")},
         "status": "ok" if view.result else "insufficient",
         "reason": view.reason,
         "style_control": view.style == "on",
-        "models": [{k: row[k] for k in RATED_FIELDS} for row in view.rows],
-        "provisional": [{k: row[k] for k in PROVISIONAL_FIELDS} for row in view.provisional],
-        "style_coefficients": result.get("style_coefficients"),
-        "style_coefficient_intervals": result.get("style_coefficient_intervals"),
-        "n_battles": result.get("n_battles", 0),
-        "n_battles_input": result.get("n_battles_input", result.get("n_battles", 0)),
-        "method": result.get("method"),
-        "matrices": result.get("matrices"),
+        "models": [_pick(row, RATED_FIELDS) for row in view.rows],
+        "provisional": [_pick(row, PROVISIONAL_FIELDS) for row in view.provisional],
+        "style_coefficients": result.get("style_coefficients") if result else None,
+        "style_coefficient_intervals": (
+            result.get("style_coefficient_intervals") if result else None
+        ),
+        "n_battles": result.get("n_battles", 0) if result else 0,
+        "n_battles_input": (
+            result.get("n_battles_input", result.get("n_battles", 0)) if result else 0
+        ),
+        "method": result.get("method") if result else None,
+        "matrices": result.get("matrices") if result else None,
     }
     response = JsonResponse(body, json_dumps_params={"indent": 1})
     response["Content-Disposition"] = f'inline; filename="{_filename(view, "json")}"'

@@ -45,10 +45,10 @@ def test_the_arena_export_rates_exactly_as_the_leaderboard_does(rated_models, tm
     site = rating_battles()
     site = flatten_conv_metadata(site[["model_a", "model_b", "winner", "conv_metadata"]])
     from_site = rate(site, ci="sandwich", with_online_elo=False)
-    ratings = {m["model"]: m["rating"] for m in from_export["models"]}
-    assert ratings == pytest.approx({m["model"]: m["rating"] for m in from_site["models"]})
+    ratings = {m.model: m.rating for m in from_export.models}
+    assert ratings == pytest.approx({m.model: m.rating for m in from_site.models})
     assert sorted(ratings, key=ratings.get, reverse=True) == ["alpha", "beta", "gamma"]
-    assert from_export["style_coefficients"] == pytest.approx(from_site["style_coefficients"])
+    assert from_export.style_coefficients == pytest.approx(from_site.style_coefficients)
 
 
 def test_an_arena_row_carries_both_conversations_the_vote_and_a_hashed_judge(make_vote, pair):

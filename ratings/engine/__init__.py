@@ -1,6 +1,6 @@
 """The arena's rating engine: Bradley-Terry with style control, without Django.
 
-Public API: ``rate``, ``identify_table`` (which models can be rated, without fitting),
+Public API: ``rate`` (returns a ``RatingResult``; ``to_dict()`` for JSON), ``identify_table`` (which models can be rated, without fitting),
 ``flatten_conv_metadata``, ``EngineError`` and ``CannotRateError`` (valid battles that do not
 determine ratings), ``Provisional``, ``read_battles`` (files in the public arena schema),
 ``online_elo`` and the schema constants.
@@ -19,6 +19,16 @@ from .identify import (
     Record,
 )
 from .io import read_battles
+from .result import (
+    Matrices,
+    MatricesDict,
+    Method,
+    MethodDict,
+    ModelRating,
+    ModelRatingDict,
+    RatingResult,
+    RatingResultDict,
+)
 
 __all__ = [
     "BattleTable",
@@ -34,6 +44,14 @@ __all__ = [
     "STYLE_ELEMENTS",
     "EngineError",
     "Identification",
+    "Matrices",
+    "MatricesDict",
+    "Method",
+    "MethodDict",
+    "ModelRating",
+    "ModelRatingDict",
+    "RatingResult",
+    "RatingResultDict",
     "flatten_conv_metadata",
     "identify_table",
     "online_elo",

@@ -1,10 +1,11 @@
-"""``rate``: a battle table in, a JSON-serialisable leaderboard out."""
+"""``rate``: a battle table in, a ``RatingResult`` out (``to_dict()`` for JSON)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -22,6 +23,7 @@ from .data import (
 from .elo import online_elo
 from .errors import CannotRateError, EngineError
 from .identify import Identification, identify
+from .result import Matrices, Method, ModelRating, RatingResult
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -60,8 +62,9 @@ def rate(
     progress: Callable[[int, int], None] | None = None,
     with_online_elo: bool = True,
     workers: int | None = None,
-) -> dict[str, Any]:
-    """Bradley-Terry ratings (optionally style-controlled) with 95% intervals.
+) -> RatingResult:
+    """Bradley-Terry ratings (optionally style-controlled) with 95% intervals, as a
+    ``RatingResult`` (``result.to_dict()`` is its JSON form; see ``result``).
 
     ``df`` has ``model_a``, ``model_b``, ``winner`` and, with ``style_control``, the flat count
     columns of ``data.STYLE_COLUMNS`` (a ``BattleTable`` with the same columns also works).
@@ -78,9 +81,8 @@ def rate(
     Only the models where maximum-likelihood ratings exist are rated: the largest strongly
     connected component of the "scored against" graph, fitted with the battles among its
     members alone, exactly as if the other battles were not there (see ``identify`` for the
-    rule and its tie-breaks). ``provisional`` lists every other model as
-    ``{"model", "battles", "wins", "losses", "ties", "reason"}`` with its whole record and a
-    reason in ``no_losses``, ``no_wins``, ``not_connected``. ``n_battles`` counts the battles
+    rule and its tie-breaks). ``provisional`` lists every other model as a ``Provisional``
+    with its whole record and a reason in ``no_losses``, ``no_wins``, ``not_connected``. ``n_battles`` counts the battles
     used by the fit (those among rated models), ``n_battles_input`` every battle given; a rated
     model's ``votes`` count its battles in the fit. Fewer than two ratable models raise
     ``CannotRateError`` whose ``provisional`` lists every model.
@@ -127,20 +129,22 @@ def _restricted(
     return encode(table.take(np.flatnonzero(keep)), style_control=style_control, reweight=reweight)
 
 
-def _rate(
-    df: pd.DataFrame | BattleTable,
-    *,
-    style_control: bool,
-    ci: str,
-    rounds: int,
-    seed: int,
-    anchor: tuple[str, float] | None,
-    reweight: bool,
-    style_l2: float,
-    progress: Callable[[int, int], None] | None,
-    with_online_elo: bool,
-    workers: int | None,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Fit:
+    """The point estimate and the 95% intervals, on the identified logit scale."""
+
+    theta: FloatArray  # identified model logits, in ``battles.models`` order
+    lower: FloatArray
+    upper: FloatArray
+    beta: FloatArray  # style coefficients, in ``battles.feature_names`` order
+    beta_lower: FloatArray
+    beta_upper: FloatArray
+    logits: FloatArray  # the fitted (unidentified) model logits, for predicted win rates
+    iterations: int
+    gradient_max_norm: float
+
+
+def _check_options(ci: str, rounds: int, style_l2: float, workers: int | None) -> None:
     if ci not in ("sandwich", "bootstrap"):
         raise EngineError(f"ci must be 'sandwich' or 'bootstrap', not {ci!r}")
     if ci == "bootstrap" and rounds < 2:
@@ -149,6 +153,12 @@ def _rate(
         raise EngineError("style_l2 must be non-negative")
     if workers is not None and workers < 1:
         raise EngineError(f"workers must be at least 1, not {workers}")
+
+
+def _ratable_battles(
+    df: pd.DataFrame | BattleTable, *, style_control: bool, reweight: bool
+) -> tuple[Battles, int, Identification]:
+    """The battles among the rated set, the number of battles given, and the split."""
     table = as_table(df)
     battles = encode(table, style_control=style_control, reweight=reweight)
     n_input = battles.n_battles
@@ -157,37 +167,57 @@ def _rate(
         raise CannotRateError(split.reason_text(), split.provisional)
     if not split.everyone_rated:
         battles = _restricted(table, battles, split, style_control=style_control, reweight=reweight)
-    models = battles.models
-    p = battles.n_models
-    anchor_index: int | None = None
-    if anchor is not None:
-        if anchor[0] not in models:
-            reason = next((e.reason for e in split.provisional if e.model == anchor[0]), None)
-            if reason is not None:
-                raise EngineError(f"anchor model {anchor[0]!r} is provisional ({reason})")
-            raise EngineError(f"anchor model {anchor[0]!r} has no battles")
-        anchor_index = models.index(anchor[0])
-    total = rounds if ci == "bootstrap" else 1
-    if progress is not None:
-        progress(0, total)
+    return battles, n_input, split
 
+
+def _anchor_index(
+    anchor: tuple[str, float] | None, models: list[str], split: Identification
+) -> int | None:
+    if anchor is None:
+        return None
+    if anchor[0] not in models:
+        reason = next((e.reason for e in split.provisional if e.model == anchor[0]), None)
+        if reason is not None:
+            raise EngineError(f"anchor model {anchor[0]!r} is provisional ({reason})")
+        raise EngineError(f"anchor model {anchor[0]!r} has no battles")
+    return models.index(anchor[0])
+
+
+def _identified_rows(battles: Battles, style_l2: float) -> tuple[Battles, bt.Rows]:
+    """The fit's rows, without the style elements the data cannot identify."""
     rows = bt.rows_from_battles(battles, style_l2)
     if rows.features is not None:
         identified = bt.identified_features(rows)
         if not identified.all():
             battles = without_features(battles, identified)
             rows = bt.rows_from_battles(battles, style_l2)
+    return battles, rows
+
+
+def _fit(
+    battles: Battles,
+    rows: bt.Rows,
+    *,
+    anchor_index: int | None,
+    ci: str,
+    rounds: int,
+    seed: int,
+    progress: Callable[[int, int], None] | None,
+    workers: int | None,
+) -> _Fit:
+    """Fit, then the intervals: sandwich (one fit) or percentile bootstrap (``rounds`` refits)."""
+    p = battles.n_models
+    if progress is not None:
+        progress(0, rounds if ci == "bootstrap" else 1)
     start = None
     if rows.features is not None:
         coarse = bt.fit(bt.pair_rows(rows))
         start = np.concatenate([coarse.theta, np.zeros(rows.k)])
     result = bt.fit(rows, theta0=start)
     transform = _rating_transform(p, anchor_index)
-    offset = CENTRE if anchor is None else float(anchor[1])
     theta = transform @ result.theta[:p]
     beta = result.theta[p:]
     iterations = result.iterations
-
     if ci == "sandwich":
         cov = bt.sandwich(rows, result)
         se = np.sqrt(np.maximum(np.diag(transform @ cov[:p, :p] @ transform.T), 0.0))
@@ -204,17 +234,52 @@ def _rate(
         boot_theta = samples[:, :p] @ transform.T
         lower, upper = np.percentile(boot_theta, [2.5, 97.5], axis=0)
         beta_lower, beta_upper = np.percentile(samples[:, p:], [2.5, 97.5], axis=0)
+    return _Fit(
+        theta=theta,
+        lower=lower,
+        upper=upper,
+        beta=beta,
+        beta_lower=beta_lower,
+        beta_upper=beta_upper,
+        logits=result.theta[:p],
+        iterations=iterations,
+        gradient_max_norm=result.gradient_max_norm,
+    )
 
-    rating = offset + ELO_PER_LOGIT * theta
-    rating_lower = offset + ELO_PER_LOGIT * lower
-    rating_upper = offset + ELO_PER_LOGIT * upper
+
+def _model_ratings(
+    battles: Battles, fit: _Fit, offset: float
+) -> tuple[list[int], tuple[ModelRating, ...]]:
+    """Leaderboard order (rating down, then name) and each model's rating, rank and votes."""
+    models = battles.models
+    p = battles.n_models
+    rating = offset + ELO_PER_LOGIT * fit.theta
+    rating_lower = offset + ELO_PER_LOGIT * fit.lower
+    rating_upper = offset + ELO_PER_LOGIT * fit.upper
     ranks = upper_bound_ranks(rating_lower, rating_upper)
-    battles_per_pair, points = bt.pair_totals(battles)
+    battles_per_pair, _ = bt.pair_totals(battles)
     votes = np.bincount(battles.pair_a, battles_per_pair, p) + np.bincount(
         battles.pair_b, battles_per_pair, p
     )
     order = sorted(range(p), key=lambda i: (-rating[i], models[i]))
+    rated = tuple(
+        ModelRating(
+            model=models[i],
+            rating=float(rating[i]),
+            rating_lower=float(rating_lower[i]),
+            rating_upper=float(rating_upper[i]),
+            rank=ranks[i],
+            votes=int(round(votes[i])),
+        )
+        for i in order
+    )
+    return order, rated
 
+
+def _matrices(battles: Battles, order: list[int], logits: FloatArray) -> Matrices:
+    """Battle counts, observed and predicted win fractions between rated models, in ``order``."""
+    p = battles.n_models
+    battles_per_pair, points = bt.pair_totals(battles)
     counts = np.zeros((p, p))
     np.add.at(counts, (battles.pair_a, battles.pair_b), battles_per_pair)
     won = np.zeros((p, p))
@@ -224,61 +289,86 @@ def _rate(
     o = np.asarray(order)
     counts_o = counts_sym[np.ix_(o, o)]
     frac_o = won_sym[np.ix_(o, o)]
-    logit = result.theta[:p][o]
+    logit = logits[o]
     predicted = 1.0 / (1.0 + np.exp(-(logit[:, None] - logit[None, :])))
+    return Matrices(
+        models=tuple(battles.models[i] for i in order),
+        battle_counts=tuple(tuple(row) for row in np.rint(counts_o).astype(np.int64).tolist()),
+        win_fraction=tuple(
+            tuple(None if c == 0 else w / c for w, c in zip(wr, cr, strict=True))
+            for wr, cr in zip(frac_o.tolist(), counts_o.tolist(), strict=True)
+        ),
+        predicted_win_probability=tuple(tuple(row) for row in predicted.tolist()),
+    )
 
-    coefficients: dict[str, float | None] | None = None
-    intervals: dict[str, list[float] | None] | None = None
-    if style_control:
-        coefficients = dict.fromkeys(STYLE_ELEMENTS)
-        intervals = dict.fromkeys(STYLE_ELEMENTS)
-        for j, name in enumerate(battles.feature_names):
-            coefficients[name] = float(beta[j])
-            intervals[name] = [float(beta_lower[j]), float(beta_upper[j])]
 
+def _style(
+    battles: Battles, fit: _Fit
+) -> tuple[dict[str, float | None], dict[str, tuple[float, float] | None]]:
+    """Every style element's coefficient and interval; ``None`` for those not estimated."""
+    coefficients: dict[str, float | None] = dict.fromkeys(STYLE_ELEMENTS)
+    intervals: dict[str, tuple[float, float] | None] = dict.fromkeys(STYLE_ELEMENTS)
+    for j, name in enumerate(battles.feature_names):
+        coefficients[name] = float(fit.beta[j])
+        intervals[name] = (float(fit.beta_lower[j]), float(fit.beta_upper[j]))
+    return coefficients, intervals
+
+
+def _rate(
+    df: pd.DataFrame | BattleTable,
+    *,
+    style_control: bool,
+    ci: str,
+    rounds: int,
+    seed: int,
+    anchor: tuple[str, float] | None,
+    reweight: bool,
+    style_l2: float,
+    progress: Callable[[int, int], None] | None,
+    with_online_elo: bool,
+    workers: int | None,
+) -> RatingResult:
+    _check_options(ci, rounds, style_l2, workers)
+    battles, n_input, split = _ratable_battles(df, style_control=style_control, reweight=reweight)
+    anchor_index = _anchor_index(anchor, battles.models, split)
+    battles, rows = _identified_rows(battles, style_l2)
+    fit = _fit(
+        battles,
+        rows,
+        anchor_index=anchor_index,
+        ci=ci,
+        rounds=rounds,
+        seed=seed,
+        progress=progress,
+        workers=workers,
+    )
+    offset = CENTRE if anchor is None else float(anchor[1])
+    order, rated = _model_ratings(battles, fit, offset)
+    coefficients, intervals = _style(battles, fit) if style_control else (None, None)
     elo: dict[str, float] | None = None
     if with_online_elo:
-        values = online_elo(battles.file_a, battles.file_b, battles.file_y, p)
-        elo = {models[i]: float(values[i]) for i in order}
-
-    return {
-        "models": [
-            {
-                "model": models[i],
-                "rating": float(rating[i]),
-                "rating_lower": float(rating_lower[i]),
-                "rating_upper": float(rating_upper[i]),
-                "rank": ranks[i],
-                "votes": int(round(votes[i])),
-            }
-            for i in order
-        ],
-        "style_coefficients": coefficients,
-        "style_coefficient_intervals": intervals,
-        "n_battles": battles.n_battles,
-        "n_battles_input": n_input,
-        "provisional": [entry.as_dict() for entry in split.provisional],
-        "method": {
-            "style_control": style_control,
-            "ci": ci,
-            "rounds": rounds if ci == "bootstrap" else None,
-            "seed": seed if ci == "bootstrap" else None,
-            "anchor": None if anchor is None else {"model": anchor[0], "rating": float(anchor[1])},
-            "reweight": reweight,
-            "style_l2": style_l2,
-            "iterations": iterations,
-            "gradient_max_norm": result.gradient_max_norm,
-            "degenerate_style_elements": list(battles.degenerate),
-            "scale": "400/ln(10) Elo points per logit",
-        },
-        "matrices": {
-            "models": [models[i] for i in order],
-            "battle_counts": np.rint(counts_o).astype(np.int64).tolist(),
-            "win_fraction": [
-                [None if c == 0 else w / c for w, c in zip(wr, cr, strict=True)]
-                for wr, cr in zip(frac_o.tolist(), counts_o.tolist(), strict=True)
-            ],
-            "predicted_win_probability": predicted.tolist(),
-        },
-        "online_elo": elo,
-    }
+        values = online_elo(battles.file_a, battles.file_b, battles.file_y, battles.n_models)
+        elo = {battles.models[i]: float(values[i]) for i in order}
+    bootstrap = ci == "bootstrap"
+    return RatingResult(
+        models=rated,
+        provisional=split.provisional,
+        style_coefficients=coefficients,
+        style_intervals=intervals,
+        n_battles=battles.n_battles,
+        n_battles_input=n_input,
+        method=Method(
+            style_control=style_control,
+            ci=ci,
+            rounds=rounds if bootstrap else None,
+            seed=seed if bootstrap else None,
+            anchor=None if anchor is None else (anchor[0], float(anchor[1])),
+            reweight=reweight,
+            style_l2=style_l2,
+            iterations=fit.iterations,
+            gradient_max_norm=fit.gradient_max_norm,
+            degenerate_style_elements=tuple(battles.degenerate),
+        ),
+        matrices=_matrices(battles, order, fit.logits),
+        online_elo=elo,
+    )

@@ -41,7 +41,7 @@ def load(folder: str) -> pd.DataFrame:
 
 @pytest.mark.parametrize("folder", sorted(PUBLISHED))
 def test_online_elo_reproduces_the_published_ratings(folder):
-    elo = rate(load(folder), style_control=False)["online_elo"]
+    elo = rate(load(folder), style_control=False).online_elo
     rounded = {model: round(value) for model, value in elo.items()}
     for model, value in PUBLISHED[folder].items():
         assert rounded[model] == value
@@ -49,6 +49,6 @@ def test_online_elo_reproduces_the_published_ratings(folder):
 
 def test_online_elo_depends_on_battle_order():
     df = load("v85_commit_554ed02")
-    forward = rate(df, style_control=False)["online_elo"]
-    backward = rate(df.iloc[::-1], style_control=False)["online_elo"]
+    forward = rate(df, style_control=False).online_elo
+    backward = rate(df.iloc[::-1], style_control=False).online_elo
     assert forward != backward

@@ -5,10 +5,17 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from ratings.engine import CannotRateError, EngineError, rate
+from ratings.engine import CannotRateError, EngineError
+from ratings.engine import rate as engine_rate
 from ratings.engine.identify import PROVISIONAL_REASONS, Provisional
 
 from .test_engine_bt import battles
+
+
+def rate(df, **options):
+    """The engine's result in its JSON form (``RatingResult.to_dict()``), which these tests pin."""
+    return engine_rate(df, **options).to_dict()
+
 
 STYLE = [
     "sum_assistant_a_tokens",

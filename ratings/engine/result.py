@@ -1,0 +1,203 @@
+"""What ``rate`` returns: a frozen result object, and the JSON shape of its ``to_dict()``.
+
+As with a scikit-learn estimator's fitted attributes or a statsmodels results object, callers
+read attributes (``result.models[0].rating``, ``result.method.iterations``) and convert to JSON
+once, at the edge (the snapshot payload, the command line's ``--format json``). The
+``*Dict`` ``TypedDict``\\ s describe that JSON; it is the snapshot payload's schema for one
+view, so a change here is a change of ``ratings.services.PAYLOAD_SCHEMA``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypedDict, TypeVar
+
+from .identify import Provisional, ProvisionalDict
+
+#: ``method.scale``: what one unit of rating means.
+SCALE = "400/ln(10) Elo points per logit"
+
+_T = TypeVar("_T")
+
+
+class ModelRatingDict(TypedDict):
+    model: str
+    rating: float
+    rating_lower: float
+    rating_upper: float
+    rank: int
+    votes: int
+
+
+class AnchorDict(TypedDict):
+    model: str
+    rating: float
+
+
+class MethodDict(TypedDict):
+    style_control: bool
+    ci: str
+    rounds: int | None
+    seed: int | None
+    anchor: AnchorDict | None
+    reweight: bool
+    style_l2: float
+    iterations: int
+    gradient_max_norm: float
+    degenerate_style_elements: list[str]
+    scale: str
+
+
+class MatricesDict(TypedDict):
+    models: list[str]
+    battle_counts: list[list[int]]
+    win_fraction: list[list[float | None]]
+    predicted_win_probability: list[list[float]]
+
+
+class RatingResultDict(TypedDict):
+    models: list[ModelRatingDict]
+    style_coefficients: dict[str, float | None] | None
+    style_coefficient_intervals: dict[str, list[float] | None] | None
+    n_battles: int
+    n_battles_input: int
+    provisional: list[ProvisionalDict]
+    method: MethodDict
+    matrices: MatricesDict
+    online_elo: dict[str, float] | None
+
+
+@dataclass(frozen=True)
+class ModelRating:
+    """One rated model: its rating, 95% interval, rank (by upper bounds) and votes in the fit."""
+
+    model: str
+    rating: float
+    rating_lower: float
+    rating_upper: float
+    rank: int
+    votes: int
+
+    def to_dict(self) -> ModelRatingDict:
+        return {
+            "model": self.model,
+            "rating": self.rating,
+            "rating_lower": self.rating_lower,
+            "rating_upper": self.rating_upper,
+            "rank": self.rank,
+            "votes": self.votes,
+        }
+
+
+@dataclass(frozen=True)
+class Method:
+    """How the ratings were fitted: the options given and the fit's convergence."""
+
+    style_control: bool
+    ci: str
+    rounds: int | None  # bootstrap only
+    seed: int | None  # bootstrap only
+    anchor: tuple[str, float] | None
+    reweight: bool
+    style_l2: float
+    iterations: int
+    gradient_max_norm: float
+    degenerate_style_elements: tuple[str, ...]
+    scale: str = SCALE
+
+    def to_dict(self) -> MethodDict:
+        anchor: AnchorDict | None = None
+        if self.anchor is not None:
+            anchor = {"model": self.anchor[0], "rating": float(self.anchor[1])}
+        return {
+            "style_control": self.style_control,
+            "ci": self.ci,
+            "rounds": self.rounds,
+            "seed": self.seed,
+            "anchor": anchor,
+            "reweight": self.reweight,
+            "style_l2": self.style_l2,
+            "iterations": self.iterations,
+            "gradient_max_norm": self.gradient_max_norm,
+            "degenerate_style_elements": list(self.degenerate_style_elements),
+            "scale": self.scale,
+        }
+
+
+@dataclass(frozen=True)
+class Matrices:
+    """Pairwise tables over the rated models, in leaderboard order (row model vs column model).
+
+    ``win_fraction`` is ``None`` where two models never met; ``predicted_win_probability`` is
+    ``sigma(theta_i - theta_j)``, for answers of equal style.
+    """
+
+    models: tuple[str, ...]
+    battle_counts: tuple[tuple[int, ...], ...]
+    win_fraction: tuple[tuple[float | None, ...], ...]
+    predicted_win_probability: tuple[tuple[float, ...], ...]
+
+    def only(self, keep: set[str]) -> Matrices:
+        """The rows and columns of the models in ``keep``, order kept."""
+        index = [i for i, name in enumerate(self.models) if name in keep]
+
+        def pick(table: tuple[tuple[_T, ...], ...]) -> tuple[tuple[_T, ...], ...]:
+            return tuple(tuple(table[i][j] for j in index) for i in index)
+
+        return Matrices(
+            models=tuple(self.models[i] for i in index),
+            battle_counts=pick(self.battle_counts),
+            win_fraction=pick(self.win_fraction),
+            predicted_win_probability=pick(self.predicted_win_probability),
+        )
+
+    def to_dict(self) -> MatricesDict:
+        return {
+            "models": list(self.models),
+            "battle_counts": [list(row) for row in self.battle_counts],
+            "win_fraction": [list(row) for row in self.win_fraction],
+            "predicted_win_probability": [list(row) for row in self.predicted_win_probability],
+        }
+
+
+@dataclass(frozen=True)
+class RatingResult:
+    """The fit: rated models in leaderboard order, the provisional ones, style and method.
+
+    ``style_coefficients`` (logits per standard deviation of each z-scored style element,
+    ``None`` for an element that was not estimated) and their 95% ``style_intervals`` are
+    ``None`` without style control; ``online_elo`` is ``None`` when the replay was skipped.
+    ``n_battles`` counts the battles in the fit, ``n_battles_input`` every battle given.
+    """
+
+    models: tuple[ModelRating, ...]
+    provisional: tuple[Provisional, ...]
+    style_coefficients: dict[str, float | None] | None
+    style_intervals: dict[str, tuple[float, float] | None] | None
+    n_battles: int
+    n_battles_input: int
+    method: Method
+    matrices: Matrices
+    online_elo: dict[str, float] | None
+
+    def to_dict(self) -> RatingResultDict:
+        """The JSON-ready form (the snapshot payload's per-view result; CLI ``--format json``)."""
+        intervals: dict[str, list[float] | None] | None = None
+        if self.style_intervals is not None:
+            intervals = {
+                name: None if bounds is None else list(bounds)
+                for name, bounds in self.style_intervals.items()
+            }
+        return {
+            "models": [m.to_dict() for m in self.models],
+            "style_coefficients": (
+                None if self.style_coefficients is None else dict(self.style_coefficients)
+            ),
+            "style_coefficient_intervals": intervals,
+            "n_battles": self.n_battles,
+            "n_battles_input": self.n_battles_input,
+            "provisional": [entry.as_dict() for entry in self.provisional],
+            "method": self.method.to_dict(),
+            "matrices": self.matrices.to_dict(),
+            "online_elo": None if self.online_elo is None else dict(self.online_elo),
+        }

@@ -1,0 +1,67 @@
+"""The snapshot payload's shape: what ``services.snapshot_build`` writes and the page reads back.
+
+A ``LeaderboardSnapshot.payload`` is a ``SnapshotPayload``; each category's ``results`` hold,
+per style setting (``"on"``, ``"off"``), the engine's ``RatingResult.to_dict()`` restricted to
+public models (``ratings.engine.RatingResultDict``), or ``None`` when that view is not rated.
+Changing a key here is a change of ``PAYLOAD_SCHEMA``. Django-free, like the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NotRequired, TypedDict
+
+from ratings.engine import ModelRatingDict, RatingResultDict
+
+# 2: provisional models (``results[style]["provisional"]`` and ``provisional[style]``).
+PAYLOAD_SCHEMA = 2
+
+#: Why a model is listed as provisional in a snapshot: the engine's reasons, and ``few_votes``
+#: for a model in a view that has too few votes to rate anyone.
+SnapshotReason = Literal["no_losses", "no_wins", "not_connected", "few_votes"]
+
+#: ``"insufficient"`` when neither style setting could be rated (or too few votes).
+CategoryStatus = Literal["ok", "insufficient"]
+
+
+class ProvisionalEntry(TypedDict):
+    """A provisional row: a model that is not rated in a view, its record and why."""
+
+    model: str
+    battles: int
+    wins: int
+    losses: int
+    ties: int
+    reason: SnapshotReason
+
+
+#: A rated row, as the engine writes it.
+RatedEntry = ModelRatingDict
+
+
+class ModelMeta(TypedDict):
+    """What the page shows about a model besides its rating."""
+
+    name: str
+    organization: str
+    license: str
+    active: bool
+
+
+class CategoryEntry(TypedDict):
+    """One category of the payload: its votes, status and both style settings' results."""
+
+    key: str
+    label: str
+    description: str
+    n_votes: int
+    status: CategoryStatus
+    reason: str  # why the category is insufficient; "" when it is "ok"
+    results: dict[str, RatingResultDict | None]  # by style setting
+    reasons: NotRequired[dict[str, str]]  # by style setting, for views that are not rated
+    provisional: NotRequired[dict[str, list[ProvisionalEntry]]]  # same, every model listed
+
+
+class SnapshotPayload(TypedDict):
+    schema: int
+    models: dict[str, ModelMeta]  # by slug: public models that have votes
+    categories: list[CategoryEntry]
