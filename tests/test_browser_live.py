@@ -90,6 +90,15 @@ def test_visitor_streams_two_answers_follows_up_votes_and_sees_the_names(
     assert_names_revealed(page, vote.battle)
     assert page.get_by_test_id("regenerate").is_disabled()
 
+    # "Next battle" (its key, N) starts a new live battle on the same page.
+    page.keyboard.press("n")
+    expect(page.locator("#status")).to_have_text("New battle: type a prompt.")
+    expect(page.get_by_test_id("model-name-b")).to_have_text("Model B", use_inner_text=True)
+    assert page.get_by_test_id("response-a").inner_text().strip() == ""
+    assert page.get_by_test_id("next-battle").is_hidden()
+    assert page.get_by_test_id("send").inner_text() == "Send"
+    assert Vote.objects.count() == 1
+
 
 def chunked(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]

@@ -402,6 +402,13 @@ def test_production_shape_serves_battles_votes_a_worker_rated_leaderboard_admin_
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    scripts: set[str] = set()  # our ES modules as fetched, the ones they import included
+    page.on(
+        "request",
+        lambda request: (
+            scripts.add(urlsplit(request.url).path) if "/static/js/" in request.url else None
+        ),
+    )
     # The production Content-Security-Policy, exactly: anything it blocks is logged as an error.
     page.on(
         "console",
@@ -502,6 +509,12 @@ def test_production_shape_serves_battles_votes_a_worker_rated_leaderboard_admin_
         assert response.status == 200
         assert response.headers["content-type"].startswith("text/css")
         assert "max-age=315360000" in response.headers["cache-control"]
+        # The modules (and their imports, rewritten by collectstatic) only under hashed names:
+        # one URL each, so each runs once on a page, and each cached for good.
+        hashed = re.compile(r"/static/js/(\w+)\.[0-9a-f]{12}\.js")
+        assert all(hashed.fullmatch(path) for path in scripts), sorted(scripts)
+        modules = {hashed.sub(r"\1", path) for path in scripts}
+        assert modules == {"live", "battle", "render", "leaderboard"}
         assert errors == []
         assert shape.exited() == []  # web, beat and worker ran through the whole walk
     finally:

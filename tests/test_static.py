@@ -10,6 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VENDOR = ROOT / "static" / "vendor"
 SOURCE_MAP = re.compile(r"[#@]\s*sourceMappingURL=(\S+)")
+MODULE_IMPORT = re.compile(
+    r"""^import\s.*?\sfrom\s*["'](\.[^"']+)["'];""", re.MULTILINE | re.DOTALL
+)
 
 
 def test_no_vendored_file_names_a_source_map_that_is_not_shipped():
@@ -52,3 +55,19 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
         assert hashed != name and re.search(r"\.[0-9a-f]{12}\.", hashed), hashed
         assert (tmp_path / "static" / hashed).is_file()
         assert (tmp_path / "static" / (hashed + ".gz")).is_file()  # whitenoise's compression
+
+    # The ES modules import each other by their hashed names, so that each is cached for good
+    # and a module reached from two pages (or two imports) is one URL, run once.
+    imports = {}
+    for name in ("js/live.js", "js/battle.js", "js/render.js", "js/leaderboard.js"):
+        text = (tmp_path / "static" / manifest[name]).read_text(encoding="utf-8")
+        imports[name] = MODULE_IMPORT.findall(text)
+    assert imports == {
+        "js/live.js": [
+            "./" + Path(manifest["js/battle.js"]).name,
+            "./" + Path(manifest["js/render.js"]).name,
+        ],
+        "js/battle.js": ["./" + Path(manifest["js/render.js"]).name],
+        "js/render.js": [],
+        "js/leaderboard.js": [],
+    }

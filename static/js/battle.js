@@ -1,245 +1,245 @@
 /* The battle page: take one vote, reveal the names. Pool battles (data-mode="pool") are fetched
-   here; live battles (data-mode="live") are streamed by live.js, which uses the helpers exported
-   at the end. The page's tabs (?mode=live / ?mode=pool) are plain links. */
-(function () {
-  "use strict";
-  const $ = (id) => document.getElementById(id);
-  const root = document.querySelector(".battle");
-  const statusEl = $("status");
-  const voteButtons = Array.from(document.querySelectorAll("button.vote"));
-  const nextButton = $("next-battle");
-  const verdictEl = $("verdict");
-  const termsDialog = $("terms");
-  const termsAcceptButton = $("terms-accept");
-  const termsError = $("terms-error");
-  const termsOpenButton = $("terms-open");
-  const liveMode = root.dataset.mode === "live";
-  let termsAccepted = root.dataset.termsAccepted === "true";
-  let battle = null;
-  let busy = false;
+   here; live battles (data-mode="live") are streamed by live.js, which uses the helpers this
+   module exports. It tells live.js of a vote and of "Next battle" by events on the .battle
+   element: "arena:voted" (detail: the voted battle) and, in live mode, "arena:next" (live.js
+   starts over; in pool mode this module fetches the next battle itself). The page's tabs
+   (?mode=live / ?mode=pool) are plain links. */
+import { setMarkdown, turnBlock, turnLabel } from "./render.js";
 
-  function csrfToken() {
-    const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
-    return match ? decodeURIComponent(match[1]) : "";
-  }
+const $ = (id) => document.getElementById(id);
+const root = document.querySelector(".battle");
+const statusEl = $("status");
+const voteButtons = Array.from(document.querySelectorAll("button.vote"));
+const nextButton = $("next-battle");
+const verdictEl = $("verdict");
+const termsDialog = $("terms");
+const termsAcceptButton = $("terms-accept");
+const termsError = $("terms-error");
+const termsOpenButton = $("terms-open");
+const liveMode = root.dataset.mode === "live";
+let termsAccepted = root.dataset.termsAccepted === "true";
+let battle = null;
+let busy = false;
 
-  async function api(method, url, body) {
-    const response = await fetch(url, {
-      method: method,
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    let data = null;
-    try { data = await response.json(); } catch (e) { data = null; }
-    if (!response.ok) {
-      const message = data && data.error ? data.error.message : "Something went wrong (" + response.status + ").";
-      const error = new Error(message);
-      error.code = data && data.error ? data.error.code : "http_" + response.status;
-      throw error;
-    }
-    return data;
-  }
+function csrfToken() {
+  const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+  return match ? decodeURIComponent(match[1]) : "";
+}
 
-  function setStatus(text, isError) {
-    statusEl.textContent = text || "";
-    statusEl.classList.toggle("error", Boolean(isError));
-  }
-
-  function setVotingEnabled(enabled) {
-    voteButtons.forEach((b) => { b.disabled = !enabled; });
-  }
-
-  function renderSide(side, turns) {
-    const container = $("response-" + side);
-    container.replaceChildren();
-    turns.forEach((turn) => {
-      const parts = ArenaRender.turnBlock(turn.index, turns.length);
-      ArenaRender.setMarkdown(parts.body, turn[side] ? turn[side].content : "");
-      container.appendChild(parts.block);
-    });
-  }
-
-  function renderPrompt(turns) {
-    const container = $("prompt");
-    container.replaceChildren();
-    turns.forEach((turn) => {
-      const label = ArenaRender.turnLabel(turn.index, turns.length);
-      if (label) container.appendChild(label);
-      const p = document.createElement("p");
-      p.className = "turn-prompt";
-      p.textContent = turn.prompt;  // user text is shown as text, never as HTML
-      container.appendChild(p);
-    });
-  }
-
-  function resetNames() {
-    ["a", "b"].forEach((side) => {
-      const el = $("model-name-" + side);
-      el.textContent = "Model " + side.toUpperCase();
-      el.classList.remove("revealed");
-    });
-  }
-
-  function revealNames(models) {
-    ["a", "b"].forEach((side) => {
-      const el = $("model-name-" + side);
-      el.textContent = models[side].name;
-      if (models[side].organization) {
-        const org = document.createElement("span");
-        org.className = "org";
-        org.textContent = models[side].organization;
-        el.appendChild(org);
-      }
-      el.classList.add("revealed");
-    });
-  }
-
-  const VERDICTS = {
-    model_a: "You preferred A.", model_b: "You preferred B.",
-    tie: "You called it a tie.", "tie (bothbad)": "You found both bad.",
-  };
-
-  function showBattle(data) {
-    battle = data;
-    renderPrompt(data.turns);
-    renderSide("a", data.turns);
-    renderSide("b", data.turns);
-    resetNames();
-    voteButtons.forEach((b) => b.classList.remove("chosen"));
-    verdictEl.hidden = true;
-    nextButton.hidden = true;
-    setVotingEnabled(data.votable);
-    if (!data.votable) setStatus("This battle cannot be voted on.", true);
-    else if (termsDeclined()) setStatus(TERMS_HINT, true);  // keep saying why a vote asks first
-    else setStatus("");
-  }
-
-  async function newBattle() {
-    if (busy) return;
-    busy = true;
-    setVotingEnabled(false);
-    setStatus("Loading a new battle…");
-    try {
-      showBattle(await api("POST", "/api/battles"));
-      $("response-a").scrollTop = 0;
-      $("response-b").scrollTop = 0;
-    } catch (error) {
-      setStatus(error.message, true);
-    } finally {
-      busy = false;
-    }
-  }
-
-  /* The terms: acceptance is recorded only from the "I agree" button. Escape (the dialog's
-     cancel) or "Not now" closes the dialog without it: the answers can be read, and the next
-     vote (or "Read the terms to vote") shows the terms again. Resolves to whether they are
-     accepted. */
-  const TERMS_HINT = "You have not agreed to the terms, so you cannot vote yet. Voting shows them again.";
-  let termsPending = null;
-  let settleTerms = null;
-  function termsDeclined() { return !termsAccepted && !termsOpenButton.hidden; }
-  /* Settles the pending promise as soon as the dialog closes, however it closes. The dialog's
-     "close" event comes a task later, so a key pressed just after Escape ("2" to vote) would
-     still find the old promise pending and get its "no" without the terms shown again. */
-  function termsClosed() {
-    if (!settleTerms) return;
-    const settle = settleTerms;
-    settleTerms = null;
-    termsPending = null;
-    termsOpenButton.hidden = termsAccepted;
-    if (!termsAccepted) setStatus(TERMS_HINT, true);
-    else if (statusEl.textContent === TERMS_HINT) setStatus("");
-    settle(termsAccepted);
-  }
-  function closeTerms(returnValue) {
-    termsDialog.close(returnValue);
-    termsClosed();
-  }
-  function ensureTerms() {
-    if (termsAccepted) return Promise.resolve(true);
-    if (termsPending) return termsPending;
-    termsPending = new Promise((resolve) => { settleTerms = resolve; });
-    termsError.hidden = true;
-    termsDialog.showModal();
-    return termsPending;
-  }
-
-  async function acceptTerms() {
-    termsAcceptButton.disabled = true;
-    try {
-      await api("POST", "/api/terms", { accept: true });
-      termsAccepted = true;
-      closeTerms("accepted");
-    } catch (error) {
-      termsError.textContent = error.message;
-      termsError.hidden = false;
-    } finally {
-      termsAcceptButton.disabled = false;
-    }
-  }
-
-  termsAcceptButton.addEventListener("click", acceptTerms);
-  $("terms-later").addEventListener("click", () => closeTerms());
-  termsDialog.addEventListener("cancel", (event) => { event.preventDefault(); closeTerms(); });  // Escape
-  // Any other way it closed; a close event queued before the terms were shown again is old news.
-  termsDialog.addEventListener("close", () => { if (!termsDialog.open) termsClosed(); });
-  termsOpenButton.addEventListener("click", () => ensureTerms());
-
-  async function vote(winner) {
-    if (!battle || busy || !battle.votable) return;
-    if (!(await ensureTerms())) return;
-    if (!battle || busy || !battle.votable) return;
-    busy = true;
-    setVotingEnabled(false);
-    try {
-      const data = await api("POST", "/api/battles/" + battle.id + "/vote", { winner: winner });
-      battle = data;
-      voteButtons.forEach((b) => b.classList.toggle("chosen", b.dataset.winner === winner));
-      revealNames(data.models);
-      verdictEl.textContent = VERDICTS[winner] + " Thanks for voting!";
-      verdictEl.hidden = false;
-      nextButton.hidden = false;
-      setStatus("");
-      if (window.ArenaBattle.onVoted) window.ArenaBattle.onVoted(data);
-      nextButton.focus();
-    } catch (error) {
-      setStatus(error.message, true);
-      if (error.code === "terms_required") termsAccepted = false;  // e.g. new terms meanwhile
-      if (error.code !== "already_voted" && error.code !== "not_votable") setVotingEnabled(true);
-    } finally {
-      busy = false;
-    }
-  }
-
-  voteButtons.forEach((b) => b.addEventListener("click", () => vote(b.dataset.winner)));
-  function next() { (window.ArenaBattle.onNext || newBattle)(); }
-  nextButton.addEventListener("click", next);
-
-  /* Live battles: the battle being voted on, and whether voting is open. */
-  function setBattle(data) {
-    battle = data;
-    voteButtons.forEach((b) => b.classList.remove("chosen"));
-    verdictEl.hidden = true;
-    nextButton.hidden = true;
-    setVotingEnabled(Boolean(data && data.votable));
-  }
-
-  const KEYS = { "1": "model_a", "2": "model_b", "3": "tie", "4": "tie (bothbad)" };
-  document.addEventListener("keydown", (event) => {
-    if (event.ctrlKey || event.metaKey || event.altKey) return;
-    const tag = (event.target.tagName || "").toLowerCase();
-    if (tag === "input" || tag === "textarea" || termsDialog.open) return;
-    if (KEYS[event.key] && battle && battle.votable) { event.preventDefault(); vote(KEYS[event.key]); }
-    else if ((event.key === "n" || event.key === "N") && !nextButton.hidden) { event.preventDefault(); next(); }
+async function api(method, url, body) {
+  const response = await fetch(url, {
+    method: method,
+    credentials: "same-origin",
+    headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
+    body: body === undefined ? undefined : JSON.stringify(body),
   });
+  let data = null;
+  try { data = await response.json(); } catch (e) { data = null; }
+  if (!response.ok) {
+    const message = data && data.error ? data.error.message : "Something went wrong (" + response.status + ").";
+    const error = new Error(message);
+    error.code = data && data.error ? data.error.code : "http_" + response.status;
+    throw error;
+  }
+  return data;
+}
 
-  window.ArenaBattle = {
-    newBattle: newBattle, ensureTerms: ensureTerms, api: api, setStatus: setStatus,
-    setBattle: setBattle, setVotingEnabled: setVotingEnabled, renderPrompt: renderPrompt,
-    resetNames: resetNames, revealNames: revealNames, onVoted: null, onNext: null,
-  };
-  // A pool battle is fetched behind the terms, so a visitor who closes them can read it.
-  ensureTerms();
-  if (!liveMode) newBattle();
-})();
+export function setStatus(text, isError) {
+  statusEl.textContent = text || "";
+  statusEl.classList.toggle("error", Boolean(isError));
+}
+
+function setVotingEnabled(enabled) {
+  voteButtons.forEach((b) => { b.disabled = !enabled; });
+}
+
+function renderSide(side, turns) {
+  const container = $("response-" + side);
+  container.replaceChildren();
+  turns.forEach((turn) => {
+    const parts = turnBlock(turn.index, turns.length);
+    setMarkdown(parts.body, turn[side] ? turn[side].content : "");
+    container.appendChild(parts.block);
+  });
+}
+
+export function renderPrompt(turns) {
+  const container = $("prompt");
+  container.replaceChildren();
+  turns.forEach((turn) => {
+    const label = turnLabel(turn.index, turns.length);
+    if (label) container.appendChild(label);
+    const p = document.createElement("p");
+    p.className = "turn-prompt";
+    p.textContent = turn.prompt;  // user text is shown as text, never as HTML
+    container.appendChild(p);
+  });
+}
+
+export function resetNames() {
+  ["a", "b"].forEach((side) => {
+    const el = $("model-name-" + side);
+    el.textContent = "Model " + side.toUpperCase();
+    el.classList.remove("revealed");
+  });
+}
+
+export function revealNames(models) {
+  ["a", "b"].forEach((side) => {
+    const el = $("model-name-" + side);
+    el.textContent = models[side].name;
+    if (models[side].organization) {
+      const org = document.createElement("span");
+      org.className = "org";
+      org.textContent = models[side].organization;
+      el.appendChild(org);
+    }
+    el.classList.add("revealed");
+  });
+}
+
+const VERDICTS = {
+  model_a: "You preferred A.", model_b: "You preferred B.",
+  tie: "You called it a tie.", "tie (bothbad)": "You found both bad.",
+};
+
+function showBattle(data) {
+  battle = data;
+  renderPrompt(data.turns);
+  renderSide("a", data.turns);
+  renderSide("b", data.turns);
+  resetNames();
+  voteButtons.forEach((b) => b.classList.remove("chosen"));
+  verdictEl.hidden = true;
+  nextButton.hidden = true;
+  setVotingEnabled(data.votable);
+  if (!data.votable) setStatus("This battle cannot be voted on.", true);
+  else if (termsDeclined()) setStatus(TERMS_HINT, true);  // keep saying why a vote asks first
+  else setStatus("");
+}
+
+async function newBattle() {
+  if (busy) return;
+  busy = true;
+  setVotingEnabled(false);
+  setStatus("Loading a new battle…");
+  try {
+    showBattle(await api("POST", "/api/battles"));
+    $("response-a").scrollTop = 0;
+    $("response-b").scrollTop = 0;
+  } catch (error) {
+    setStatus(error.message, true);
+  } finally {
+    busy = false;
+  }
+}
+
+/* The terms: acceptance is recorded only from the "I agree" button. Escape (the dialog's
+   cancel) or "Not now" closes the dialog without it: the answers can be read, and the next
+   vote (or "Read the terms to vote") shows the terms again. Resolves to whether they are
+   accepted. */
+const TERMS_HINT = "You have not agreed to the terms, so you cannot vote yet. Voting shows them again.";
+let termsPending = null;
+let settleTerms = null;
+function termsDeclined() { return !termsAccepted && !termsOpenButton.hidden; }
+/* Settles the pending promise as soon as the dialog closes, however it closes. The dialog's
+   "close" event comes a task later, so a key pressed just after Escape ("2" to vote) would
+   still find the old promise pending and get its "no" without the terms shown again. */
+function termsClosed() {
+  if (!settleTerms) return;
+  const settle = settleTerms;
+  settleTerms = null;
+  termsPending = null;
+  termsOpenButton.hidden = termsAccepted;
+  if (!termsAccepted) setStatus(TERMS_HINT, true);
+  else if (statusEl.textContent === TERMS_HINT) setStatus("");
+  settle(termsAccepted);
+}
+function closeTerms(returnValue) {
+  termsDialog.close(returnValue);
+  termsClosed();
+}
+export function ensureTerms() {
+  if (termsAccepted) return Promise.resolve(true);
+  if (termsPending) return termsPending;
+  termsPending = new Promise((resolve) => { settleTerms = resolve; });
+  termsError.hidden = true;
+  termsDialog.showModal();
+  return termsPending;
+}
+
+async function acceptTerms() {
+  termsAcceptButton.disabled = true;
+  try {
+    await api("POST", "/api/terms", { accept: true });
+    termsAccepted = true;
+    closeTerms("accepted");
+  } catch (error) {
+    termsError.textContent = error.message;
+    termsError.hidden = false;
+  } finally {
+    termsAcceptButton.disabled = false;
+  }
+}
+
+termsAcceptButton.addEventListener("click", acceptTerms);
+$("terms-later").addEventListener("click", () => closeTerms());
+termsDialog.addEventListener("cancel", (event) => { event.preventDefault(); closeTerms(); });  // Escape
+// Any other way it closed; a close event queued before the terms were shown again is old news.
+termsDialog.addEventListener("close", () => { if (!termsDialog.open) termsClosed(); });
+termsOpenButton.addEventListener("click", () => ensureTerms());
+
+async function vote(winner) {
+  if (!battle || busy || !battle.votable) return;
+  if (!(await ensureTerms())) return;
+  if (!battle || busy || !battle.votable) return;
+  busy = true;
+  setVotingEnabled(false);
+  try {
+    const data = await api("POST", "/api/battles/" + battle.id + "/vote", { winner: winner });
+    battle = data;
+    voteButtons.forEach((b) => b.classList.toggle("chosen", b.dataset.winner === winner));
+    revealNames(data.models);
+    verdictEl.textContent = VERDICTS[winner] + " Thanks for voting!";
+    verdictEl.hidden = false;
+    nextButton.hidden = false;
+    setStatus("");
+    root.dispatchEvent(new CustomEvent("arena:voted", { detail: data }));
+    nextButton.focus();
+  } catch (error) {
+    setStatus(error.message, true);
+    if (error.code === "terms_required") termsAccepted = false;  // e.g. new terms meanwhile
+    if (error.code !== "already_voted" && error.code !== "not_votable") setVotingEnabled(true);
+  } finally {
+    busy = false;
+  }
+}
+
+voteButtons.forEach((b) => b.addEventListener("click", () => vote(b.dataset.winner)));
+function next() {
+  if (liveMode) root.dispatchEvent(new CustomEvent("arena:next"));
+  else newBattle();
+}
+nextButton.addEventListener("click", next);
+
+/* Live battles: the battle being voted on, and whether voting is open. */
+export function setBattle(data) {
+  battle = data;
+  voteButtons.forEach((b) => b.classList.remove("chosen"));
+  verdictEl.hidden = true;
+  nextButton.hidden = true;
+  setVotingEnabled(Boolean(data && data.votable));
+}
+
+const KEYS = { "1": "model_a", "2": "model_b", "3": "tie", "4": "tie (bothbad)" };
+document.addEventListener("keydown", (event) => {
+  if (event.ctrlKey || event.metaKey || event.altKey) return;
+  const tag = (event.target.tagName || "").toLowerCase();
+  if (tag === "input" || tag === "textarea" || termsDialog.open) return;
+  if (KEYS[event.key] && battle && battle.votable) { event.preventDefault(); vote(KEYS[event.key]); }
+  else if ((event.key === "n" || event.key === "N") && !nextButton.hidden) { event.preventDefault(); next(); }
+});
+
+// A pool battle is fetched behind the terms, so a visitor who closes them can read it.
+ensureTerms();
+if (!liveMode) newBattle();

@@ -1,12 +1,16 @@
 /* Live battles: send a prompt over the battle websocket, stream both answers side by side,
    then vote through battle.js (one vote path, over HTTP). Frames are documented in
-   arena/consumers.py. Model text is rendered only through ArenaRender (markdown-it with HTML off,
-   then DOMPurify); prompts and errors are set as text. */
-(function () {
-  "use strict";
+   arena/consumers.py. Model text is rendered only through render.js (markdown-it with HTML off,
+   then DOMPurify); prompts and errors are set as text. battle.js tells this module of a vote
+   and of "Next battle" by the "arena:voted" and "arena:next" events on the .battle element. */
+import { ensureTerms, renderPrompt, resetNames, revealNames, setBattle, setStatus } from "./battle.js";
+import { setMarkdown, turnBlock } from "./render.js";
+
+const root = document.querySelector(".battle");
+if (root.dataset.mode === "live") startLive();  // pool battles are battle.js's alone
+
+function startLive() {
   const $ = (id) => document.getElementById(id);
-  if (document.querySelector(".battle").dataset.mode !== "live") return;  // pool battles
-  const A = window.ArenaBattle;
   const SIDES = ["a", "b"];
   const form = $("prompt-form");
   const input = $("prompt-input");
@@ -49,7 +53,7 @@
         if (streaming) {
           streaming = false;
           SIDES.forEach((side) => setSideStatus(side, "Interrupted."));
-          A.setStatus("The connection was lost; what was produced is saved. Start a new battle.", true);
+          setStatus("The connection was lost; what was produced is saved. Start a new battle.", true);
           updateButtons();
         }
       });
@@ -63,7 +67,7 @@
       ws.send(JSON.stringify(frame));
       return true;
     } catch (error) {
-      A.setStatus(error.message, true);
+      setStatus(error.message, true);
       return false;
     }
   }
@@ -88,7 +92,7 @@
     if (fresh) {
       turns = [];
       voted = false;
-      A.resetNames();
+      resetNames();
     }
     const entry = {
       index: frame.turn, prompt: frame.prompt,
@@ -97,11 +101,11 @@
     turns = turns.filter((t) => t.index < frame.turn);  // a regenerated turn replaces the last
     turns.push(entry);
     streaming = true;
-    A.setBattle(Object.assign({}, battle, { votable: false }));
-    if (battle.models) A.revealNames(battle.models);  // named mode: the visitor chose them
-    A.renderPrompt(turns);
+    setBattle(Object.assign({}, battle, { votable: false }));
+    if (battle.models) revealNames(battle.models);  // named mode: the visitor chose them
+    renderPrompt(turns);
     SIDES.forEach((side) => { renderSide(side); setSideStatus(side, "Answering…"); });
-    A.setStatus(frame.regenerated ? "Regenerating both answers…" : "Both models are answering…");
+    setStatus(frame.regenerated ? "Regenerating both answers…" : "Both models are answering…");
     input.value = "";
     updateButtons();
   }
@@ -151,14 +155,14 @@
         renderCurrent(side);
       });
     }
-    A.setBattle(battle);
+    setBattle(battle);
     if (battle.state === "ready") {
-      A.setStatus("Both answers are complete. Vote for the better one, or ask a follow-up.");
+      setStatus("Both answers are complete. Vote for the better one, or ask a follow-up.");
     } else if (battle.state === "errored") {
-      A.setStatus("A model failed to answer, so this battle cannot be voted on. Regenerate, or start a new battle.", true);
+      setStatus("A model failed to answer, so this battle cannot be voted on. Regenerate, or start a new battle.", true);
       newButton.focus();
     } else if (battle.state === "aborted") {
-      A.setStatus("The answers were stopped, so this battle cannot be voted on. Regenerate, or start a new battle.", true);
+      setStatus("The answers were stopped, so this battle cannot be voted on. Regenerate, or start a new battle.", true);
     }
     updateButtons();
   }
@@ -169,16 +173,16 @@
       // server saves it first), and a turn_end follows if the save lands meanwhile.
       streaming = false;
       if (battle) battle = Object.assign({}, battle, { state: "aborted", votable: false });
-      A.setBattle(battle);
+      setBattle(battle);
     }
-    A.setStatus(frame.message, true);
+    setStatus(frame.message, true);
     if (frame.field === "prompt") input.focus();
     updateButtons();
   }
 
   function onSuggestion(frame) {
     if (frame.prompt) { input.value = frame.prompt; input.focus(); }
-    else A.setStatus("No suggested prompts are available.", true);
+    else setStatus("No suggested prompts are available.", true);
   }
 
   function fillPicker(models) {
@@ -202,9 +206,9 @@
     const container = $("response-" + side);
     container.replaceChildren();
     turns.forEach((turn) => {
-      const parts = ArenaRender.turnBlock(turn.index, turns.length);
+      const parts = turnBlock(turn.index, turns.length);
       container.appendChild(parts.block);
-      ArenaRender.setMarkdown(parts.body, turn[side].text);
+      setMarkdown(parts.body, turn[side].text);
     });
   }
 
@@ -214,7 +218,7 @@
     const block = container.querySelector('.turn[data-turn="' + turn.index + '"] .markdown');
     if (!block) { renderSide(side); return; }
     const atBottom = container.scrollHeight - container.scrollTop - container.clientHeight < 40;
-    ArenaRender.setMarkdown(block, turn[side].text);
+    setMarkdown(block, turn[side].text);
     block.classList.toggle("streaming", turn[side].status === "streaming");
     if (atBottom) container.scrollTop = container.scrollHeight;
   }
@@ -236,8 +240,8 @@
     if (event) event.preventDefault();
     if (streaming) return;
     const prompt = input.value.trim();
-    if (!prompt) { A.setStatus("Type a prompt first.", true); input.focus(); return; }
-    if (!(await A.ensureTerms())) return;  // prompts may be published: the terms say so
+    if (!prompt) { setStatus("Type a prompt first.", true); input.focus(); return; }
+    if (!(await ensureTerms())) return;  // prompts may be published: the terms say so
     if (canFollowUp()) {
       await send({ type: "turn", battle_id: battle.id, prompt: prompt });
       return;
@@ -253,11 +257,11 @@
     turns = [];
     voted = false;
     streaming = false;
-    A.setBattle(null);
-    A.resetNames();
-    A.renderPrompt([]);
+    setBattle(null);
+    resetNames();
+    renderPrompt([]);
     SIDES.forEach((side) => { $("response-" + side).replaceChildren(); setSideStatus(side, ""); });
-    A.setStatus("New battle: type a prompt.");
+    setStatus("New battle: type a prompt.");
     updateButtons();
     input.focus();
   }
@@ -280,8 +284,8 @@
     });
   });
 
-  A.onVoted = function () { voted = true; updateButtons(); };
-  A.onNext = startOver;
+  root.addEventListener("arena:voted", () => { voted = true; updateButtons(); });
+  root.addEventListener("arena:next", startOver);
   updateButtons();
   connect().catch(() => undefined);
-})();
+}
