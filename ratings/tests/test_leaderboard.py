@@ -158,7 +158,8 @@ def test_charts_are_accessible_svg_with_title_and_description(client, snapshot):
     for plot_id in ("forest", "winrate", "counts", "style"):
         assert f'aria-labelledby="{plot_id}-title {plot_id}-desc"' in html
         assert f'<title id="{plot_id}-title">' in html
-    assert "<script src=" in html and "cdn" not in html.lower()
+    assert '<script type="module" src="/static/js/leaderboard.' in html
+    assert "cdn" not in html.lower()
 
 
 def test_chart_text_is_escaped():
