@@ -199,13 +199,17 @@ class ApiErrorMiddleware:
         if self.is_async:
             markcoroutinefunction(self)
 
-    def __call__(self, request: HttpRequest) -> Any:
+    def __call__(self, request: HttpRequest) -> HttpResponseBase | Awaitable[HttpResponseBase]:
         if self.is_async:
             return self.__acall__(request)
-        return no_store(request, self.shape(request, self.get_response(request)))  # type: ignore[arg-type]
+        response = self.get_response(request)
+        assert isinstance(response, HttpResponseBase)  # a sync chain answers at once
+        return no_store(request, self.shape(request, response))
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        return no_store(request, self.shape(request, await self.get_response(request)))  # type: ignore[misc]
+        pending = self.get_response(request)
+        assert not isinstance(pending, HttpResponseBase)  # an async chain answers an awaitable
+        return no_store(request, self.shape(request, await pending))
 
     @staticmethod
     def shape(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:

@@ -8,7 +8,8 @@ body) and ``ArenaError.as_frame`` (a websocket frame) are the only builders of e
 """
 
 from enum import StrEnum, unique
-from typing import Any
+
+from arena.payloads import ErrorBody, ErrorDetail, ErrorFrame
 
 
 @unique
@@ -78,14 +79,14 @@ class ArenaError(Exception):
         self.status = status
         self.field = field
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> ErrorBody:
         """The HTTP body: ``{"error": {code, message, field?}}``."""
-        body: dict[str, Any] = {"code": self.code.value, "message": self.message}
+        body: ErrorDetail = {"code": self.code.value, "message": self.message}
         if self.field is not None:
             body["field"] = self.field
         return {"error": body}
 
-    def as_frame(self) -> dict[str, Any]:
+    def as_frame(self) -> ErrorFrame:
         """The websocket frame: ``{"type": "error", code, message, field}``."""
         return {
             "type": "error",

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO, Any, TypedDict, cast
 
 from django.conf import settings
 from django.core.management.base import OutputWrapper
@@ -39,6 +39,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from arena.errors import ArenaError, ErrorCode
 from arena.models import Battle, BattleMessage, Vote
+from arena.payloads import Side, Winner
 from arena.selectors import votes_for_export
 
 _BOOLEANS = {
@@ -50,7 +51,8 @@ _BOOLEANS = {
     "true": True,
     "yes": True,
 }
-PAIRWISE = {"model_a": ("a", "b"), "model_b": ("b", "a")}
+# The verdicts with a preferred side: (chosen side, rejected side).
+PAIRWISE: dict[Winner, tuple[Side, Side]] = {"model_a": ("a", "b"), "model_b": ("b", "a")}
 
 
 @dataclass(frozen=True)
@@ -60,14 +62,14 @@ class VotedBattle:
     battle_id: str
     model_a: str
     model_b: str
-    winner: str
+    winner: Winner
     judge: str
     anonymous: bool
     language: str
     category: str
     tstamp: float
     user_turns: list[str]
-    answers: dict[str, list[str]]  # side -> assistant turns, in order
+    answers: dict[Side, list[str]]  # side -> assistant turns, in order
     style: dict[str, Any]
 
 
@@ -81,6 +83,53 @@ class ExportStats:
     def summary(self) -> str:
         reasons = ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items()))
         return f"{self.written} written" + (f"; skipped: {reasons}" if reasons else "")
+
+
+class Message(TypedDict):
+    role: str  # "user" or "assistant"
+    content: str
+
+
+class ArenaRow(TypedDict):
+    """A row of the ``arena`` format (the public Chatbot Arena schema)."""
+
+    question_id: str
+    model_a: str
+    model_b: str
+    winner: Winner
+    judge: str
+    conversation_a: list[Message]
+    conversation_b: list[Message]
+    turn: int
+    anony: bool
+    language: str
+    category: str
+    tstamp: float
+    conv_metadata: dict[str, Any] | None  # answer_style.conv_metadata's counts
+
+
+class TrlRow(TypedDict):
+    prompt: list[Message]
+    chosen: list[Message]
+    rejected: list[Message]
+
+
+class OpenAIInput(TypedDict):
+    messages: list[Message]
+
+
+class OpenAIRow(TypedDict):
+    input: OpenAIInput
+    preferred_output: list[Message]
+    non_preferred_output: list[Message]
+
+
+class HhRlhfRow(TypedDict):
+    chosen: str
+    rejected: str
+
+
+ExportRow = ArenaRow | TrlRow | OpenAIRow | HhRlhfRow
 
 
 def judge_hash(voter_id: str) -> str:
@@ -97,17 +146,17 @@ def voted_battle(vote: Vote, messages: Iterable[BattleMessage]) -> VotedBattle:
     """The record of one vote; ``messages`` are the battle's current (not superseded) ones."""
     battle: Battle = vote.battle
     turns: dict[int, str] = {}
-    answers: dict[str, dict[int, str]] = {"a": {}, "b": {}}
+    answers: dict[Side, dict[int, str]] = {"a": {}, "b": {}}
     for message in messages:
         turns[message.turn] = message.user_content
-        answers[message.side][message.turn] = message.content
+        answers[cast(Side, message.side)][message.turn] = message.content
     order = sorted(turns)
     prompt = battle.prompt
     return VotedBattle(
         battle_id=battle.pk.hex,
         model_a=battle.model_a.slug,
         model_b=battle.model_b.slug,
-        winner=vote.winner,
+        winner=cast(Winner, vote.winner),  # the column's choices are the Literal's values
         judge=judge_hash(vote.voter_id),
         anonymous=battle.mode == Battle.Mode.ANONYMOUS,
         language=(prompt.language if prompt else "") or "",
@@ -119,15 +168,15 @@ def voted_battle(vote: Vote, messages: Iterable[BattleMessage]) -> VotedBattle:
     )
 
 
-def _conversation(user_turns: list[str], answers: list[str]) -> list[dict[str, str]]:
-    messages = []
+def _conversation(user_turns: list[str], answers: list[str]) -> list[Message]:
+    messages: list[Message] = []
     for question, answer in zip(user_turns, answers, strict=True):
         messages.append({"role": "user", "content": question})
         messages.append({"role": "assistant", "content": answer})
     return messages
 
 
-def to_arena(record: VotedBattle) -> dict[str, Any] | str:
+def to_arena(record: VotedBattle) -> ArenaRow | str:
     return {
         "question_id": record.battle_id,
         "model_a": record.model_a,
@@ -156,12 +205,12 @@ def _sides(record: VotedBattle) -> tuple[list[str], list[str]] | str:
     return record.answers[chosen], record.answers[rejected]
 
 
-def to_trl(record: VotedBattle) -> dict[str, Any] | str:
+def to_trl(record: VotedBattle) -> TrlRow | str:
     sides = _sides(record)
     if isinstance(sides, str):
         return sides
     chosen, rejected = sides
-    prompt = [{"role": "user", "content": record.user_turns[0]}]
+    prompt: list[Message] = [{"role": "user", "content": record.user_turns[0]}]
     return {
         "prompt": prompt,
         "chosen": _conversation(record.user_turns, chosen)[1:],
@@ -169,7 +218,7 @@ def to_trl(record: VotedBattle) -> dict[str, Any] | str:
     }
 
 
-def to_openai(record: VotedBattle) -> dict[str, Any] | str:
+def to_openai(record: VotedBattle) -> OpenAIRow | str:
     sides = _sides(record)
     if isinstance(sides, str):
         return sides
@@ -189,7 +238,7 @@ def _transcript(user_turns: list[str], answers: list[str]) -> str:
     )
 
 
-def to_hh_rlhf(record: VotedBattle) -> dict[str, Any] | str:
+def to_hh_rlhf(record: VotedBattle) -> HhRlhfRow | str:
     sides = _sides(record)
     if isinstance(sides, str):
         return sides
@@ -200,7 +249,7 @@ def to_hh_rlhf(record: VotedBattle) -> dict[str, Any] | str:
     }
 
 
-SHAPERS: dict[str, Callable[[VotedBattle], dict[str, Any] | str]] = {
+SHAPERS: dict[str, Callable[[VotedBattle], ExportRow | str]] = {
     "arena": to_arena,
     "trl": to_trl,
     "openai": to_openai,
@@ -271,7 +320,7 @@ def voted_battles(**filters: Any) -> Iterator[VotedBattle]:
 
 def export_rows(
     records: Iterable[VotedBattle], fmt: str, stats: ExportStats
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[ExportRow]:
     """The rows of ``fmt``; a vote the format cannot hold is counted in ``stats.skipped``."""
     shape = SHAPERS[fmt]
     for record in records:
@@ -283,16 +332,16 @@ def export_rows(
         yield row
 
 
-def jsonl_line(row: dict[str, Any]) -> str:
+def jsonl_line(row: ExportRow) -> str:
     return json.dumps(row, ensure_ascii=False) + "\n"
 
 
-def write_jsonl(rows: Iterable[dict[str, Any]], out: IO[str] | OutputWrapper) -> None:
+def write_jsonl(rows: Iterable[ExportRow], out: IO[str] | OutputWrapper) -> None:
     for row in rows:
         out.write(jsonl_line(row))
 
 
-def write_parquet(rows: Iterable[dict[str, Any]], path: str) -> None:
+def write_parquet(rows: Iterable[ExportRow], path: str) -> None:
     """All rows in one Parquet file (nested lists and structs as Arrow types)."""
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -3,7 +3,7 @@
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db.models import (
@@ -33,6 +33,18 @@ from arena.models import (
     Provider,
     TermsAcceptance,
     Vote,
+)
+from arena.payloads import (
+    BattleMode,
+    BattlePayload,
+    BattleSource,
+    BattleState,
+    LiveModel,
+    MessageStatus,
+    ModelPublic,
+    Side,
+    Turn,
+    Winner,
 )
 
 
@@ -86,7 +98,7 @@ def battle_current_messages(*, battle: Battle) -> list[BattleMessage]:
     return list(battle.messages.filter(superseded_at__isnull=True).order_by("turn", "side"))
 
 
-def model_public_dict(model: ArenaModel) -> dict[str, Any]:
+def model_public_dict(model: ArenaModel) -> ModelPublic:
     return {
         "slug": model.slug,
         "name": model.display_name,
@@ -97,7 +109,7 @@ def model_public_dict(model: ArenaModel) -> dict[str, Any]:
 
 def battle_payload(
     *, battle: Battle, new_messages: list[BattleMessage] | None = None
-) -> dict[str, Any]:
+) -> BattlePayload:
     """What a client is shown of a battle.
 
     Model identities are included only once the battle is voted on, or in named mode where the
@@ -105,8 +117,11 @@ def battle_payload(
 
     ``new_messages``: for a battle created in the same transaction, its only messages (in
     memory already); then neither its messages nor its (absent) vote are read back.
+
+    The choice columns are read as the ``Literal``s of ``arena.payloads`` (their choices are
+    the same values; the casts say so to the type checker, nothing is converted).
     """
-    turns: dict[int, dict[str, Any]] = {}
+    turns: dict[int, Turn] = {}
     if new_messages is None:
         messages = battle_current_messages(battle=battle)
     else:
@@ -114,22 +129,22 @@ def battle_payload(
     for message in messages:
         turn = turns.setdefault(message.turn, {"index": message.turn, "prompt": ""})
         turn["prompt"] = message.user_content
-        turn[message.side] = {
+        turn[cast(Side, message.side)] = {
             "content": message.content,
-            "status": message.status,
+            "status": cast(MessageStatus, message.status),
             "error": bool(message.error),
         }
     vote = (
         Vote.objects.filter(battle=battle).only("winner").first() if new_messages is None else None
     )
-    payload: dict[str, Any] = {
+    payload: BattlePayload = {
         "id": str(battle.id),
-        "mode": battle.mode,
-        "source": battle.source,
-        "state": battle.state,
+        "mode": cast(BattleMode, battle.mode),
+        "source": cast(BattleSource, battle.source),
+        "state": cast(BattleState, battle.state),
         "votable": battle.state == Battle.State.READY,
         "turns": [turns[k] for k in sorted(turns)],
-        "vote": {"winner": vote.winner} if vote else None,
+        "vote": {"winner": cast(Winner, vote.winner)} if vote else None,
         "models": None,
     }
     if vote is not None or battle.mode == Battle.Mode.NAMED:
@@ -140,7 +155,7 @@ def battle_payload(
     return payload
 
 
-def battle_payload_by_id(*, battle_id: uuid.UUID) -> dict[str, Any]:
+def battle_payload_by_id(*, battle_id: uuid.UUID) -> BattlePayload:
     """``battle_payload`` of a battle known to exist (just voted on, or a turn just saved)."""
     battle = Battle.objects.select_related("model_a", "model_b").get(pk=battle_id)
     return battle_payload(battle=battle)
@@ -279,7 +294,7 @@ def live_battles_enabled() -> bool:
     return live_models_available().count() >= 2
 
 
-def live_models_public() -> list[dict[str, str]]:
+def live_models_public() -> list[LiveModel]:
     """The models a visitor may pick in named (side-by-side) mode."""
     return [
         {"slug": m.slug, "name": m.display_name, "organization": m.organization}

@@ -15,7 +15,15 @@ from django_ratelimit.decorators import ratelimit
 
 from arena.api import api_view, client_ip, error_json, json_body, session_identity
 from arena.errors import ArenaError, ErrorCode
-from arena.exports import ExportStats, export_options, export_rows, jsonl_line, voted_battles
+from arena.exports import (
+    ExportRow,
+    ExportStats,
+    export_options,
+    export_rows,
+    jsonl_line,
+    voted_battles,
+)
+from arena.payloads import BattlePayload
 from arena.selectors import (
     battle_for_session,
     battle_payload,
@@ -73,7 +81,7 @@ def battle_page(request: HttpRequest) -> HttpResponse:
 @require_POST
 @ratelimit(key="ip", rate=lambda group, request: settings.ARENA_RATELIMIT_BATTLES, block=True)  # type: ignore[untyped-decorator]
 @api_view
-def battle_create(request: HttpRequest) -> tuple[dict[str, Any], int]:
+def battle_create(request: HttpRequest) -> tuple[BattlePayload, int]:
     json_body(request)  # nothing is read from it, but a form or a malformed body is refused
     session_key, _ = session_identity(request)
     battle = battle_start_pool(session_key=session_key)
@@ -82,7 +90,7 @@ def battle_create(request: HttpRequest) -> tuple[dict[str, Any], int]:
 
 @require_GET
 @api_view
-def battle_detail(request: HttpRequest, battle_id: str) -> dict[str, Any]:
+def battle_detail(request: HttpRequest, battle_id: str) -> BattlePayload:
     session_key, _ = session_identity(request)
     return battle_payload(battle=battle_for_session(battle_id=battle_id, session_key=session_key))
 
@@ -90,7 +98,7 @@ def battle_detail(request: HttpRequest, battle_id: str) -> dict[str, Any]:
 @require_POST
 @ratelimit(key="ip", rate=lambda group, request: settings.ARENA_RATELIMIT_VOTES, block=True)  # type: ignore[untyped-decorator]
 @api_view
-def vote_create(request: HttpRequest, battle_id: str) -> tuple[dict[str, Any], int]:
+def vote_create(request: HttpRequest, battle_id: str) -> tuple[BattlePayload, int]:
     body = json_body(request)
     session_key, voter_id = session_identity(request)
     vote = vote_record(
@@ -156,7 +164,7 @@ def votes_export(request: HttpRequest) -> StreamingHttpResponse:
     return response
 
 
-async def _jsonl_batches(rows: Iterator[dict[str, Any]]) -> AsyncIterator[str]:
+async def _jsonl_batches(rows: Iterator[ExportRow]) -> AsyncIterator[str]:
     """The rows as JSONL, a batch at a time from one database thread.
 
     An async iterator, so that under ASGI the export is sent as it is read; Django would first
@@ -167,5 +175,5 @@ async def _jsonl_batches(rows: Iterator[dict[str, Any]]) -> AsyncIterator[str]:
         yield batch
 
 
-def _jsonl_batch(rows: Iterator[dict[str, Any]], size: int = 200) -> str:
+def _jsonl_batch(rows: Iterator[ExportRow], size: int = 200) -> str:
     return "".join(jsonl_line(row) for row in islice(rows, size))

@@ -53,6 +53,7 @@ from arena.live.runtime import (
 from arena.live.turns import TurnPlan, battle_regenerate, battle_start_live, battle_turn_add
 from arena.live.upstream import Answer, stream_answer
 from arena.models import Battle
+from arena.payloads import Frame, Side
 from arena.selectors import live_models_public, prompt_suggestion
 
 log = logging.getLogger(__name__)
@@ -194,7 +195,7 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
         if self.turn_task is not None and not self.turn_task.done():
             raise still_streaming(status=400)
 
-    async def _send(self, frame: dict[str, Any]) -> None:
+    async def _send(self, frame: Frame) -> None:
         await self._send_text(json.dumps(frame))
 
     async def _send_text(self, text: str) -> None:
@@ -248,7 +249,7 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                     await self._send({"type": "side_end", "side": side, "status": "aborted"})
             await self._finish_turn(plan, answers)
 
-    async def _finish_turn(self, plan: TurnPlan, answers: dict[str, Answer]) -> None:
+    async def _finish_turn(self, plan: TurnPlan, answers: dict[Side, Answer]) -> None:
         """Save the turn's end and send it; a failed save is retried once, then reported.
 
         Without a ``turn_end`` the page would wait for ever; on a second failure it is told the
@@ -269,7 +270,7 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
         self.lost.add(plan.battle_id)
         await self._send(TURN_LOST_FRAME)
 
-    async def _run_side(self, plan: TurnPlan, side: str, answer: Answer) -> None:
+    async def _run_side(self, plan: TurnPlan, side: Side, answer: Answer) -> None:
         side_plan = plan.sides[side]
         # The per-token frame is the one hot path: its fixed part is built once, and only the
         # text is encoded per token (the same JSON as json.dumps of the whole frame).

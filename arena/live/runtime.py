@@ -23,6 +23,7 @@ from django.conf import settings
 from arena.errors import ArenaError, ErrorCode
 from arena.live.turns import TurnPlan, battle_turn_finish, messages_progress
 from arena.live.upstream import Answer
+from arena.payloads import BattlePayload, Frame, Side
 from arena.selectors import battle_payload_by_id
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ T = TypeVar("T")
 class FrameSender(Protocol):
     """The consumer, as the retry of a lost turn sees it: something that sends a frame."""
 
-    async def _send(self, frame: dict[str, Any]) -> None: ...
+    async def _send(self, frame: Frame) -> None: ...
 
 
 # Few threads: each one running ORM code holds the GIL against the event loop that relays the
@@ -56,7 +57,7 @@ def db(func: Callable[..., T]) -> Callable[..., Any]:
     return wrapped
 
 
-def turn_finish(battle_id: uuid.UUID, answers: dict[str, tuple[int, Answer]]) -> dict[str, Any]:
+def turn_finish(battle_id: uuid.UUID, answers: dict[Side, tuple[int, Answer]]) -> BattlePayload:
     """Save the turn's end and read the battle as the page is shown it, in one thread hop."""
     battle_turn_finish(battle_id=battle_id, answers=answers)
     return battle_payload_by_id(battle_id=battle_id)
@@ -83,10 +84,10 @@ class ProgressSaver:
     """
 
     def __init__(self) -> None:
-        self.turns: dict[int, tuple[TurnPlan, dict[str, Answer], dict[str, int]]] = {}
+        self.turns: dict[int, tuple[TurnPlan, dict[Side, Answer], dict[Side, int]]] = {}
         self.task: asyncio.Task[None] | None = None
 
-    def add(self, plan: TurnPlan, answers: dict[str, Answer]) -> None:
+    def add(self, plan: TurnPlan, answers: dict[Side, Answer]) -> None:
         self.turns[id(plan)] = (plan, answers, dict.fromkeys(answers, 0))
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._run())
@@ -131,18 +132,18 @@ class TurnSave:
     ``turn`` frame for that battle, which needs it saved first. The lock keeps them in order.
     """
 
-    def __init__(self, plan: TurnPlan, answers: dict[str, Answer]) -> None:
+    def __init__(self, plan: TurnPlan, answers: dict[Side, Answer]) -> None:
         self.battle_id = plan.battle_id
         self.answers = {s: (plan.sides[s].message_id, a) for s, a in answers.items()}
         self.lock = asyncio.Lock()
-        self.payload: dict[str, Any] | None = None  # the battle as saved, once it is
+        self.payload: BattlePayload | None = None  # the battle as saved, once it is
 
-    async def attempt(self) -> dict[str, Any] | None:
+    async def attempt(self) -> BattlePayload | None:
         """The saved battle's payload, saving it now if it is not yet; None if that failed."""
         async with self.lock:
             return await self.attempt_locked()
 
-    async def attempt_locked(self) -> dict[str, Any] | None:
+    async def attempt_locked(self) -> BattlePayload | None:
         if self.payload is None:
             try:
                 self.payload = await db(turn_finish)(self.battle_id, self.answers)

@@ -10,7 +10,6 @@ saved and the battle becomes ready to vote, or errored/aborted, which are not vo
 import random
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Field
@@ -25,9 +24,10 @@ from arena.live.draw import draw_pair, named_pair
 from arena.live.limits import check_call_rate, check_concurrency, clean_prompt
 from arena.live.upstream import Answer, UpstreamTarget
 from arena.models import USER_PROMPT_SOURCE, ArenaModel, Battle, BattleMessage, Prompt
+from arena.payloads import BattlePayload, Side
 from arena.selectors import Limits, battle_payload, battle_pk, live_limits
 
-SIDES = ("a", "b")
+SIDES: tuple[Side, Side] = ("a", "b")
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,8 @@ class TurnPlan:
     prompt: str
     regenerated: bool
     max_tokens: int
-    sides: dict[str, SidePlan]
-    battle: dict[str, Any]  # battle_payload at the start of the turn (no names unless named)
+    sides: dict[Side, SidePlan]
+    battle: BattlePayload  # battle_payload at the start of the turn (no names unless named)
 
 
 def _target(model: ArenaModel) -> UpstreamTarget:
@@ -229,7 +229,7 @@ def _plan_turn(
             for side in SIDES
         ]
     )
-    sides = {}
+    sides: dict[Side, SidePlan] = {}
     for side, model, message in zip(SIDES, (battle.model_a, battle.model_b), messages, strict=True):
         history: list[dict[str, str]] = []
         for earlier_message in earlier[side]:
@@ -297,7 +297,7 @@ def message_finish(*, message_id: int, answer: Answer) -> BattleMessage:
     return message
 
 
-def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[str, tuple[int, Answer]]) -> Battle:
+def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[Side, tuple[int, Answer]]) -> Battle:
     """Save both answers of a turn and settle the battle's state.
 
     Ready to vote when both are done; errored when either failed; aborted when either was

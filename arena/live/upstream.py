@@ -25,6 +25,7 @@ import httpx2
 import openai
 
 from arena.inputs import text_storable
+from arena.payloads import MessageStatus
 
 # Parameters the chat-completions call takes by name; anything else goes in the request body
 # as is (e.g. vLLM's top_k), so a provider's own extensions keep working.
@@ -77,7 +78,7 @@ class Answer:
     """One side's answer as it streams; final once ``status`` is not ``streaming``."""
 
     parts: list[str] = field(default_factory=list)
-    status: str = "streaming"  # streaming | done | error | aborted
+    status: MessageStatus = "streaming"
     finish_reason: str = ""
     error: str = ""  # full detail, for the record and the admin
     # timeout | connection | upstream | config | request; the client sees only this

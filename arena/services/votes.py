@@ -11,10 +11,9 @@ from answer_style import AnswerStyle, conv_metadata, style_counts
 from arena.errors import ALREADY_VOTED_MESSAGE, ArenaError, ErrorCode, not_found
 from arena.identity import ip_hash, session_hash_matches, user_agent_class
 from arena.models import Battle, BattleMessage, Vote
+from arena.payloads import WINNERS, is_winner
 from arena.selectors import battle_pk, terms_accepted
 from arena.signals import vote_recorded
-
-WINNERS = frozenset(Vote.Winner.values)
 
 
 def vote_record(
@@ -33,7 +32,7 @@ def vote_record(
     summed from those their answers got when saved, and downstream listeners hear of the vote
     only after commit.
     """
-    if not isinstance(winner, str) or winner not in WINNERS:
+    if not is_winner(winner):
         raise ArenaError(
             ErrorCode.INVALID,
             f"winner must be one of {', '.join(sorted(WINNERS))}.",

@@ -1,5 +1,6 @@
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -8,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from arena.errors import ArenaError
 from arena.exports import (
     FORMATS,
+    ExportRow,
     ExportStats,
     export_options,
     export_rows,
@@ -65,7 +67,7 @@ class Command(BaseCommand):
             self._to_file(rows, output)
         self.stderr.write(f"{fmt}: {stats.summary()}")
 
-    def _to_stdout(self, rows: Any) -> None:
+    def _to_stdout(self, rows: Iterable[ExportRow]) -> None:
         try:
             write_jsonl(rows, self.stdout)
             self.stdout.flush()
@@ -76,7 +78,7 @@ class Command(BaseCommand):
             os.dup2(devnull, sys.stdout.fileno())
             sys.exit(1)
 
-    def _to_file(self, rows: Any, output: Path) -> None:
+    def _to_file(self, rows: Iterable[ExportRow], output: Path) -> None:
         # Written beside the target and moved into place: a failed export leaves no
         # half-written file under the name a training job reads.
         partial = output.with_name(output.name + ".partial")

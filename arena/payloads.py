@@ -1,0 +1,149 @@
+"""The arena's JSON contracts: what a battle looks like to a client, and the vocabularies in it.
+
+``BattlePayload`` is the body of ``GET/POST /api/battles/…`` and the ``battle`` of the live
+``turn_start``/``turn_end`` frames (``arena/openapi.json`` describes the same shape). The
+``Literal``s are the values of the models' ``TextChoices`` (``Vote.Winner``, ``Battle.State``,
+…), spelled once here for the type checker; a test holds the two equal.
+"""
+
+from typing import Literal, NotRequired, TypedDict, TypeGuard, get_args
+
+Winner = Literal["model_a", "model_b", "tie", "tie (bothbad)"]
+"""A vote's verdict (``Vote.Winner``), in the public Chatbot Arena spelling."""
+Side = Literal["a", "b"]
+"""A battle's side (``BattleMessage.Side``)."""
+BattleMode = Literal["anonymous", "named"]
+BattleSource = Literal["pool", "live", "import"]
+BattleState = Literal["streaming", "ready", "voted", "aborted", "errored"]
+MessageStatus = Literal["streaming", "done", "aborted", "error"]
+
+WINNERS: frozenset[Winner] = frozenset(get_args(Winner))
+
+
+def is_winner(value: object) -> TypeGuard[Winner]:
+    return isinstance(value, str) and value in WINNERS
+
+
+class SideMessage(TypedDict):
+    """One side's answer in a turn."""
+
+    content: str
+    status: MessageStatus
+    error: bool  # whether the answer failed; the error itself stays on the server
+
+
+class Turn(TypedDict):
+    """One user turn and the two answers to it (a side is absent until it has a message)."""
+
+    index: int
+    prompt: str
+    a: NotRequired[SideMessage]
+    b: NotRequired[SideMessage]
+
+
+class ModelPublic(TypedDict):
+    """What a client is told of a model once it may know which one it is."""
+
+    slug: str
+    name: str
+    organization: str
+    license: str
+
+
+class BattleModels(TypedDict):
+    a: ModelPublic
+    b: ModelPublic
+
+
+class VoteResult(TypedDict):
+    winner: Winner
+
+
+class BattlePayload(TypedDict):
+    id: str
+    mode: BattleMode
+    source: BattleSource
+    state: BattleState
+    votable: bool
+    turns: list[Turn]
+    vote: VoteResult | None  # None until voted
+    models: BattleModels | None  # None while the battle is anonymous and not voted on
+
+
+# --- the live battle's frames, server to client (arena/live/consumer.py) ---------------------
+
+
+class LiveModel(TypedDict):
+    """A model a visitor may pick in named mode."""
+
+    slug: str
+    name: str
+    organization: str
+
+
+class ModelsFrame(TypedDict):
+    type: Literal["models"]
+    models: list[LiveModel]
+
+
+class SuggestionFrame(TypedDict):
+    type: Literal["suggestion"]
+    prompt: str
+
+
+class TurnStartFrame(TypedDict):
+    type: Literal["turn_start"]
+    battle: BattlePayload  # as at the start of the turn
+    turn: int
+    prompt: str
+    regenerated: bool
+
+
+class DeltaFrame(TypedDict):
+    """Built as text on the hot path (``consumer._run_side``); this is its shape."""
+
+    type: Literal["delta"]
+    side: Side
+    text: str
+
+
+class SideEndFrame(TypedDict):
+    type: Literal["side_end"]
+    side: Side
+    status: MessageStatus
+    error: NotRequired[str]  # what the visitor is told of a failed answer ("" if none)
+
+
+class TurnEndFrame(TypedDict):
+    type: Literal["turn_end"]
+    battle: BattlePayload  # as saved
+
+
+class ErrorDetail(TypedDict):
+    code: str  # an arena.errors.ErrorCode value
+    message: str
+    field: NotRequired[str]  # the request field at fault, when there is one
+
+
+class ErrorBody(TypedDict):
+    """An API error's HTTP body (``ArenaError.as_dict``)."""
+
+    error: ErrorDetail
+
+
+class ErrorFrame(TypedDict):
+    type: Literal["error"]
+    code: str
+    message: str
+    field: str | None
+
+
+Frame = (
+    ModelsFrame
+    | SuggestionFrame
+    | TurnStartFrame
+    | DeltaFrame
+    | SideEndFrame
+    | TurnEndFrame
+    | ErrorFrame
+)
