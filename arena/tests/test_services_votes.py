@@ -1,9 +1,11 @@
 import hashlib
 import hmac
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
 
 from arena.errors import ArenaError
 from arena.models import Battle, Vote
@@ -70,6 +72,7 @@ def test_unknown_winner_is_a_400_naming_the_field(voter, winner):
     with pytest.raises(ArenaError) as exc:
         record(battle, voter, winner=winner)
     assert (exc.value.status, exc.value.field) == (400, "winner")
+    assert exc.value.message == "winner must be one of model_a, model_b, tie, tie (bothbad)."
     battle.refresh_from_db()
     assert battle.state == Battle.State.READY and not Vote.objects.exists()
 
@@ -96,7 +99,7 @@ def test_unknown_battle_is_a_404(voter):
 
     with pytest.raises(ArenaError) as exc:
         vote_record(battle_id=uuid.uuid4(), session_key="s", voter_id=voter, winner="tie")
-    assert exc.value.status == 404
+    assert (exc.value.status, exc.value.message) == (404, "Battle not found.")
     with pytest.raises(ArenaError) as exc:
         vote_record(battle_id="not-a-uuid", session_key="s", voter_id=voter, winner="tie")
     assert exc.value.status == 404
@@ -144,6 +147,20 @@ def test_fast_and_bot_votes_are_kept_but_flagged(voter, settings):
     vote = record(BattleFactory(), voter, user_agent="curl/8.0")
     assert vote.flagged
     assert set(vote.flags) == {"too_fast", "bot_user_agent"}
+
+
+@pytest.mark.parametrize(("seconds_since_ready", "too_fast"), [(59, True), (60, False)])
+def test_a_vote_is_too_fast_under_the_minimum_seconds_not_at_it(
+    voter, settings, frozen_clock, seconds_since_ready, too_fast
+):
+    settings.ARENA_MIN_VOTE_SECONDS = 60
+    battle = BattleFactory()
+    ready_at = timezone.now() - timedelta(seconds=seconds_since_ready)
+    Battle.objects.filter(pk=battle.pk).update(updated_at=ready_at)
+
+    vote = record(battle, voter)
+
+    assert (vote.flagged, vote.flags) == (too_fast, ["too_fast"] if too_fast else [])
 
 
 @pytest.mark.postgres

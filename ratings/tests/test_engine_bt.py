@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -351,6 +352,44 @@ def test_fast_bootstrap_replicate_equals_an_exact_refit_of_the_same_resample(rew
     # BOOT_TOL is 3e-5 logits (0.005 Elo points).
     assert np.abs(SCALE * (diff[:p] - diff[:p].mean())).max() < 0.01
     assert np.abs(diff[p:]).max() < 6e-5
+
+
+@pytest.mark.parametrize("reweight", [False, True])
+def test_grouped_bootstrap_replicate_is_a_multinomial_resample_of_the_battles(reweight):
+    """Without style a replicate draws n battles with replacement over the grouped rows; its
+    fit equals the fit of the same counts put on the full rows (rows drawn 0 times weigh 0)."""
+    encoded = data.encode(
+        battles(n=400, p=5, seed=2, style=False), style_control=False, reweight=reweight
+    )
+    rows = bt.rows_from_battles(encoded, 0.0)
+    full = bt.fit(rows)
+    counts = np.random.default_rng(11).multinomial(
+        encoded.n_battles, encoded.mult / encoded.n_battles
+    )
+    assert counts.sum() == encoded.n_battles and (counts == 0).any()
+    w = 1.0 if encoded.pair_weight is None else encoded.pair_weight[encoded.row_pair]
+    expected = bt.fit(dataclasses.replace(rows, c=counts * w, c2=counts * w * w))
+
+    sample = bt._resample(rows, encoded, np.random.default_rng(11))
+    theta, _ = bt._grouped_replicate(rows, encoded, full, np.random.default_rng(11))
+
+    assert sample.c.sum() == pytest.approx(float((counts * w).sum()))
+    assert sample.c2.sum() == pytest.approx(float((counts * w * w).sum()))
+    assert np.abs(bt.fit(sample).theta - expected.theta).max() < 1e-9
+    assert np.abs(theta - expected.theta).max() < 1e-9
+    assert np.allclose(
+        bt.sandwich(sample, bt.fit(sample)),
+        bt.sandwich(dataclasses.replace(rows, c=counts * w, c2=counts * w * w), expected),
+    )
+
+
+def test_grouped_bootstrap_and_sandwich_intervals_agree_on_plenty_of_data():
+    df = battles(n=6000, p=5, seed=7, style=False)
+    sandwich = {m["model"]: m for m in rate(df, style_control=False)["models"]}
+    boot = rate(df, style_control=False, ci="bootstrap", rounds=200, seed=1)
+    for row in boot["models"]:
+        width = sandwich[row["model"]]["rating_upper"] - sandwich[row["model"]]["rating_lower"]
+        assert row["rating_upper"] - row["rating_lower"] == pytest.approx(width, rel=0.25)
 
 
 def test_poisson_counts_have_mean_and_variance_one():

@@ -197,3 +197,67 @@ def test_an_anchor_on_a_provisional_model_is_refused_with_the_reason():
 
     with pytest.raises(EngineError, match=r"'new' is provisional \(no_losses\)"):
         rate(df, style_control=False, anchor=("new", 1200.0))
+
+
+def test_a_chain_with_no_cycle_lists_everyone_with_reasons_from_the_single_model_set():
+    # a beat b, c beat a: no two models can be rated. The chosen single-model set is {a}
+    # (every set has one model and no battles inside, so the first name wins); a, which both
+    # won and lost, takes its reason from its record: not_connected.
+    df = games([("a", "b", "model_a"), ("c", "a", "model_a")])
+
+    with pytest.raises(CannotRateError) as info:
+        rate(df, style_control=False)
+
+    assert {e.model: e.as_dict() for e in info.value.provisional} == {
+        "a": {
+            "model": "a",
+            "battles": 2,
+            "wins": 1,
+            "losses": 1,
+            "ties": 0,
+            "reason": "not_connected",
+        },
+        "b": {"model": "b", "battles": 1, "wins": 0, "losses": 1, "ties": 0, "reason": "no_wins"},
+        "c": {"model": "c", "battles": 1, "wins": 1, "losses": 0, "ties": 0, "reason": "no_losses"},
+    }
+
+
+def test_the_single_model_set_takes_no_wins_from_a_record_of_losses_only():
+    df = games([("b", "a", "model_a"), ("b", "c", "model_a")])
+
+    with pytest.raises(CannotRateError) as info:
+        rate(df, style_control=False)
+
+    by_model = {e.model: e.reason for e in info.value.provisional}
+    assert by_model == {"a": "no_wins", "b": "no_losses", "c": "no_wins"}
+
+
+def test_the_refusal_names_at_most_five_models_per_reason_and_says_there_are_others():
+    losers = ["b", "c", "d", "e", "f", "g"]
+    df = games([("a", loser, "model_a") for loser in losers])
+
+    with pytest.raises(CannotRateError) as info:
+        rate(df, style_control=False)
+
+    assert str(info.value) == (
+        "no two models can be rated: maximum-likelihood ratings need models that have each "
+        "beaten and lost to the others, directly or through others (a tie counts as both); "
+        "no_losses: a; no_wins: b, c, d, e, f and others"
+    )
+
+
+def test_ties_on_either_side_are_counted_in_a_provisional_models_record():
+    # x and y only tied each other, once on each side: a pair apart from the rated three.
+    df = games(round_robin(["a1", "a2", "a3"]) + [("x", "y", "tie"), ("y", "x", "tie (bothbad)")])
+
+    entries = provisional(rate(df, style_control=False))
+
+    for model in ("x", "y"):
+        assert entries[model] == {
+            "model": model,
+            "battles": 2,
+            "wins": 0,
+            "losses": 0,
+            "ties": 2,
+            "reason": "not_connected",
+        }
