@@ -14,6 +14,7 @@ from .schema import (
     STYLE_COLUMNS,
     STYLE_ELEMENTS,
     AnswerStyle,
+    ConvMetadata,
     conv_metadata,
 )
 
@@ -24,6 +25,7 @@ __all__ = [
     "STYLE_COLUMNS",
     "STYLE_ELEMENTS",
     "AnswerStyle",
+    "ConvMetadata",
     "conv_metadata",
     "count_tokens",
     "markdown_counts",

@@ -10,7 +10,7 @@ one integer column per key (the nested parts summed).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, TypedDict
+from typing import Literal, TypedDict
 
 
 class AnswerStyle(TypedDict):
@@ -51,25 +51,55 @@ CONV_METADATA_KEYS: Mapping[str, tuple[str, ...] | None] = {
 }
 
 
-def _summed(answers: Iterable[AnswerStyle]) -> dict[str, Any]:
-    total: dict[str, Any] = {
-        key: 0 if parts is None else dict.fromkeys(parts, 0) for key, parts in ANSWER_KEYS.values()
-    }
+class ConvMetadata(TypedDict):
+    """A battle's ``conv_metadata``: each side's answer counts summed over its turns."""
+
+    sum_assistant_a_tokens: int
+    header_count_a: dict[str, int]
+    list_count_a: dict[str, int]
+    bold_count_a: dict[str, int]
+    sum_assistant_b_tokens: int
+    header_count_b: dict[str, int]
+    list_count_b: dict[str, int]
+    bold_count_b: dict[str, int]
+
+
+_NESTED_KEYS: tuple[Literal["header_count", "list_count", "bold_count"], ...] = (
+    "header_count",
+    "list_count",
+    "bold_count",
+)
+
+
+def _zeros(element: str) -> dict[str, int]:
+    return dict.fromkeys(ANSWER_KEYS[element][1] or (), 0)
+
+
+def _summed(answers: Iterable[AnswerStyle]) -> AnswerStyle:
+    total = AnswerStyle(
+        tokens=0,
+        header_count=_zeros("header"),
+        list_count=_zeros("list"),
+        bold_count=_zeros("bold"),
+    )
     for counts in answers:
-        for key, parts in ANSWER_KEYS.values():
-            if parts is None:
-                total[key] += counts[key]  # type: ignore[literal-required]
-            else:
-                for part in parts:
-                    total[key][part] += counts[key][part]  # type: ignore[literal-required]
+        total["tokens"] += counts["tokens"]
+        for key in _NESTED_KEYS:
+            for part in total[key]:
+                total[key][part] += counts[key][part]
     return total
 
 
-def conv_metadata(a: Iterable[AnswerStyle], b: Iterable[AnswerStyle]) -> dict[str, Any]:
+def conv_metadata(a: Iterable[AnswerStyle], b: Iterable[AnswerStyle]) -> ConvMetadata:
     """A battle's ``conv_metadata``: each side's answer counts summed over its turns."""
-    out: dict[str, Any] = {}
-    for side, answers in (("a", a), ("b", b)):
-        total = _summed(answers)
-        for key, _ in ANSWER_KEYS.values():
-            out[_battle_key(key, side)] = total[key]
-    return out
+    sum_a, sum_b = _summed(a), _summed(b)
+    return {
+        "sum_assistant_a_tokens": sum_a["tokens"],
+        "header_count_a": sum_a["header_count"],
+        "list_count_a": sum_a["list_count"],
+        "bold_count_a": sum_a["bold_count"],
+        "sum_assistant_b_tokens": sum_b["tokens"],
+        "header_count_b": sum_b["header_count"],
+        "list_count_b": sum_b["list_count"],
+        "bold_count_b": sum_b["bold_count"],
+    }

@@ -13,10 +13,18 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, TypedDict
 
 from ratings.csv_cells import neutralise
-from ratings.engine import EngineError, Provisional, RatingResult, rate
+from ratings.engine import (
+    EngineError,
+    MethodDict,
+    ModelRatingDict,
+    Provisional,
+    ProvisionalDict,
+    RatingResult,
+    rate,
+)
 from ratings.engine.io import has_style_counts, read_battles
 
 FORMATS = ("json", "csv", "table")
@@ -67,19 +75,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", help="write here instead of standard output")
 
 
-def _public(result: RatingResult) -> dict[str, Any]:
+class PublicResult(TypedDict):
+    """The JSON output, keys in this order."""
+
+    models: list[ModelRatingDict]
+    style_coefficients: dict[str, float | None] | None
+    style_coefficient_intervals: dict[str, list[float] | None] | None
+    n_battles: int
+    n_battles_input: int
+    method: MethodDict
+    provisional: list[ProvisionalDict]
+
+
+def _public(result: RatingResult) -> PublicResult:
     """The JSON output: the engine's result without the matrices and the online Elo."""
     data = result.to_dict()
-    keys = (
-        "models",
-        "style_coefficients",
-        "style_coefficient_intervals",
-        "n_battles",
-        "n_battles_input",
-        "method",
-        "provisional",
-    )
-    return {key: data[key] for key in keys}  # type: ignore[literal-required]
+    return {
+        "models": data["models"],
+        "style_coefficients": data["style_coefficients"],
+        "style_coefficient_intervals": data["style_coefficient_intervals"],
+        "n_battles": data["n_battles"],
+        "n_battles_input": data["n_battles_input"],
+        "method": data["method"],
+        "provisional": data["provisional"],
+    }
 
 
 def _csv(result: RatingResult) -> str:

@@ -223,23 +223,25 @@ def heatmap(
         for j in range(n):
             v = values[i][j] if j < len(values[i]) else None
             cx = left + cell * j
-            empty = v is None or (kind == "count" and i == j)
-            rgb = EMPTY_CELL if empty else fill(float(v))  # type: ignore[arg-type]
-            tip = (
-                f"{labels[i]} vs {labels[j]}: no battles"
-                if empty
-                else (
-                    f"{labels[i]} vs {labels[j]}: {text(float(v))}% won"  # type: ignore[arg-type]
+            # None: an empty cell (no battles, or a model against itself in counts)
+            value = None if v is None or (kind == "count" and i == j) else float(v)
+            rgb: tuple[int, ...]
+            if value is None:
+                rgb = EMPTY_CELL
+                tip = f"{labels[i]} vs {labels[j]}: no battles"
+            else:
+                rgb = fill(value)
+                tip = (
+                    f"{labels[i]} vs {labels[j]}: {text(value)}% won"
                     if kind == "fraction"
-                    else f"{labels[i]} vs {labels[j]}: {text(float(v))} battles"  # type: ignore[arg-type]
+                    else f"{labels[i]} vs {labels[j]}: {text(value)} battles"
                 )
-            )
             body.append(
                 f'<rect x="{cx + 1:.1f}" y="{cy + 1:.1f}" width="{cell - 2:.1f}" '
                 f'height="{cell - 2:.1f}" rx="3" fill="{_hex(rgb)}"><title>{_e(tip)}</title></rect>'
             )
             if show_values:
-                shown = "–" if empty else text(float(v))  # type: ignore[arg-type]
+                shown = "–" if value is None else text(value)
                 body.append(
                     f'<text x="{cx + cell / 2:.1f}" y="{cy + cell / 2 + 4.5:.1f}" '
                     f'text-anchor="middle" color="{_ink(rgb)}" font-size="{min(FONT, cell / 3):.1f}"'
@@ -294,10 +296,11 @@ def style_plot(
     height = top + row_h * len(names) + bottom
     extent = [0.0]
     for name in names:
-        if coefficients[name] is not None:
-            extent.append(float(coefficients[name]))  # type: ignore[arg-type]
-        if intervals.get(name):
-            extent.extend(float(v) for v in intervals[name] if v is not None)  # type: ignore[union-attr]
+        coefficient, interval = coefficients[name], intervals.get(name)
+        if coefficient is not None:
+            extent.append(float(coefficient))
+        if interval:
+            extent.extend(float(v) for v in interval if v is not None)
     bound = max(abs(v) for v in extent) or 0.1
     ticks = nice_ticks(-bound, bound, 7)
     lo, hi = ticks[0], ticks[-1]

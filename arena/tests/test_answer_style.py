@@ -1,10 +1,11 @@
 """Answers keep the style counts they had when saved; a vote sums them instead of recounting."""
 
 import random
+from typing import get_type_hints
 
 import pytest
 
-from answer_style import conv_metadata, style_counts
+from answer_style import CONV_METADATA_KEYS, ConvMetadata, conv_metadata, style_counts
 from arena.live.turns import message_finish
 from arena.live.upstream import Answer
 from arena.models import BattleMessage
@@ -65,3 +66,15 @@ def test_a_vote_counts_an_answer_saved_without_counts():
     battle.messages.filter(side="b").update(style=style_counts("### c"))
     style = vote(battle).style
     assert style == conv_metadata([style_counts("# A\n- x")], [style_counts("### c")])
+
+
+def test_conv_metadata_has_the_typed_keys_and_sums_each_side():
+    assert set(get_type_hints(ConvMetadata)) == set(CONV_METADATA_KEYS)
+    one, two = style_counts("# A\n- x\n**b**"), style_counts("## B\n1. y\n2. z")
+    meta = conv_metadata([one, two], [])
+    assert list(meta) == list(get_type_hints(ConvMetadata))
+    assert meta["sum_assistant_a_tokens"] == one["tokens"] + two["tokens"] > 0
+    assert meta["header_count_a"] == {"h1": 1, "h2": 1, "h3": 0, "h4": 0, "h5": 0, "h6": 0}
+    assert meta["list_count_a"] == {"ordered": 2, "unordered": 1}
+    assert meta["bold_count_a"] == {"**": 1, "__": 0}
+    assert meta["sum_assistant_b_tokens"] == 0 and set(meta["list_count_b"].values()) == {0}
