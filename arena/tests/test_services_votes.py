@@ -7,7 +7,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from arena.errors import ArenaError
+from arena.errors import ALREADY_VOTED_MESSAGE, ArenaError
 from arena.models import Battle, Vote
 from arena.services.terms import terms_accept
 from arena.services.votes import vote_record
@@ -83,6 +83,7 @@ def test_second_vote_is_a_409_and_keeps_the_first(voter):
     with pytest.raises(ArenaError) as exc:
         record(battle, voter, winner="model_a")
     assert exc.value.status == 409 and exc.value.code == "already_voted"
+    assert exc.value.message == ALREADY_VOTED_MESSAGE
     assert Vote.objects.get().winner == "model_b"
 
 
@@ -90,7 +91,8 @@ def test_vote_from_another_session_is_a_403(voter):
     battle = BattleFactory(session_key="owner")
     with pytest.raises(ArenaError) as exc:
         record(battle, voter, session_key="intruder")
-    assert exc.value.status == 403
+    assert (exc.value.status, exc.value.code) == (403, "forbidden")
+    assert exc.value.message == "This battle was served to another session."
     assert not Vote.objects.exists()
 
 
@@ -113,13 +115,16 @@ def test_battle_that_is_not_ready_cannot_be_voted(voter, state):
     with pytest.raises(ArenaError) as exc:
         record(battle, voter)
     assert exc.value.status == 409 and exc.value.code == "not_votable"
+    label = battle.get_state_display().lower()
+    assert exc.value.message == f"This battle cannot be voted on (it is {label})."
 
 
 def test_vote_needs_the_terms_accepted_first():
     battle = BattleFactory()
     with pytest.raises(ArenaError) as exc:
         record(battle, "stranger")
-    assert exc.value.status == 403 and exc.value.code == "terms_required"
+    assert (exc.value.status, exc.value.code, exc.value.field) == (403, "terms_required", "terms")
+    assert exc.value.message == "Accept the terms before voting."
     terms_accept(voter_id="stranger")
     assert record(battle, "stranger").winner == "model_a"
 
