@@ -87,6 +87,22 @@ def test_second_vote_is_a_409_and_keeps_the_first(voter):
     assert Vote.objects.get().winner == "model_b"
 
 
+def test_a_vote_refused_by_the_one_vote_constraint_is_the_same_409(voter, monkeypatch):
+    """A racing second vote that passed the checks meets the database's constraint instead."""
+
+    def create(**kwargs):
+        raise IntegrityError("duplicate key value violates unique constraint")
+
+    monkeypatch.setattr(Vote.objects, "create", create)
+    battle = BattleFactory()
+    with pytest.raises(ArenaError) as exc:
+        record(battle, voter)
+    assert (exc.value.status, exc.value.code) == (409, "already_voted")
+    assert exc.value.message == ALREADY_VOTED_MESSAGE
+    battle.refresh_from_db()
+    assert battle.state == Battle.State.READY
+
+
 def test_vote_from_another_session_is_a_403(voter):
     battle = BattleFactory(session_key="owner")
     with pytest.raises(ArenaError) as exc:
@@ -133,7 +149,7 @@ def test_listeners_hear_of_a_vote_only_after_commit(voter, django_capture_on_com
     heard = []
 
     def listener(sender, vote_id, battle_id, **kwargs):
-        heard.append(vote_id)
+        heard.append((sender, vote_id, battle_id))
 
     vote_recorded.connect(listener)
     try:
@@ -142,7 +158,7 @@ def test_listeners_hear_of_a_vote_only_after_commit(voter, django_capture_on_com
         assert heard == []
         for callback in callbacks:
             callback()
-        assert heard == [vote.id]
+        assert heard == [(Vote, vote.id, vote.battle_id)]
     finally:
         vote_recorded.disconnect(listener)
 
