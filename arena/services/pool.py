@@ -26,6 +26,7 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from arena.errors import ArenaError, ErrorCode
+from arena.inputs import text_problem
 from arena.models import ArenaModel, Completion, Prompt
 
 # The prompt categories a pool may use: MT-bench's eight (the demo pool's), and ``other``. The
@@ -44,7 +45,6 @@ PROMPT_CATEGORIES = (
 # A BCP 47 language tag's common shape: a language (2-3 letters), an optional script (4 letters)
 # and an optional region (2 letters or 3 digits), e.g. en, en-US, zh-Hant, zh-Hant-TW, es-419.
 _LANGUAGE_TAG = re.compile(r"[A-Za-z]{2,3}(-[A-Za-z]{4})?(-(?:[A-Za-z]{2}|[0-9]{3}))?")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_REPORTED_LINES = 50
 
 _T = TypeVar("_T")
@@ -81,20 +81,11 @@ class PoolImportResult:
 
 
 def _text(value: str, name: str, line_no: int) -> str:
-    """``value`` if a database can store it: no NUL character, no unpaired surrogate.
-
-    JSON's ``\\u0000`` and a lone ``\\ud800`` decode to such strings, which PostgreSQL refuses.
-    """
-    if "\x00" in value:
-        raise ArenaError(
-            ErrorCode.INVALID_LINE, f"line {line_no}: '{name}' holds a NUL character.", field=name
-        )
-    if _SURROGATE.search(value):
-        raise ArenaError(
-            ErrorCode.INVALID_LINE,
-            f"line {line_no}: '{name}' holds an unpaired surrogate (not a Unicode character).",
-            field=name,
-        )
+    """``value`` if a database can store it (``arena.inputs.text_problem``): JSON's ``\\u0000``
+    and a lone ``\\ud800`` decode to strings PostgreSQL refuses."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise ArenaError(ErrorCode.INVALID_LINE, f"line {line_no}: '{name}' {problem}.", field=name)
     return value
 
 
@@ -206,7 +197,7 @@ def pool_import(
     ``MAX_REPORTED_LINES``), one per line of its message, and nothing is written.
     """
     source = source or f"import:{path.name}"
-    if "\x00" in source or _SURROGATE.search(source):
+    if text_problem(source) is not None:
         raise ArenaError(
             ErrorCode.INVALID, "The source label holds a NUL or a surrogate.", field="source"
         )
