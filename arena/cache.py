@@ -101,12 +101,17 @@ class FallbackRedisCache(RedisCache):
         return self._down_since is None
 
     def _run(
-        self, call: Callable[[], T], on_failure: Callable[[], T], stale: Iterable[str] = ()
+        self,
+        call: Callable[[], T],
+        on_failure: Callable[[], T],
+        stale: Callable[[], Iterable[str]] | None = None,
     ) -> T:
+        """``call()``, or ``on_failure()`` while Redis is unreachable; ``stale`` names the keys
+        the call wrote, computed only when it failed (not on every write of a healthy cache)."""
         try:
             result = call()
         except UNAVAILABLE as exc:
-            self._failed(exc, stale)
+            self._failed(exc, stale() if stale is not None else ())
             return on_failure()
         self._succeeded()
         return result
@@ -122,8 +127,8 @@ class FallbackRedisCache(RedisCache):
         return self._run(lambda: RedisCache.has_key(self, key, version), lambda: False)
 
     # --- writes: nothing stored (and the key remembered as stale) ---------------------------------
-    def _stale_keys(self, keys: Iterable[Any], version: int | None) -> list[str]:
-        return [self.make_and_validate_key(key, version=version) for key in keys]
+    def _stale_keys(self, keys: Iterable[Any], version: int | None) -> Callable[[], list[str]]:
+        return lambda: [self.make_and_validate_key(key, version=version) for key in keys]
 
     def set(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
