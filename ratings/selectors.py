@@ -100,7 +100,16 @@ class ProvisionalRow(ProvisionalEntry):
 
 
 def _meta(models: dict[str, ModelMeta], slug: str) -> ModelMeta:
-    return models.get(slug) or {"name": slug, "organization": "", "license": "", "active": True}
+    """What the page shows about ``slug``; fields an older payload lacks take their defaults."""
+    info = models.get(slug)
+    if info is None:
+        return {"name": slug, "organization": "", "license": "", "active": True}
+    return {
+        "name": info.get("name", slug),
+        "organization": info.get("organization", ""),
+        "license": info.get("license", ""),
+        "active": info.get("active", True),
+    }
 
 
 @dataclass(frozen=True)
@@ -149,28 +158,20 @@ def leaderboard_view(
         provisional = (chosen.get("provisional") or {}).get(style) or []
     rows: list[RatedRow] = []
     for entry in result["models"] if result else []:
-        info = _meta(meta, entry["model"])
         rows.append(
             {
                 **entry,
-                "name": info.get("name", entry["model"]),
-                "organization": info.get("organization", ""),
-                "license": info.get("license", ""),
-                "active": info.get("active", True),
+                **_meta(meta, entry["model"]),
                 "minus": entry["rating"] - entry["rating_lower"],
                 "plus": entry["rating_upper"] - entry["rating"],
             }
         )
     unrated: list[ProvisionalRow] = []
     for row in provisional:
-        info = _meta(meta, row["model"])
         unrated.append(
             {
                 **row,
-                "name": info.get("name", row["model"]),
-                "organization": info.get("organization", ""),
-                "license": info.get("license", ""),
-                "active": info.get("active", True),
+                **_meta(meta, row["model"]),
                 "reason_text": PROVISIONAL_REASON_TEXT.get(row["reason"], row["reason"]),
             }
         )
