@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from answer_style import STYLE_COLUMNS
 from ratings.engine import CannotRateError, EngineError
 from ratings.engine import rate as engine_rate
 from ratings.engine.identify import PROVISIONAL_REASONS, Provisional
@@ -17,16 +18,7 @@ def rate(df, **options):
     return engine_rate(df, **options).to_dict()
 
 
-STYLE = [
-    "sum_assistant_a_tokens",
-    "sum_assistant_b_tokens",
-    "header_count_a",
-    "header_count_b",
-    "list_count_a",
-    "list_count_b",
-    "bold_count_a",
-    "bold_count_b",
-]
+STYLE = [column for pair in STYLE_COLUMNS.values() for column in pair]
 
 
 def games(rows: list[tuple[str, str, str]], style: bool = False) -> pd.DataFrame:
