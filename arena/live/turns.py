@@ -15,7 +15,7 @@ from django.db import connection, transaction
 from django.db.models import Field
 from django.utils import timezone
 
-from answer_style import style_counts
+from answer_style import AnswerStyle, style_counts
 from arena.errors import ArenaError, ErrorCode, not_found, still_streaming
 from arena.identity import session_hash, session_hash_matches
 from arena.inputs import text_storable
@@ -275,8 +275,12 @@ def messages_progress(*, contents: dict[int, str]) -> None:
         cursor.executemany(sql, rows)
 
 
-def message_finish(*, message_id: int, answer: Answer) -> BattleMessage:
-    """Save an answer as it ended: text, tokens, timings, finish reason and error."""
+def message_finish(
+    *, message_id: int, answer: Answer, style: AnswerStyle | None = None
+) -> BattleMessage:
+    """Save an answer as it ended: text, style counts, tokens, timings, finish reason and error.
+
+    ``style`` is the answer's counts when the caller took them already (outside its lock)."""
     status = {
         "done": BattleMessage.Status.DONE,
         "error": BattleMessage.Status.ERROR,
@@ -284,7 +288,7 @@ def message_finish(*, message_id: int, answer: Answer) -> BattleMessage:
     }.get(answer.status, BattleMessage.Status.ABORTED)  # still streaming when the turn ended
     message = BattleMessage.objects.get(pk=message_id)
     message.content = answer.text
-    message.style = style_counts(answer.text)
+    message.style = style if style is not None else style_counts(answer.text)
     message.status = status
     message.token_count = answer.completion_tokens
     message.prompt_tokens = answer.prompt_tokens
@@ -307,6 +311,9 @@ def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[Side, tuple[int, A
     database connection, or by ``live_battles_sweep``) or whose answers were regenerated since
     is left as it is, so a save retried after a database outage never undoes later changes.
     """
+    # Counted before the battle's row is locked: the first count in a process loads the
+    # tokenizer (about 0.4 s), which no lock should wait for.
+    styles = {message_id: style_counts(answer.text) for message_id, answer in answers.values()}
     with transaction.atomic():
         # The models come along for their provider ids (the breakers below); only the battle's
         # row is locked.
@@ -326,7 +333,8 @@ def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[Side, tuple[int, A
             return battle
         statuses = set()
         for message_id, answer in answers.values():
-            statuses.add(message_finish(message_id=message_id, answer=answer).status)
+            saved = message_finish(message_id=message_id, answer=answer, style=styles[message_id])
+            statuses.add(saved.status)
         if BattleMessage.Status.ERROR in statuses:
             battle.state = Battle.State.ERRORED
         elif statuses == {BattleMessage.Status.DONE}:
