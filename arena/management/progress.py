@@ -19,13 +19,11 @@ def on_terminal() -> bool:
 
 def progress(items: Sequence[T], /, *, desc: str) -> Iterable[T]:
     """``items`` with a bar named ``desc`` while they are consumed (a terminal only)."""
-    bar: Iterable[T] = tqdm(
-        items, desc=desc, file=sys.stderr, disable=not on_terminal(), leave=False
-    )
-    return bar
+    return progress_iter(items, desc=desc, total=len(items), unit="it")
 
 
 def progress_iter(items: Iterable[T], /, *, desc: str, total: int | None, unit: str) -> Iterable[T]:
+    """``progress`` for an iterable whose length is known only as ``total`` (or not at all)."""
     bar: Iterable[T] = tqdm(
         items,
         desc=desc,
