@@ -127,6 +127,9 @@ class Completion(models.Model):
 
     class Source(models.TextChoices):
         POOL = "pool", "Pool"
+        # A reference model's answer to an environment submission's prompt (arena.env), generated
+        # once from the model's provider when the pool has none.
+        REFERENCE = "reference", "Reference answer"
 
     prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="completions")
     model = models.ForeignKey(ArenaModel, on_delete=models.PROTECT, related_name="completions")
@@ -140,6 +143,11 @@ class Completion(models.Model):
                 fields=["prompt", "model"],
                 condition=Q(source="pool"),
                 name="completion_one_pool_answer_per_model",
+            ),
+            models.UniqueConstraint(
+                fields=["prompt", "model"],
+                condition=Q(source="reference"),
+                name="completion_one_reference_answer_per_model",
             ),
         ]
         indexes = [models.Index(fields=["model", "source"])]
@@ -159,6 +167,8 @@ class Battle(models.Model):
         POOL = "pool", "Pool"
         LIVE = "live", "Live"
         IMPORT = "import", "Imported"
+        # A trainer's completions judged for rewards (arena.env); never on the public leaderboard.
+        ENV = "env", "Environment"
 
     class State(models.TextChoices):
         STREAMING = "streaming", "Streaming"
@@ -190,8 +200,11 @@ class Battle(models.Model):
     class Meta:
         ordering = ["-created_at"]
         constraints = [
+            # An environment battle may set two completions of one run against each other: both
+            # sides then stand for the run's model, and ``EnvBattle`` says which completion is where.
             models.CheckConstraint(
-                condition=~Q(model_a=models.F("model_b")), name="battle_two_different_models"
+                condition=~Q(model_a=models.F("model_b")) | Q(source="env"),
+                name="battle_two_different_models",
             ),
         ]
 
@@ -335,3 +348,172 @@ class LiveLimits(models.Model):
 
     def __str__(self) -> str:
         return "Live battle limits"
+
+
+# The environment API (arena.env): a trainer's runs, its submitted completions and their rewards.
+
+
+class ApiToken(models.Model):
+    """A bearer token for the machine APIs. Only its SHA-256 is stored; it is shown once."""
+
+    class Scope(models.TextChoices):
+        ENV = "env", "Environment: runs, submissions, rewards"
+        EXPORT = "export", "Exports"
+
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(
+        max_length=16, db_index=True, help_text="The token's first characters, to recognise it."
+    )
+    key_hash = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the token.")
+    scopes = models.JSONField(default=list, help_text='e.g. ["env", "export"]')
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class EnvRun(models.Model):
+    """A trainer's run: its submissions are judged by visitors in ordinary anonymous battles."""
+
+    class State(models.TextChoices):
+        OPEN = "open", "Open"
+        CLOSED = "closed", "Closed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    token = models.ForeignKey(ApiToken, on_delete=models.PROTECT, related_name="runs")
+    name = models.CharField(max_length=200)
+    # The hidden model that stands for the run's completions in battles (shown after the vote
+    # as "Submitted answer"); never active, never public, never rated.
+    model = models.OneToOneField(ArenaModel, on_delete=models.PROTECT, related_name="env_run")
+    references = models.ManyToManyField(ArenaModel, blank=True, related_name="+")
+    votes_per_completion = models.PositiveSmallIntegerField(default=3)
+    ttl_hours = models.PositiveIntegerField(default=72)
+    share = models.FloatField(
+        default=0.2, help_text="Highest fraction of the battles served that may come from this run."
+    )
+    webhook_url = models.URLField(max_length=500, blank=True)
+    webhook_secret = models.CharField(max_length=64, help_text="HMAC-SHA256 key of the webhook.")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.OPEN)
+    # The last sequence number given to a reward record of this run. Taken under the run's row
+    # lock, so numbers commit in order and a cursor over them never skips one.
+    reward_seq = models.PositiveBigIntegerField(default=0)
+    # The last sequence number the webhook has delivered (everything up to it was acknowledged).
+    webhook_seq = models.PositiveBigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "environment run"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(share__gt=0) & Q(share__lte=1), name="envrun_share_in_0_1"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EnvSubmission(models.Model):
+    """A group of 1-16 completions of one prompt, submitted by a run."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(EnvRun, on_delete=models.PROTECT, related_name="submissions")
+    idempotency_key = models.CharField(max_length=200)
+    # SHA-256 of the request's canonical JSON: a replayed key with another body is refused.
+    request_hash = models.CharField(max_length=64)
+    prompt = models.ForeignKey(Prompt, on_delete=models.PROTECT, related_name="+")
+    messages = models.JSONField(help_text="The prompt as role/content messages, as submitted.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "idempotency_key"], name="envsubmission_idempotency_key_per_run"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Submission {self.id}"
+
+
+class EnvCompletion(models.Model):
+    """One submitted completion and its reward record (written by the rating side after votes)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        COMPLETE = "complete", "Complete"
+        EXPIRED = "expired", "Expired"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(EnvRun, on_delete=models.PROTECT, related_name="completions")
+    submission = models.ForeignKey(
+        EnvSubmission, on_delete=models.PROTECT, related_name="completions"
+    )
+    index = models.PositiveSmallIntegerField(help_text="0-based position in the group.")
+    text = models.TextField()
+    meta = models.JSONField(default=dict, blank=True, help_text="The trainer's, returned as is.")
+    style = models.JSONField(null=True, blank=True)
+    votes = models.PositiveIntegerField(default=0)
+    wins = models.PositiveIntegerField(default=0)
+    losses = models.PositiveIntegerField(default=0)
+    ties = models.PositiveIntegerField(default=0)
+    both_bad = models.PositiveIntegerField(default=0)
+    score = models.FloatField(null=True, blank=True)
+    score_low = models.FloatField(null=True, blank=True)
+    score_high = models.FloatField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    # Position in the run's reward feed: set from ``EnvRun.reward_seq`` whenever the record
+    # changes (and at creation), so ``seq > cursor`` is exactly what a reader has not seen.
+    seq = models.PositiveBigIntegerField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["submission", "index"], name="envcompletion_one_per_group_position"
+            ),
+            models.UniqueConstraint(fields=["run", "seq"], name="envcompletion_seq_unique_in_run"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Completion {self.index} of {self.submission_id}"
+
+
+class EnvBattle(models.Model):
+    """Which submitted completions an environment battle shows; a null side is the reference
+    model's answer (``Completion`` with source ``reference`` or ``pool``)."""
+
+    battle = models.OneToOneField(
+        Battle, on_delete=models.PROTECT, primary_key=True, related_name="env"
+    )
+    run = models.ForeignKey(EnvRun, on_delete=models.PROTECT, related_name="battles")
+    submission = models.ForeignKey(EnvSubmission, on_delete=models.PROTECT, related_name="battles")
+    completion_a = models.ForeignKey(
+        EnvCompletion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    completion_b = models.ForeignKey(
+        EnvCompletion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(completion_a__isnull=False) | Q(completion_b__isnull=False),
+                name="envbattle_at_least_one_submitted_side",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Environment battle {self.battle_id}"
