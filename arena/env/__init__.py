@@ -1,0 +1,12 @@
+"""The arena as a human environment: a trainer's runs submit groups of completions, visitors
+judge them in ordinary anonymous battles, and the trainer reads rewards back.
+
+- ``tokens``: API tokens (hash stored, shown once), scopes.
+- ``runs``: creating and closing runs, submissions (idempotent), their completions.
+- ``selectors``: reads (a run with its counts, the reward feed after a cursor).
+- ``api``: the HTTP API at ``/api/env/v1/`` (django-ninja; its OpenAPI schema is generated).
+- ``serve``: which environment battle, if any, a visitor's next pool battle is.
+- ``references``: reference models' answers to a submission's prompt (pool, or generated once).
+- ``rewards``: storing reward records after votes (the fit itself is the rating side's).
+- ``webhook``: signed, retried delivery of changed records.
+"""
