@@ -164,7 +164,8 @@ def battle_payload_by_id(*, battle_id: uuid.UUID) -> BattlePayload:
 def votes_for_rating(
     *, anonymous_only: bool = True, include_flagged: bool = False
 ) -> QuerySet[Any, Any]:
-    """The votes the leaderboard is computed from: anonymous, unflagged by default.
+    """The votes the leaderboard is computed from: anonymous, unflagged by default, never an
+    environment battle's.
 
     The one read through which the ratings app sees arena's votes. Rows carry the battle's model
     slugs, the winner, the style counts and what the leaderboard's categories need, so the rating
@@ -175,7 +176,8 @@ def votes_for_rating(
     - ``prompt_chars``: characters of user text over those turns;
     - ``prompt_has_code``: whether any of those turns holds a fenced code block.
     """
-    qs = Vote.objects.all()
+    # Environment battles judge a trainer's completions; they never enter the leaderboard.
+    qs = Vote.objects.exclude(battle__source=Battle.Source.ENV)
     if anonymous_only:
         qs = qs.filter(battle__mode=Battle.Mode.ANONYMOUS)
     if not include_flagged:
@@ -224,7 +226,10 @@ def votes_for_export(
     By default what the leaderboard counts: anonymous battles, unflagged votes. ``since`` is
     inclusive and ``until`` exclusive, on the time of the vote.
     """
-    qs = Vote.objects.select_related("battle__model_a", "battle__model_b", "battle__prompt")
+    # A trainer's submitted completions are its own data, not the arena's public votes.
+    qs = Vote.objects.select_related(
+        "battle__model_a", "battle__model_b", "battle__prompt"
+    ).exclude(battle__source=Battle.Source.ENV)
     if not include_named:
         qs = qs.filter(battle__mode=Battle.Mode.ANONYMOUS)
     if not include_flagged:
