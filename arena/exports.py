@@ -1,7 +1,7 @@
 """Votes as training data: the formats preference trainers load.
 
 One record per voted battle, built from the battle's current messages (a regenerated answer's
-replacement, never the superseded one) and its vote. Four formats:
+replacement, never the superseded one) and its vote. Five formats:
 
 - ``arena``: the public Chatbot Arena schema (``question_id``, ``model_a``, ``model_b``,
   ``winner``, ``judge``, ``conversation_a``/``_b`` as role/content lists, ``turn``, ``anony``,
@@ -16,31 +16,51 @@ replacement, never the superseded one) and its vote. Four formats:
   so only one-turn battles can be written; multi-turn battles are skipped and counted.
 - ``hh-rlhf``: Anthropic's HH-RLHF layout, ``chosen`` / ``rejected`` transcripts as
   ``"\\n\\nHuman: …\\n\\nAssistant: …"``.
+- ``kto``: TRL's conversational unpaired preference format (``KTOTrainer``): ``prompt`` (the
+  first user turn), ``completion`` (one side's answers, follow-ups between them as in ``trl``)
+  and ``label``: the chosen answer ``true``, the rejected one ``false``; a "both bad" vote gives
+  two ``false`` rows, a tie none.
 
 The three pairwise formats need a preferred side, so ties and "both bad" are skipped (and
 counted). ``judge`` is a keyed hash of the pseudonymous voter id: stable across exports, so
 one judge's votes can be grouped, but not the id the site stores; no IP hash leaves the site.
+
+Exports stream: votes are read as plain values a chunk at a time (one query for the votes of a
+chunk, one for their messages), JSONL is written a line at a time and Parquet a row group at a
+time under a fixed Arrow schema per format, so memory stays flat however many votes there are.
+``write_dataset`` writes a folder ``datasets.load_dataset`` reads as it is: the data file and a
+dataset card (``README.md``) whose YAML header names the file, the licence and the features.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
+import re
+import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import IO, Any, TypedDict, cast
+from functools import cache
+from itertools import islice
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
 from django.conf import settings
 from django.core.management.base import OutputWrapper
 from django.utils.dateparse import parse_date, parse_datetime
 
+from answer_style.schema import CONV_METADATA_KEYS
 from arena.errors import ArenaError, ErrorCode
-from arena.models import Battle, BattleMessage, Vote
+from arena.models import ArenaModel, Battle, BattleMessage, Prompt
 from arena.payloads import Side, Winner
 from arena.selectors import votes_for_export
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # imported where used: Django's start-up does not pay for it
+
+T = TypeVar("T")
 
 _BOOLEANS = {
     "": False,
@@ -75,14 +95,20 @@ class VotedBattle:
 
 @dataclass
 class ExportStats:
-    """How many votes were written, and why the others were not."""
+    """How many rows were written, from how many votes, and why the other votes were not."""
 
-    written: int = 0
+    written: int = 0  # rows
+    votes: int = 0  # votes that gave rows (a kto vote gives two)
     skipped: Counter[str] = field(default_factory=Counter)
+    first: float | None = None  # tstamp of the oldest vote written
+    last: float | None = None  # ... and of the newest
 
     def summary(self) -> str:
         reasons = ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items()))
-        return f"{self.written} written" + (f"; skipped: {reasons}" if reasons else "")
+        written = f"{self.written} written"
+        if self.votes != self.written:
+            written += f" from {self.votes} votes"
+        return written + (f"; skipped: {reasons}" if reasons else "")
 
 
 class Message(TypedDict):
@@ -129,7 +155,13 @@ class HhRlhfRow(TypedDict):
     rejected: str
 
 
-ExportRow = ArenaRow | TrlRow | OpenAIRow | HhRlhfRow
+class KtoRow(TypedDict):
+    prompt: list[Message]
+    completion: list[Message]
+    label: bool
+
+
+ExportRow = ArenaRow | TrlRow | OpenAIRow | HhRlhfRow | KtoRow
 
 
 def judge_hash(voter_id: str) -> str:
@@ -138,34 +170,82 @@ def judge_hash(voter_id: str) -> str:
     before the setting existed, so exports keep their ids until it is set). With the setting,
     rotating the secret key leaves every judge id as it was."""
     key = str(settings.ARENA_JUDGE_HASH_KEY or settings.SECRET_KEY).encode()
-    digest = hmac.new(key, voter_id.encode(), hashlib.sha256)
-    return "judge-" + digest.hexdigest()[:16]
+    # hmac.digest: the one-shot C path, a fraction of hmac.new's cost on a million votes.
+    return "judge-" + hmac.digest(key, voter_id.encode(), "sha256").hex()[:16]
 
 
-def voted_battle(vote: Vote, messages: Iterable[BattleMessage]) -> VotedBattle:
+# What an export reads of a vote: plain values, no model instances (a million of them would
+# cost more than the rest of the export).
+_VOTE_COLUMNS = (
+    "battle_id",
+    "winner",
+    "voter_id",
+    "created_at",
+    "style",
+    "battle__mode",
+    "battle__model_a__slug",
+    "battle__model_b__slug",
+    "battle__prompt__language",
+    "battle__prompt__category",
+)
+_MESSAGE_COLUMNS = ("battle_id", "turn", "side", "user_content", "content")
+VoteValues = tuple[uuid.UUID, str, str, datetime, Any, str, str, str, str | None, str | None]
+MessageValues = tuple[uuid.UUID, int, str, str, str]
+#: Votes read (and their messages fetched) per query.
+CHUNK_SIZE = 2000
+
+
+def voted_battle(vote: VoteValues, messages: Iterable[MessageValues]) -> VotedBattle:
     """The record of one vote; ``messages`` are the battle's current (not superseded) ones."""
-    battle: Battle = vote.battle
+    battle_id, winner, voter_id, created_at, style, mode, slug_a, slug_b, language, category = vote
     turns: dict[int, str] = {}
     answers: dict[Side, dict[int, str]] = {"a": {}, "b": {}}
-    for message in messages:
-        turns[message.turn] = message.user_content
-        answers[cast(Side, message.side)][message.turn] = message.content
+    for _, turn, side, user_content, content in messages:
+        turns[turn] = user_content
+        answers[cast(Side, side)][turn] = content
     order = sorted(turns)
-    prompt = battle.prompt
     return VotedBattle(
-        battle_id=battle.pk.hex,
-        model_a=battle.model_a.slug,
-        model_b=battle.model_b.slug,
-        winner=cast(Winner, vote.winner),  # the column's choices are the Literal's values
-        judge=judge_hash(vote.voter_id),
-        anonymous=battle.mode == Battle.Mode.ANONYMOUS,
-        language=(prompt.language if prompt else "") or "",
-        category=(prompt.category if prompt else "") or "",
-        tstamp=vote.created_at.timestamp(),
+        battle_id=battle_id.hex,
+        model_a=slug_a,
+        model_b=slug_b,
+        winner=cast(Winner, winner),  # the column's choices are the Literal's values
+        judge=judge_hash(voter_id),
+        anonymous=mode == Battle.Mode.ANONYMOUS,
+        language=language or "",
+        category=category or "",
+        tstamp=created_at.timestamp(),
         user_turns=[turns[t] for t in order],
         answers={side: [by_turn.get(t, "") for t in order] for side, by_turn in answers.items()},
-        style=vote.style or {},
+        style=style or {},
     )
+
+
+def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    iterator = iter(items)
+    while chunk := list(islice(iterator, size)):
+        yield chunk
+
+
+def voted_battles(*, chunk_size: int = CHUNK_SIZE, **filters: Any) -> Iterator[VotedBattle]:
+    """Every vote that ``selectors.votes_for_export(**filters)`` selects, oldest first.
+
+    Two queries per ``chunk_size`` votes: the votes' values (from one server-side cursor on
+    PostgreSQL) and the current messages of their battles.
+    """
+    votes = votes_for_export(**filters).prefetch_related(None).values_list(*_VOTE_COLUMNS)
+    for chunk in _chunks(votes.iterator(chunk_size=chunk_size), chunk_size):
+        by_battle: dict[uuid.UUID, list[MessageValues]] = {}
+        current = (
+            BattleMessage.objects.filter(
+                battle_id__in=[vote[0] for vote in chunk], superseded_at__isnull=True
+            )
+            .order_by()
+            .values_list(*_MESSAGE_COLUMNS)
+        )
+        for message in current:
+            by_battle.setdefault(message[0], []).append(message)
+        for vote in chunk:
+            yield voted_battle(cast(VoteValues, vote), by_battle.get(vote[0], ()))
 
 
 def _conversation(user_turns: list[str], answers: list[str]) -> list[Message]:
@@ -205,14 +285,17 @@ def _sides(record: VotedBattle) -> tuple[list[str], list[str]] | str:
     return record.answers[chosen], record.answers[rejected]
 
 
+def _prompt(record: VotedBattle) -> list[Message]:
+    return [{"role": "user", "content": record.user_turns[0]}]
+
+
 def to_trl(record: VotedBattle) -> TrlRow | str:
     sides = _sides(record)
     if isinstance(sides, str):
         return sides
     chosen, rejected = sides
-    prompt: list[Message] = [{"role": "user", "content": record.user_turns[0]}]
     return {
-        "prompt": prompt,
+        "prompt": _prompt(record),
         "chosen": _conversation(record.user_turns, chosen)[1:],
         "rejected": _conversation(record.user_turns, rejected)[1:],
     }
@@ -226,7 +309,7 @@ def to_openai(record: VotedBattle) -> OpenAIRow | str:
         return "multi-turn battles (OpenAI's outputs are one message)"
     chosen, rejected = sides
     return {
-        "input": {"messages": [{"role": "user", "content": record.user_turns[0]}]},
+        "input": {"messages": _prompt(record)},
         "preferred_output": [{"role": "assistant", "content": chosen[0]}],
         "non_preferred_output": [{"role": "assistant", "content": rejected[0]}],
     }
@@ -249,13 +332,69 @@ def to_hh_rlhf(record: VotedBattle) -> HhRlhfRow | str:
     }
 
 
-SHAPERS: dict[str, Callable[[VotedBattle], ExportRow | str]] = {
+def to_kto(record: VotedBattle) -> list[KtoRow] | str:
+    """Two rows a vote: each side's answers with the verdict on them (both ``false`` when both
+    were bad). A tie says neither answer was good or bad, so it gives none."""
+    labelled: list[tuple[list[str], bool]]
+    if record.winner == "tie (bothbad)":
+        labelled = [(record.answers["a"], False), (record.answers["b"], False)]
+    else:
+        sides = _sides(record)
+        if isinstance(sides, str):
+            return "ties (no verdict on either answer)" if record.winner == "tie" else sides
+        labelled = [(sides[0], True), (sides[1], False)]
+    return [
+        {
+            "prompt": _prompt(record),
+            "completion": _conversation(record.user_turns, answers)[1:],
+            "label": label,
+        }
+        for answers, label in labelled
+    ]
+
+
+Shaper = Callable[[VotedBattle], ExportRow | list[KtoRow] | str]
+SHAPERS: dict[str, Shaper] = {
     "arena": to_arena,
     "trl": to_trl,
     "openai": to_openai,
     "hh-rlhf": to_hh_rlhf,
+    "kto": to_kto,
 }
 FORMATS = tuple(SHAPERS)  # what --format and ?format= accept
+
+# What each format is for, in a dataset card: (the rows, the trainers that read them, tags).
+_FORMAT_CARDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "arena": (
+        "one row per vote in the public Chatbot Arena schema, ties and both-bad votes included",
+        "`manage.py rate` and the arena's rating engine; any pairwise-comparison analysis",
+        ("arena", "pairwise-comparison"),
+    ),
+    "trl": (
+        "conversational preference pairs: `prompt`, `chosen`, `rejected` as message lists",
+        "TRL's `DPOTrainer` and `RewardTrainer`",
+        ("dpo", "reward-modeling"),
+    ),
+    "openai": (
+        "OpenAI preference fine-tuning records: `input.messages`, `preferred_output`, "
+        "`non_preferred_output`",
+        "OpenAI's preference (DPO) fine-tuning",
+        ("dpo",),
+    ),
+    "hh-rlhf": (
+        "Anthropic HH-RLHF transcripts: `chosen`, `rejected` as Human/Assistant text",
+        "trainers written for the HH-RLHF layout",
+        ("rlhf", "reward-modeling"),
+    ),
+    "kto": (
+        "conversational unpaired preference rows: `prompt`, `completion` (message lists) and a "
+        "boolean `label` (the chosen answer true, the rejected one false, both false when both "
+        "were bad)",
+        "TRL's `KTOTrainer`",
+        ("kto",),
+    ),
+}
+assert set(_FORMAT_CARDS) == set(SHAPERS)
 
 
 def parse_moment(value: str, *, field_name: str) -> datetime:
@@ -288,11 +427,49 @@ def parse_moment(value: str, *, field_name: str) -> datetime:
         ) from None
 
 
-def export_options(params: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
+# A BCP 47-like language tag, as prompts store them ("en", "zh-Hant", "pt-BR").
+_LANGUAGE = re.compile(r"[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*")
+
+
+def _model_filter(models: Sequence[str]) -> list[str]:
+    slugs = list(dict.fromkeys(slug.strip() for slug in models if slug.strip()))
+    known = set(ArenaModel.objects.filter(slug__in=slugs).values_list("slug", flat=True))
+    unknown = [slug for slug in slugs if slug not in known]
+    if unknown:
+        raise ArenaError(
+            ErrorCode.INVALID,
+            f"model names no model of this arena: {', '.join(unknown)} (give model slugs).",
+            field="model",
+        )
+    return slugs
+
+
+def _category_filter(category: str) -> str:
+    if not Prompt.objects.filter(category=category).exists():
+        known = (
+            Prompt.objects.exclude(category="")
+            .order_by("category")
+            .values_list("category", flat=True)
+            .distinct()[:30]
+        )
+        raise ArenaError(
+            ErrorCode.INVALID,
+            f"category {category!r} is no prompt's category; the categories are: "
+            f"{', '.join(known) or 'none yet'}.",
+            field="category",
+        )
+    return category
+
+
+def export_options(
+    params: Mapping[str, str], *, models: Sequence[str] = ()
+) -> tuple[str, dict[str, Any]]:
     """The format and the selector's filters from query parameters (or the command's options).
 
     ``format`` (required: one of ``FORMATS``), ``include_named`` and ``include_flagged``
-    (``1``/``true``/``yes``), ``since`` and ``until`` (ISO dates or datetimes).
+    (``1``/``true``/``yes``), ``since`` and ``until`` (ISO dates or datetimes), ``category``
+    (one the prompts have) and ``language`` (a language tag); ``models`` are model slugs (a
+    repeatable parameter, hence apart), each one this arena has.
     """
     fmt = params.get("format") or ""
     if fmt not in FORMATS:
@@ -308,14 +485,19 @@ def export_options(params: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
     for bound in ("since", "until"):
         if params.get(bound):
             filters[bound] = parse_moment(params[bound], field_name=bound)
+    if slugs := _model_filter(models):
+        filters["models"] = slugs
+    if category := params.get("category") or "":
+        filters["category"] = _category_filter(category)
+    if language := params.get("language") or "":
+        if len(language) > 20 or not _LANGUAGE.fullmatch(language):
+            raise ArenaError(
+                ErrorCode.INVALID,
+                "language must be a language tag such as en or pt-BR.",
+                field="language",
+            )
+        filters["language"] = language
     return fmt, filters
-
-
-def voted_battles(**filters: Any) -> Iterator[VotedBattle]:
-    """Every vote that ``selectors.votes_for_export(**filters)`` selects, oldest first."""
-    for vote in votes_for_export(**filters).iterator(chunk_size=500):
-        # ``current_messages`` is the selector's prefetch (to_attr), unknown to the model.
-        yield voted_battle(vote, vote.battle.current_messages)  # type: ignore[attr-defined]
 
 
 def export_rows(
@@ -324,12 +506,17 @@ def export_rows(
     """The rows of ``fmt``; a vote the format cannot hold is counted in ``stats.skipped``."""
     shape = SHAPERS[fmt]
     for record in records:
-        row = shape(record)
-        if isinstance(row, str):
-            stats.skipped[row] += 1
+        shaped = shape(record)
+        if isinstance(shaped, str):
+            stats.skipped[shaped] += 1
             continue
-        stats.written += 1
-        yield row
+        rows: list[ExportRow] = list(shaped) if isinstance(shaped, list) else [shaped]
+        stats.votes += 1
+        stats.written += len(rows)
+        if stats.first is None:
+            stats.first = record.tstamp
+        stats.last = record.tstamp
+        yield from rows
 
 
 def jsonl_line(row: ExportRow) -> str:
@@ -341,10 +528,219 @@ def write_jsonl(rows: Iterable[ExportRow], out: IO[str] | OutputWrapper) -> None
         out.write(jsonl_line(row))
 
 
-def write_parquet(rows: Iterable[ExportRow], path: str) -> None:
-    """All rows in one Parquet file (nested lists and structs as Arrow types)."""
+#: Rows per Parquet row group: the most rows an export holds in memory at once.
+ROW_GROUP_SIZE = 5000
+
+
+@cache
+def arrow_schema(fmt: str) -> pa.Schema:
+    """The fixed Arrow schema of ``fmt``'s rows: every file of a format has the same columns
+    and types, whatever the first rows hold (an all-null column is still a struct)."""
+    import pyarrow as pa
+
+    message = pa.struct([("role", pa.string()), ("content", pa.string())])
+    messages = pa.list_(message)
+    counts = [
+        (key, pa.int64() if parts is None else pa.struct([(p, pa.int64()) for p in parts]))
+        for key, parts in CONV_METADATA_KEYS.items()
+    ]
+    fields: dict[str, list[tuple[str, pa.DataType]]] = {
+        "arena": [
+            ("question_id", pa.string()),
+            ("model_a", pa.string()),
+            ("model_b", pa.string()),
+            ("winner", pa.string()),
+            ("judge", pa.string()),
+            ("conversation_a", messages),
+            ("conversation_b", messages),
+            ("turn", pa.int64()),
+            ("anony", pa.bool_()),
+            ("language", pa.string()),
+            ("category", pa.string()),
+            ("tstamp", pa.float64()),
+            ("conv_metadata", pa.struct(counts)),
+        ],
+        "trl": [("prompt", messages), ("chosen", messages), ("rejected", messages)],
+        "openai": [
+            ("input", pa.struct([("messages", messages)])),
+            ("preferred_output", messages),
+            ("non_preferred_output", messages),
+        ],
+        "hh-rlhf": [("chosen", pa.string()), ("rejected", pa.string())],
+        "kto": [("prompt", messages), ("completion", messages), ("label", pa.bool_())],
+    }
+    return pa.schema(fields[fmt])
+
+
+def write_parquet(
+    rows: Iterable[ExportRow], path: str | Path, fmt: str, *, row_group_size: int = ROW_GROUP_SIZE
+) -> None:
+    """The rows in one Parquet file under ``arrow_schema(fmt)``, a row group at a time."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_pylist(list(rows))
-    pq.write_table(table, path)
+    schema = arrow_schema(fmt)
+    with pq.ParquetWriter(str(path), schema) as writer:
+        for chunk in _chunks(rows, row_group_size):
+            batch = pa.RecordBatch.from_pylist(cast(list[dict[str, Any]], chunk), schema=schema)
+            writer.write_batch(batch, row_group_size=row_group_size)
+
+
+def _hf_feature(name: str, kind: pa.DataType) -> dict[str, Any]:
+    """One column as the hub's ``dataset_info.features`` YAML spells it."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(kind):
+        return {"name": name, "struct": [_hf_feature(f.name, f.type) for f in kind.fields]}
+    if pa.types.is_list(kind):
+        inner = kind.value_type
+        if pa.types.is_struct(inner):
+            return {"name": name, "list": [_hf_feature(f.name, f.type) for f in inner.fields]}
+        return {"name": name, "list": _hf_feature("", inner)["dtype"]}
+    dtypes = {pa.string(): "string", pa.bool_(): "bool", pa.int64(): "int64"}
+    return {"name": name, "dtype": dtypes.get(kind, "float64")}
+
+
+def _yaml(value: Any, indent: int = 0) -> list[str]:
+    """Block YAML of nested dicts and lists, scalars as JSON (which YAML reads as they are)."""
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, dict | list) and item:
+                lines.append(f"{pad}{json.dumps(key)}:")
+                lines.extend(_yaml(item, indent + 2))
+            else:
+                lines.append(f"{pad}{json.dumps(key)}: {json.dumps(item, ensure_ascii=False)}")
+    else:
+        for item in value:
+            nested = _yaml(item, indent + 2) if isinstance(item, dict | list) else None
+            if nested:
+                lines.append(f"{pad}- {nested[0].lstrip()}")
+                lines.extend(nested[1:])
+            else:
+                lines.append(f"{pad}- {json.dumps(item, ensure_ascii=False)}")
+    return lines
+
+
+def _size_category(rows: int) -> str:
+    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K")):
+        if rows < limit:
+            return name
+    return "100K<n<1M" if rows < 1_000_000 else "1M<n<10M"
+
+
+def _moment(tstamp: float | None) -> str:
+    return "–" if tstamp is None else datetime.fromtimestamp(tstamp, UTC).isoformat()
+
+
+def dataset_card(
+    fmt: str, data_file: str, stats: ExportStats, filters: Mapping[str, Any], *, license: str
+) -> str:
+    """The ``README.md`` of an export folder: the YAML header the Hugging Face hub and
+    ``datasets.load_dataset`` read (licence, task, tags, the file as the ``train`` split, its
+    features) and a body saying what the rows are, how many, and what was left out."""
+    rows, trainers, tags = _FORMAT_CARDS[fmt]
+    header = {
+        "license": license,
+        "task_categories": ["text-generation", "reinforcement-learning"],
+        "tags": ["human-feedback", "preference", *tags],
+        "size_categories": [_size_category(stats.written)],
+        "pretty_name": f"Arena votes ({fmt})",
+        "configs": [
+            {"config_name": "default", "data_files": [{"split": "train", "path": data_file}]}
+        ],
+        "dataset_info": {
+            "features": [_hf_feature(f.name, f.type) for f in arrow_schema(fmt)],
+            "splits": [{"name": "train", "num_examples": stats.written}],
+        },
+    }
+    chosen = [
+        f"- {name}: {filters[key]}"
+        for key, name in (("category", "prompt category"), ("language", "prompt language"))
+        if filters.get(key)
+    ]
+    if filters.get("models"):
+        chosen.append(f"- battles with one of the models: {', '.join(filters['models'])}")
+    for key, name in (("since", "votes at or after"), ("until", "votes before")):
+        if filters.get(key):
+            chosen.append(f"- {name} {filters[key].isoformat()}")
+    chosen.append(
+        "- battles: "
+        + ("anonymous and named" if filters.get("include_named") else "anonymous only")
+        + "; votes: "
+        + ("flagged ones included" if filters.get("include_flagged") else "unflagged only")
+    )
+    skipped = [f"- {n} {why}" for why, n in sorted(stats.skipped.items())] or ["- none"]
+    body = [
+        f"# Arena votes: `{fmt}` format",
+        "",
+        "Human preference votes from a self-hosted arena: a visitor read two anonymous models'",
+        "answers to the same prompt and voted for the better one, a tie, or both bad.",
+        "",
+        f"Rows: {rows}. For {trainers}. Each battle's current answers are used (a regenerated",
+        "answer, never the one it replaced); judges are keyed hashes of pseudonymous voter ids.",
+        "",
+        f"- file: `{data_file}` (split `train`)",
+        f"- rows: {stats.written}, from {stats.votes} votes",
+        f"- votes from {_moment(stats.first)} to {_moment(stats.last)} (UTC)",
+        f"- written {datetime.now(UTC).isoformat(timespec='seconds')}",
+        "",
+        "Filters:",
+        "",
+        *chosen,
+        "",
+        "Votes skipped (the format cannot hold them):",
+        "",
+        *skipped,
+        "",
+        "```python",
+        "import datasets",
+        "",
+        'rows = datasets.load_dataset("path/to/this/folder", split="train")',
+        "```",
+        "",
+        f"Licence: {license}. Model outputs are also subject to the terms of the providers that",
+        "produced them.",
+    ]
+    return "---\n" + "\n".join(_yaml(header)) + "\n---\n\n" + "\n".join(body) + "\n"
+
+
+#: The licence of an export folder's card unless the command is told another: the arena's
+#: demo votes are CC-BY-4.0 (MT-bench human judgments), and visitors agree that their votes
+#: may be published as an open data set.
+VOTES_LICENSE = "cc-by-4.0"
+
+
+def write_dataset(
+    rows: Iterable[ExportRow],
+    folder: Path,
+    fmt: str,
+    *,
+    stats: ExportStats,
+    filters: Mapping[str, Any],
+    parquet: bool = False,
+    license: str = VOTES_LICENSE,
+) -> Path:
+    """The rows as ``folder/arena-votes-<fmt>.jsonl`` (or ``.parquet``) and its dataset card
+    ``folder/README.md``; returns the data file's path. Both are written aside and moved into
+    place, the card last, so a failed export leaves neither half-written."""
+    data = folder / f"arena-votes-{fmt}.{'parquet' if parquet else 'jsonl'}"
+    card = folder / "README.md"
+    partial_data = data.with_name(data.name + ".partial")
+    partial_card = card.with_name(card.name + ".partial")
+    try:
+        if parquet:
+            write_parquet(rows, partial_data, fmt)
+        else:
+            with partial_data.open("w", encoding="utf-8") as handle:
+                write_jsonl(rows, handle)
+        partial_card.write_text(
+            dataset_card(fmt, data.name, stats, filters, license=license), encoding="utf-8"
+        )
+        partial_data.replace(data)
+        partial_card.replace(card)
+    finally:
+        partial_data.unlink(missing_ok=True)
+        partial_card.unlink(missing_ok=True)
+    return data

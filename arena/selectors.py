@@ -1,6 +1,7 @@
 """Reads. Everything a view or a downstream app needs to know about battles and votes."""
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -219,12 +220,16 @@ def votes_for_export(
     include_flagged: bool = False,
     since: datetime | None = None,
     until: datetime | None = None,
+    models: Sequence[str] = (),
+    category: str | None = None,
+    language: str | None = None,
 ) -> QuerySet[Vote, Vote]:
     """The votes an export writes, oldest first, each battle with its models, prompt and
     ``current_messages`` (not superseded, by turn and side).
 
     By default what the leaderboard counts: anonymous battles, unflagged votes. ``since`` is
-    inclusive and ``until`` exclusive, on the time of the vote.
+    inclusive and ``until`` exclusive, on the time of the vote. ``models`` (slugs) keeps the
+    battles where either side is one of them; ``category`` and ``language`` are the prompt's.
     """
     # A trainer's submitted completions are its own data, not the arena's public votes.
     qs = Vote.objects.select_related(
@@ -238,6 +243,12 @@ def votes_for_export(
         qs = qs.filter(created_at__gte=since)
     if until is not None:
         qs = qs.filter(created_at__lt=until)
+    if models:
+        qs = qs.filter(Q(battle__model_a__slug__in=models) | Q(battle__model_b__slug__in=models))
+    if category is not None:
+        qs = qs.filter(battle__prompt__category=category)
+    if language is not None:
+        qs = qs.filter(battle__prompt__language=language)
     current = BattleMessage.objects.filter(superseded_at__isnull=True).order_by("turn", "side")
     return qs.order_by("created_at", "id").prefetch_related(
         Prefetch("battle__messages", queryset=current, to_attr="current_messages")

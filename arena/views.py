@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_ratelimit.decorators import ratelimit
 
 from arena.api import api_view, client_ip, error_json, json_body, session_identity
+from arena.env.serve import env_work_available
 from arena.errors import ArenaError, ErrorCode
 from arena.exports import (
     ExportRow,
@@ -56,7 +57,8 @@ def battle_page(request: HttpRequest) -> HttpResponse:
     """Live battles (a typed prompt) and pool battles (two stored answers, imported pools
     included), each offered when it can be served; ``?mode=live|pool`` picks one, else live."""
     _, voter_id = session_identity(request)
-    available = {"live": live_battles_enabled(), "pool": pool_available()}
+    # Pool mode also serves environment battles, so it is offered when only they can be served.
+    available = {"live": live_battles_enabled(), "pool": pool_available() or env_work_available()}
     kinds = [
         {"key": key, "label": label, "description": description}
         for key, label, description in BATTLE_KINDS
@@ -145,9 +147,10 @@ def about_page(request: HttpRequest) -> HttpResponse:
 def votes_export(request: HttpRequest) -> StreamingHttpResponse:
     """Votes as JSONL in a trainer's format (``arena.exports``), for staff who may view votes.
 
-    Query: ``format`` (arena, trl, openai, hh-rlhf), ``include_named``, ``include_flagged``,
-    ``since``, ``until``. The manage.py command ``export_votes`` writes the same rows (and
-    Parquet) and reports what it skipped.
+    Query: ``format`` (arena, trl, openai, hh-rlhf, kto), ``include_named``,
+    ``include_flagged``, ``since``, ``until``, ``model`` (repeatable), ``category``,
+    ``language``. The manage.py command ``export_votes`` writes the same rows (and Parquet, and
+    a folder with a dataset card) and reports what it skipped.
     """
     if not (request.user.is_authenticated and request.user.is_staff):
         raise ArenaError(
@@ -157,7 +160,7 @@ def votes_export(request: HttpRequest) -> StreamingHttpResponse:
         raise ArenaError(
             ErrorCode.FORBIDDEN, "Exports need the permission to view votes.", status=403
         )
-    fmt, filters = export_options(request.GET)
+    fmt, filters = export_options(request.GET, models=request.GET.getlist("model"))
     rows = export_rows(voted_battles(**filters), fmt, ExportStats())
     response = StreamingHttpResponse(_jsonl_batches(rows), content_type="application/x-ndjson")
     response["Content-Disposition"] = f'attachment; filename="arena-votes-{fmt}.jsonl"'
