@@ -1,0 +1,581 @@
+"""The environment API's client: runs, submissions and the reward feed, over plain HTTP.
+
+Standard library only. Every call sends ``Authorization: Bearer <token>`` and reads the API's
+JSON; an error answer (``{"error": {"code", "message", "field"?}}``) becomes an
+``ArenaEnvError`` carrying the same code, message and field.
+
+Retries: a 429 is retried for every call (the server refused it before doing anything), with
+the ``Retry-After`` the server sent when it sent one. A 5xx or a connection error is retried
+only for a call that is safe to repeat: reads, closing a run, and submissions (their
+idempotency key makes a repeat return the first answer's ids). Creating a run is not retried
+after a 5xx or a lost connection, since the first attempt may have created it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeAlias, TypedDict
+
+__all__ = [
+    "ArenaEnv",
+    "ArenaEnvError",
+    "Completion",
+    "HttpResponse",
+    "Message",
+    "Prompt",
+    "Reward",
+    "RewardFeed",
+    "Run",
+    "Submission",
+    "Transport",
+    "urllib_transport",
+]
+
+USER_AGENT = "arena-env/0.1"
+API_PREFIX = "/api/env/v1"
+# The server's own bound on a group (the issue's 1-16 completions per submission).
+MAX_GROUP = 16
+
+JsonObject: TypeAlias = dict[str, Any]
+RewardStatus: TypeAlias = Literal["pending", "complete", "expired"]
+
+
+class Message(TypedDict):
+    role: str
+    content: str
+
+
+Prompt: TypeAlias = str | Sequence[Mapping[str, Any]]
+
+
+class Completion(TypedDict, total=False):
+    text: str
+    meta: Mapping[str, Any]
+
+
+class ArenaEnvError(Exception):
+    """A refused or failed call.
+
+    ``status`` is the HTTP status (0 when no answer came: a connection error or a timeout),
+    ``code`` the API's error code (``connection_error``, ``timeout`` or ``http_error`` when the
+    answer carried none), ``message`` its text and ``field`` the request field it names.
+    """
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(f"{status} {code}: {message}" + (f" (field {field})" if field else ""))
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+class Transport(Protocol):
+    """Sends one request and returns the answer, whatever its status; raises ``OSError``
+    (``ConnectionError``, ``TimeoutError``...) when no answer came."""
+
+    def __call__(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        timeout: float,
+    ) -> HttpResponse: ...
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    # A redirect of an API call (a proxy's login page, http to https) is an error to show,
+    # not something to follow with the token attached.
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirect)
+
+
+def urllib_transport(
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    body: bytes | None,
+    timeout: float,
+) -> HttpResponse:
+    """The default transport: ``urllib`` (which honours the usual proxy variables)."""
+    request = urllib.request.Request(url, data=body, headers=dict(headers), method=method)  # noqa: S310 (the caller's URL, http or https)
+    try:
+        with _opener.open(request, timeout=timeout) as response:
+            return HttpResponse(response.status, dict(response.headers.items()), response.read())
+    except urllib.error.HTTPError as error:
+        with error:
+            return HttpResponse(error.code, dict(error.headers.items()), error.read())
+    except urllib.error.URLError as error:
+        reason = error.reason
+        if isinstance(reason, OSError):
+            raise reason from error
+        raise ConnectionError(str(reason)) from error
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run as the API returns it; ``raw`` keeps every field, including ones added later."""
+
+    id: str
+    name: str
+    state: str
+    raw: Mapping[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Run:
+        return cls(
+            id=str(data["id"]),
+            name=str(data.get("name", "")),
+            state=str(data.get("state", "")),
+            raw=dict(data),
+        )
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A submitted group: its id and its completions' ids, in the order submitted.
+    ``replayed`` is true when the idempotency key had been seen (nothing new was created)."""
+
+    id: str
+    completion_ids: tuple[str, ...]
+    idempotency_key: str
+    replayed: bool
+
+
+@dataclass(frozen=True)
+class Reward:
+    """One completion's reward record. ``score`` is its Bradley-Terry rating within its group
+    (and the references), on the Elo scale, 0 = the group's mean, with a 95% interval;
+    ``None`` until votes allow one."""
+
+    completion_id: str
+    submission_id: str
+    meta: Any
+    votes: int
+    wins: int
+    losses: int
+    ties: int
+    both_bad: int
+    win_rate: float | None
+    score: float | None
+    score_low: float | None
+    score_high: float | None
+    status: RewardStatus
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Reward:
+        def number(key: str) -> float | None:
+            value = data.get(key)
+            return None if value is None else float(value)
+
+        status = data["status"]
+        if status not in ("pending", "complete", "expired"):
+            raise ArenaEnvError(0, "bad_response", f"Unknown reward status {status!r}.")
+        return cls(
+            completion_id=str(data["completion_id"]),
+            submission_id=str(data["submission_id"]),
+            meta=data.get("meta"),
+            votes=int(data.get("votes", 0)),
+            wins=int(data.get("wins", 0)),
+            losses=int(data.get("losses", 0)),
+            ties=int(data.get("ties", 0)),
+            both_bad=int(data.get("both_bad", 0)),
+            win_rate=number("win_rate"),
+            score=number("score"),
+            score_low=number("score_low"),
+            score_high=number("score_high"),
+            status=status,
+        )
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
+
+    @property
+    def done(self) -> bool:
+        """No further vote will change it: complete or expired."""
+        return self.status != "pending"
+
+
+class RewardFeed(Iterator[Reward]):
+    """The run's reward records after a cursor, page by page, until a page comes back empty.
+
+    ``cursor`` is where the next read starts: keep it and pass it to ``ArenaEnv.rewards`` to
+    resume later without seeing a record twice (a record comes again only when it changed).
+    """
+
+    def __init__(self, env: ArenaEnv, run_id: str, cursor: int, limit: int) -> None:
+        self._env = env
+        self._run_id = run_id
+        self._limit = limit
+        self._page: list[Reward] = []
+        self._exhausted = False
+        self.cursor = cursor
+
+    def __iter__(self) -> RewardFeed:
+        return self
+
+    def __next__(self) -> Reward:
+        while not self._page:
+            if self._exhausted:
+                raise StopIteration
+            records, next_cursor = self._env.rewards_page(
+                self._run_id, cursor=self.cursor, limit=self._limit
+            )
+            # An empty page, or one that does not move the cursor, is the end of the feed
+            # for now (the second guards against looping on a server that misbehaves).
+            if not records or next_cursor <= self.cursor:
+                self._exhausted = True
+            self.cursor = max(self.cursor, next_cursor)
+            self._page = records[::-1]
+        return self._page.pop()
+
+
+@dataclass
+class _FeedState:
+    """What ``wait`` has read of a run's feed: its cursor and the latest record per id."""
+
+    cursor: int = 0
+    latest: dict[str, Reward] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _completion_item(
+    completion: str | Mapping[str, Any], meta: Mapping[str, Any] | None
+) -> JsonObject:
+    if isinstance(completion, str):
+        item: JsonObject = {"text": completion}
+    elif isinstance(completion, Mapping) and isinstance(completion.get("text"), str):
+        item = {"text": completion["text"]}
+        if completion.get("meta") is not None:
+            item["meta"] = dict(completion["meta"])
+    else:
+        raise TypeError(
+            f"A completion is a str or a {{'text', 'meta'}} mapping, not {completion!r}"
+        )
+    if meta is not None:
+        item["meta"] = dict(meta)
+    return item
+
+
+def _prompt_json(prompt: Prompt) -> str | list[JsonObject]:
+    if isinstance(prompt, str):
+        return prompt
+    return [{"role": m["role"], "content": m["content"]} for m in prompt]
+
+
+def default_idempotency_key(run_id: str, body: Mapping[str, Any]) -> str:
+    """A key derived from the request itself: the same group sent again (a retry, a restarted
+    job) gets the same key, so the server answers with the ids it gave the first time."""
+    canonical = json.dumps(
+        {"run": run_id, "body": body}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return "sha256-" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class ArenaEnv:
+    """A client of one arena's environment API.
+
+    ``url`` is the site's root (``http://127.0.0.1:8000``); ``token`` an API token with the
+    ``env`` scope. ``retries`` and ``backoff`` (seconds, doubled each attempt, with jitter,
+    at most ``max_backoff``) govern the retries described in the module's docstring.
+    ``transport`` replaces the HTTP layer (see ``Transport``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        retries: int = 4,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        transport: Transport | None = None,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"url must be http:// or https://, not {url!r}")
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._token = token
+        self._transport: Transport = transport or urllib_transport
+        self._feeds: dict[str, _FeedState] = {}
+        self._feeds_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ArenaEnv({self.url!r})"  # never the token
+
+    # --- runs ------------------------------------------------------------------------------
+    def create_run(
+        self,
+        name: str,
+        references: Iterable[str] = (),
+        votes_per_completion: int = 3,
+        ttl_hours: int = 72,
+        share: float = 0.2,
+        webhook_url: str | None = None,
+    ) -> Run:
+        body: JsonObject = {
+            "name": name,
+            "references": list(references),
+            "votes_per_completion": votes_per_completion,
+            "ttl_hours": ttl_hours,
+            "share": share,
+        }
+        if webhook_url is not None:
+            body["webhook_url"] = webhook_url
+        _, data = self._call("POST", "/runs", body, idempotent=False)
+        return Run.from_json(data)
+
+    def run(self, run_id: str) -> Run:
+        _, data = self._call("GET", f"/runs/{_segment(run_id)}")
+        return Run.from_json(data)
+
+    def close_run(self, run_id: str) -> Run:
+        _, data = self._call("POST", f"/runs/{_segment(run_id)}/close", {})
+        return Run.from_json(data)
+
+    # --- submissions -----------------------------------------------------------------------
+    def submit(
+        self,
+        run_id: str,
+        prompt: Prompt,
+        completions: Sequence[str | Mapping[str, Any]],
+        meta: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Submission:
+        """Submit a group of completions of one prompt (1-16).
+
+        ``prompt`` is a string or role/content messages. ``completions`` are strings or
+        ``{"text", "meta"}`` mappings. ``meta`` is one mapping for every completion or a list
+        with one per completion; it comes back untouched with each reward. Without an
+        ``idempotency_key`` the key is a hash of the request, so a repeated call returns the
+        same ids; pass one of your own to submit the same group twice on purpose.
+        """
+        if isinstance(completions, str | bytes) or not completions:
+            raise ValueError("completions is a non-empty list of completions")
+        if meta is None or isinstance(meta, Mapping):
+            metas: list[Mapping[str, Any] | None] = [meta] * len(completions)
+        else:
+            metas = list(meta)
+            if len(metas) != len(completions):
+                raise ValueError(
+                    f"meta has {len(metas)} entries for {len(completions)} completions"
+                )
+        body: JsonObject = {
+            "prompt": _prompt_json(prompt),
+            "completions": [
+                _completion_item(c, m) for c, m in zip(completions, metas, strict=True)
+            ],
+        }
+        key = idempotency_key or default_idempotency_key(run_id, body)
+        status, data = self._call(
+            "POST", f"/runs/{_segment(run_id)}/submissions", {"idempotency_key": key, **body}
+        )
+        return Submission(
+            id=str(data["id"]),
+            completion_ids=tuple(str(c["id"]) for c in data["completions"]),
+            idempotency_key=key,
+            replayed=status == 200,
+        )
+
+    # --- rewards ---------------------------------------------------------------------------
+    def rewards_page(
+        self, run_id: str, *, cursor: int = 0, limit: int = 100
+    ) -> tuple[list[Reward], int]:
+        """One page of the feed: the records after ``cursor`` and the cursor after them."""
+        query = urllib.parse.urlencode({"cursor": cursor, "limit": limit})
+        _, data = self._call("GET", f"/runs/{_segment(run_id)}/rewards?{query}")
+        records = [Reward.from_json(r) for r in data["records"]]
+        return records, int(data["next_cursor"])
+
+    def rewards(self, run_id: str, cursor: int = 0, limit: int = 100) -> RewardFeed:
+        """Iterate over the run's reward records after ``cursor``, following the cursor until
+        a page is empty. The returned feed's ``.cursor`` is where to resume."""
+        return RewardFeed(self, run_id, cursor, limit)
+
+    def wait(
+        self,
+        run_id: str,
+        completion_ids: Iterable[str],
+        timeout: float,
+        poll: float = 2.0,
+    ) -> dict[str, Reward]:
+        """Read the feed until every listed completion is done (complete or expired) or
+        ``timeout`` seconds have passed; return the latest record of each listed completion
+        that has one. Safe to call from several threads at once: they share one read of the
+        run's feed, kept by this client between calls."""
+        wanted = list(dict.fromkeys(completion_ids))
+        deadline = time.monotonic() + timeout
+        while True:
+            latest = self._drain(run_id)
+            found = {cid: latest[cid] for cid in wanted if cid in latest}
+            if len(found) == len(wanted) and all(r.done for r in found.values()):
+                return found
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return found
+            time.sleep(min(poll, remaining))
+
+    def _drain(self, run_id: str) -> dict[str, Reward]:
+        with self._feeds_lock:
+            state = self._feeds.setdefault(run_id, _FeedState())
+        with state.lock:
+            feed = self.rewards(run_id, cursor=state.cursor, limit=500)
+            for record in feed:
+                state.latest[record.completion_id] = record
+            state.cursor = feed.cursor
+            return dict(state.latest)
+
+    # --- HTTP ------------------------------------------------------------------------------
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        *,
+        idempotent: bool = True,
+    ) -> tuple[int, JsonObject]:
+        url = f"{self.url}{API_PREFIX}{path}"
+        headers = {
+            "Authorization": f"Bearer {self._token}",
+            "Accept": "application/json",
+            "User-Agent": USER_AGENT,
+        }
+        payload = None
+        if body is not None:
+            payload = json.dumps(body, ensure_ascii=False).encode()
+            headers["Content-Type"] = "application/json"
+        attempt = 0
+        while True:
+            try:
+                response = self._transport(
+                    method, url, headers=headers, body=payload, timeout=self.timeout
+                )
+            except OSError as error:
+                failure = ArenaEnvError(
+                    0,
+                    "timeout" if isinstance(error, TimeoutError) else "connection_error",
+                    f"{method} {url}: {error or type(error).__name__}",
+                )
+                if not idempotent or attempt >= self.retries:
+                    raise failure from error
+                self._sleep(attempt, None)
+                attempt += 1
+                continue
+            if 200 <= response.status < 300:
+                return response.status, _json_object(response)
+            retryable = response.status == 429 or (idempotent and response.status >= 500)
+            if not retryable or attempt >= self.retries:
+                raise _error_from(response)
+            self._sleep(attempt, response.headers)
+            attempt += 1
+
+    def _sleep(self, attempt: int, headers: Mapping[str, str] | None) -> None:
+        delay = min(self.max_backoff, self.backoff * 2**attempt) * (0.5 + random.random() / 2)
+        retry_after = _retry_after(headers)
+        if retry_after is not None:
+            delay = min(self.max_backoff, retry_after)
+        time.sleep(delay)
+
+
+def _segment(value: str) -> str:
+    return urllib.parse.quote(str(value), safe="")
+
+
+def _retry_after(headers: Mapping[str, str] | None) -> float | None:
+    if not headers:
+        return None
+    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: the exponential back-off applies instead
+
+
+def _json_object(response: HttpResponse) -> JsonObject:
+    try:
+        data = json.loads(response.body)
+    except ValueError:
+        raise ArenaEnvError(response.status, "bad_response", "The answer is not JSON.") from None
+    if not isinstance(data, dict):
+        raise ArenaEnvError(response.status, "bad_response", "The answer is not a JSON object.")
+    return data
+
+
+def _error_from(response: HttpResponse) -> ArenaEnvError:
+    try:
+        detail = json.loads(response.body)["error"]
+        return ArenaEnvError(
+            response.status, str(detail["code"]), str(detail["message"]), detail.get("field")
+        )
+    except (ValueError, KeyError, TypeError):
+        text = response.body[:200].decode("utf-8", "replace").strip()
+        return ArenaEnvError(response.status, "http_error", text or f"HTTP {response.status}")
+
+
+# A helper for adapters: the text of a completion in any of the shapes trainers pass.
+def completion_text(completion: Any) -> str:
+    """A string as is; a conversational completion (a list of role/content messages, or one
+    message) as the content of its assistant messages, joined."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Mapping):
+        completion = [completion]
+    if isinstance(completion, Sequence):
+        parts = [
+            _content_text(m.get("content"))
+            for m in completion
+            if isinstance(m, Mapping) and m.get("role", "assistant") == "assistant"
+        ]
+        return "\n\n".join(p for p in parts if p)
+    raise TypeError(f"Cannot read a completion's text from {type(completion).__name__}")
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):  # content parts: [{"type": "text", "text": ...}]
+        return "".join(
+            str(p.get("text", ""))
+            for p in content
+            if isinstance(p, Mapping) and p.get("type") == "text"
+        )
+    return ""
+
+
+def prompt_messages(prompt: Any) -> Prompt:
+    """A prompt as the API takes it: a string, or its role/content messages (text only)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Sequence):
+        return [
+            {"role": str(m["role"]), "content": _content_text(m.get("content"))}
+            for m in prompt
+            if isinstance(m, Mapping)
+        ]
+    raise TypeError(f"Cannot read a prompt from {type(prompt).__name__}")
