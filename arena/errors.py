@@ -49,6 +49,11 @@ class ErrorCode(StrEnum):
     UNREADABLE = "unreadable"
     EMPTY = "empty"
     MISSING_DATA = "missing_data"
+    # the environment API (arena.env)
+    UNAUTHORIZED = "unauthorized"
+    RUN_CLOSED = "run_closed"
+    IDEMPOTENCY_CONFLICT = "idempotency_conflict"
+    TOO_MANY_PENDING = "too_many_pending"
     # the server
     SERVER_ERROR = "server_error"
     ERROR = "error"  # an HTTP error status no other code names

@@ -294,3 +294,16 @@ ARENA_LIVE_SAVE_SECONDS = env.float("ARENA_LIVE_SAVE_SECONDS", default=5.0)
 # Circuit breaker: this many consecutive failed answers open it for the cool-down.
 ARENA_LIVE_BREAKER_FAILURES = env.int("ARENA_LIVE_BREAKER_FAILURES", default=3)
 ARENA_LIVE_BREAKER_COOLDOWN_SECONDS = env.float("ARENA_LIVE_BREAKER_COOLDOWN_SECONDS", default=60.0)
+
+# --- Environment API (arena.env) ------------------------------------------------------------
+# Limits of a submission: completions per group, characters of a completion and of the prompt
+# (all its messages), bytes of one completion's meta (as compact JSON), and open (not yet
+# judged) submissions per run. A request body over ARENA_ENV_MAX_BODY_BYTES is a 413.
+ARENA_ENV_MAX_GROUP = env.int("ARENA_ENV_MAX_GROUP", default=16)
+ARENA_ENV_MAX_COMPLETION_CHARS = env.int("ARENA_ENV_MAX_COMPLETION_CHARS", default=20000)
+ARENA_ENV_MAX_PROMPT_CHARS = env.int("ARENA_ENV_MAX_PROMPT_CHARS", default=20000)
+ARENA_ENV_MAX_META_BYTES = env.int("ARENA_ENV_MAX_META_BYTES", default=4096)
+ARENA_ENV_MAX_PENDING_SUBMISSIONS = env.int("ARENA_ENV_MAX_PENDING_SUBMISSIONS", default=1000)
+ARENA_ENV_MAX_BODY_BYTES = env.int("ARENA_ENV_MAX_BODY_BYTES", default=2_000_000)
+# Requests per API token (django-ratelimit's rate syntax).
+ARENA_ENV_RATE = env("ARENA_ENV_RATE", default="600/m")

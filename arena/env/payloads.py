@@ -1,0 +1,114 @@
+"""The environment API's JSON bodies, typed once (the API's response schemas are these).
+
+A reward record (``RewardRecord``) is the same dict in the rewards feed and in a webhook's body.
+
+``win_rate`` is ``(wins + 0.5 * (ties + both_bad)) / votes``, or null while ``votes`` is 0: a
+"both bad" vote is a tie for the win rate, as the arena's ratings count it (the Bradley-Terry
+fit behind ``score`` scores both kinds of tie as half a win). ``ties`` and ``both_bad`` are
+still reported apart, so a trainer may weigh "both bad" otherwise. The four counts are
+disjoint: ``votes == wins + losses + ties + both_bad`` (``ties`` counts "tie" votes only).
+"""
+
+from typing import Any, Literal
+
+# typing_extensions' TypedDict: pydantic (the API's response validation and schema) reads it on
+# every supported Python, typing's only from 3.12 on.
+from typing_extensions import TypedDict
+
+RunState = Literal["open", "closed"]
+RewardStatus = Literal["pending", "complete", "expired"]
+Role = Literal["system", "user", "assistant"]
+
+
+class Message(TypedDict):
+    role: Role
+    content: str
+
+
+class RunCounts(TypedDict):
+    """What a run holds and how far its judging has got."""
+
+    submissions: int
+    completions: int
+    pending: int
+    complete: int
+    expired: int
+    votes: int  # votes counted in the reward records (flagged ones excluded)
+    battles: int  # environment battles served to visitors
+
+
+class RunPayload(TypedDict):
+    """``GET /runs/{id}``, ``POST /runs/{id}/close``."""
+
+    id: str
+    name: str
+    state: RunState
+    references: list[str]
+    votes_per_completion: int
+    ttl_hours: int
+    share: float
+    webhook_url: str
+    created_at: str
+    closed_at: str | None
+    counts: RunCounts
+
+
+class RunCreated(RunPayload):
+    """``POST /runs`` (201): the run, and once only, the key its webhook bodies are signed with
+    (``X-Arena-Signature: sha256=<hex HMAC-SHA256 of the body>``)."""
+
+    webhook_secret: str
+
+
+class SubmittedCompletion(TypedDict):
+    id: str
+    index: int
+
+
+class SubmissionPayload(TypedDict):
+    """``POST /runs/{id}/submissions``: 201 when created, 200 (same ids) when replayed."""
+
+    id: str
+    run_id: str
+    idempotency_key: str
+    completions: list[SubmittedCompletion]
+    created_at: str
+    expires_at: str
+
+
+class RewardRecord(TypedDict):
+    """One completion's reward so far; see the module docstring for ``win_rate``.
+
+    ``score`` is the completion's Bradley-Terry rating within its group and the references, on
+    the Elo scale with 0 the group's mean, and ``score_low``/``score_high`` its 95% interval
+    (null until fitted).
+    """
+
+    completion_id: str
+    submission_id: str
+    meta: dict[str, Any]
+    votes: int
+    wins: int
+    losses: int
+    ties: int
+    both_bad: int
+    win_rate: float | None
+    score: float | None
+    score_low: float | None
+    score_high: float | None
+    status: RewardStatus
+
+
+class RewardsPage(TypedDict):
+    """``GET /runs/{id}/rewards?cursor=C&limit=N``: the records changed after ``C``, in the
+    order they changed; pass ``next_cursor`` as the next ``cursor``."""
+
+    records: list[RewardRecord]
+    next_cursor: int
+
+
+def win_rate(*, votes: int, wins: int, ties: int, both_bad: int) -> float | None:
+    """The share of votes won, a tie (either kind) counting half; None without votes."""
+    if votes == 0:
+        return None
+    return (wins + 0.5 * (ties + both_bad)) / votes

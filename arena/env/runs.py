@@ -1,0 +1,373 @@
+"""Writes of the environment API: runs (create, close) and submissions (idempotent).
+
+A submission's prompt is stored twice: as submitted, every message in
+``EnvSubmission.messages`` (system and earlier turns included, for the trainer's record and for
+whatever shows context), and as a ``Prompt`` whose one turn is the final user message, which is
+what the battle page puts before the two answers (a visitor judges the answers to that message;
+the earlier turns have no answers of both sides to show). The prompt's source is
+``env:<run id>`` so that pool and leaderboard reads never take it for a pool prompt.
+
+Every completion of a new submission gets the next ``seq`` of its run's reward feed (status
+pending), under the run's row lock, so it is in the feed at once and the feed's order holds.
+"""
+
+import hashlib
+import json
+import math
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from answer_style.counts import style_counts
+from arena.env.payloads import Message
+from arena.env.references import references_request
+from arena.errors import ArenaError, ErrorCode
+from arena.inputs import json_too_deep, text_problem
+from arena.models import (
+    ApiToken,
+    ArenaModel,
+    Completion,
+    EnvCompletion,
+    EnvRun,
+    EnvSubmission,
+    Prompt,
+)
+
+ENV_MODEL_DISPLAY_NAME = "Submitted answer"
+ENV_PROMPT_SOURCE_PREFIX = "env:"
+ROLES = ("system", "user", "assistant")
+VOTES_PER_COMPLETION_RANGE = (1, 50)
+TTL_HOURS_RANGE = (1, 720)
+RUN_NAME_MAX = 200
+IDEMPOTENCY_KEY_MAX = 200
+WEBHOOK_URL_MAX = 500
+
+_url_validator = URLValidator(schemes=["http", "https"])
+
+
+def _invalid(field: str, message: str, *, status: int = 400) -> ArenaError:
+    code = ErrorCode.REQUEST_TOO_LARGE if status == 413 else ErrorCode.INVALID
+    return ArenaError(code, message, status=status, field=field)
+
+
+def _text(value: object, *, field: str, max_chars: int, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise _invalid(field, f"{field} must be a string.")
+    problem = text_problem(value)
+    if problem is not None:
+        raise _invalid(field, f"{field} {problem}.")
+    if not allow_empty and not value.strip():
+        raise _invalid(field, f"{field} must not be empty.")
+    if len(value) > max_chars:
+        raise _invalid(field, f"{field} is longer than {max_chars} characters.")
+    return value
+
+
+def _int_in(value: object, *, field: str, bounds: tuple[int, int]) -> int:
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _invalid(field, f"{field} must be a whole number from {low} to {high}.")
+    return value
+
+
+def env_model_slug(run_id: uuid.UUID) -> str:
+    return f"env-{run_id.hex[:12]}"
+
+
+def _references(slugs: object) -> list[ArenaModel]:
+    """The reference models: active, and able to answer (a provider, or answers in the pool)."""
+    if not isinstance(slugs, list) or not all(isinstance(s, str) for s in slugs):
+        raise _invalid("references", "references must be a list of model slugs.")
+    wanted = list(dict.fromkeys(slugs))
+    models = {m.slug: m for m in ArenaModel.objects.filter(slug__in=wanted, is_active=True)}
+    pooled = set(
+        Completion.objects.filter(
+            model__in=list(models.values()), source=Completion.Source.POOL
+        ).values_list("model__slug", flat=True)
+    )
+    unusable = [
+        slug
+        for slug in wanted
+        if slug not in models or not (models[slug].is_live or slug in pooled)
+    ]
+    if unusable:
+        raise _invalid(
+            "references",
+            "references must name active models with a provider or pool answers; not "
+            + ", ".join(repr(s) for s in unusable)
+            + ".",
+        )
+    return [models[slug] for slug in wanted]
+
+
+def env_run_create(
+    *,
+    token: ApiToken,
+    name: object,
+    references: object = None,
+    votes_per_completion: object = 3,
+    ttl_hours: object = 72,
+    share: object = 0.2,
+    webhook_url: object = "",
+) -> EnvRun:
+    """A new open run of ``token``, with its hidden model (see ``EnvRun.model``) and a fresh
+    webhook secret. Each invalid field is a 400 naming it."""
+    name = _text(name, field="name", max_chars=RUN_NAME_MAX).strip()
+    reference_models = _references([] if references is None else references)
+    votes = _int_in(
+        votes_per_completion, field="votes_per_completion", bounds=VOTES_PER_COMPLETION_RANGE
+    )
+    ttl = _int_in(ttl_hours, field="ttl_hours", bounds=TTL_HOURS_RANGE)
+    if (
+        isinstance(share, bool)
+        or not isinstance(share, int | float)
+        or not math.isfinite(share)
+        or not 0 < share <= 1
+    ):
+        raise _invalid("share", "share must be a number above 0 and at most 1.")
+    if webhook_url is None:
+        webhook_url = ""
+    url = _text(webhook_url, field="webhook_url", max_chars=WEBHOOK_URL_MAX, allow_empty=True)
+    url = url.strip()
+    if url:
+        try:
+            _url_validator(url)
+        except ValidationError:
+            raise _invalid("webhook_url", "webhook_url must be an http or https URL.") from None
+
+    run_id = uuid.uuid4()
+    with transaction.atomic():
+        model = ArenaModel.objects.create(
+            slug=env_model_slug(run_id),
+            display_name=ENV_MODEL_DISPLAY_NAME,
+            is_active=False,
+            is_public=False,
+            sampling_weight=0,
+        )
+        run = EnvRun.objects.create(
+            id=run_id,
+            token=token,
+            name=name,
+            model=model,
+            votes_per_completion=votes,
+            ttl_hours=ttl,
+            share=float(share),
+            webhook_url=url,
+            webhook_secret=secrets.token_hex(32),
+        )
+        run.references.set(reference_models)
+    return run
+
+
+def env_run_close(*, run: EnvRun) -> EnvRun:
+    """Stop serving ``run`` and refuse its further submissions; closing a closed run changes
+    nothing. Its records stay readable."""
+    with transaction.atomic():
+        locked = EnvRun.objects.select_for_update().get(pk=run.pk)
+        if locked.state != EnvRun.State.CLOSED:
+            locked.state = EnvRun.State.CLOSED
+            locked.closed_at = timezone.now()
+            locked.save(update_fields=["state", "closed_at"])
+    return locked
+
+
+@dataclass(frozen=True)
+class _Group:
+    key: str
+    messages: list[Message]
+    completions: list[tuple[str, dict[str, Any]]]
+    request_hash: str
+
+
+def _messages(prompt: object) -> list[Message]:
+    """The prompt as messages: a string is one user message; a list must end with a user
+    message."""
+    max_chars = settings.ARENA_ENV_MAX_PROMPT_CHARS
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": _text(prompt, field="prompt", max_chars=max_chars)}]
+    if not isinstance(prompt, list) or not prompt:
+        raise _invalid("prompt", "prompt must be a string or a non-empty list of messages.")
+    messages: list[Message] = []
+    total = 0
+    for i, item in enumerate(prompt):
+        field = f"prompt.{i}"
+        if not isinstance(item, dict) or set(item) != {"role", "content"}:
+            raise _invalid(field, f"{field} must be an object with role and content only.")
+        role = item["role"]
+        if role not in ROLES:
+            raise _invalid(f"{field}.role", f"{field}.role must be one of {', '.join(ROLES)}.")
+        content = _text(
+            item["content"],
+            field=f"{field}.content",
+            max_chars=max_chars,
+            allow_empty=role != "user",
+        )
+        total += len(content)
+        messages.append({"role": role, "content": content})
+    if messages[-1]["role"] != "user":
+        raise _invalid("prompt", "prompt must end with a user message.")
+    if total > max_chars:
+        raise _invalid("prompt", f"prompt is longer than {max_chars} characters in all.")
+    return messages
+
+
+def _meta(value: object, *, field: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _invalid(field, f"{field} must be a JSON object.")
+    if json_too_deep(value):
+        raise _invalid(field, f"{field} is nested too deep.")
+    stack: list[object] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            problem = text_problem(item)
+            if problem is not None:
+                raise _invalid(field, f"{field} {problem}.")
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise _invalid(field, f"{field} holds a number JSON cannot carry (NaN or infinity).")
+    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > settings.ARENA_ENV_MAX_META_BYTES:
+        raise _invalid(
+            field, f"{field} is larger than {settings.ARENA_ENV_MAX_META_BYTES} bytes as JSON."
+        )
+    return value
+
+
+def _group(*, idempotency_key: object, prompt: object, completions: object) -> _Group:
+    key = _text(idempotency_key, field="idempotency_key", max_chars=IDEMPOTENCY_KEY_MAX)
+    messages = _messages(prompt)
+    max_group = settings.ARENA_ENV_MAX_GROUP
+    if not isinstance(completions, list) or not completions:
+        raise _invalid("completions", "completions must be a non-empty list.")
+    if len(completions) > max_group:
+        raise _invalid("completions", f"completions holds {len(completions)}; at most {max_group}.")
+    group: list[tuple[str, dict[str, Any]]] = []
+    for i, item in enumerate(completions):
+        field = f"completions.{i}"
+        if not isinstance(item, dict) or not set(item) <= {"text", "meta"} or "text" not in item:
+            raise _invalid(field, f"{field} must be an object with text and, if any, meta.")
+        text = _text(
+            item["text"],
+            field=f"{field}.text",
+            max_chars=settings.ARENA_ENV_MAX_COMPLETION_CHARS,
+            allow_empty=True,
+        )
+        group.append((text, _meta(item.get("meta"), field=f"{field}.meta")))
+    canonical = json.dumps(
+        {"prompt": messages, "completions": [{"text": t, "meta": m} for t, m in group]},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    request_hash = hashlib.sha256(canonical.encode()).hexdigest()
+    return _Group(key=key, messages=messages, completions=group, request_hash=request_hash)
+
+
+def _replay(existing: EnvSubmission, group: _Group) -> tuple[EnvSubmission, bool]:
+    if existing.request_hash != group.request_hash:
+        raise ArenaError(
+            ErrorCode.IDEMPOTENCY_CONFLICT,
+            "This idempotency_key was used with another request body; use a new key.",
+            status=409,
+            field="idempotency_key",
+        )
+    return existing, False
+
+
+def env_submission_create(
+    *, run: EnvRun, idempotency_key: object, prompt: object, completions: object
+) -> tuple[EnvSubmission, bool]:
+    """The submission of a group of completions for one prompt, and whether it is new.
+
+    The same ``idempotency_key`` with the same body is the first submission again (nothing is
+    created); with another body it is a 409. A closed run refuses new submissions (409), and so
+    does a run with ``ARENA_ENV_MAX_PENDING_SUBMISSIONS`` submissions still pending (429).
+    """
+    group = _group(idempotency_key=idempotency_key, prompt=prompt, completions=completions)
+    # Counted before the lock: the tokenizer is the slow part and needs no lock.
+    styles = [style_counts(text) for text, _ in group.completions]
+    with transaction.atomic():
+        locked = EnvRun.objects.select_for_update().get(pk=run.pk)
+        existing = EnvSubmission.objects.filter(run=locked, idempotency_key=group.key).first()
+        if existing is not None:
+            return _replay(existing, group)
+        if locked.state == EnvRun.State.CLOSED:
+            raise ArenaError(
+                ErrorCode.RUN_CLOSED, "This run is closed; it takes no submissions.", status=409
+            )
+        pending = (
+            EnvSubmission.objects.filter(
+                run=locked, completions__status=EnvCompletion.Status.PENDING
+            )
+            .distinct()
+            .count()
+        )
+        if pending >= settings.ARENA_ENV_MAX_PENDING_SUBMISSIONS:
+            raise ArenaError(
+                ErrorCode.TOO_MANY_PENDING,
+                f"This run has {pending} submissions waiting for votes, the most it may have; "
+                "submit again when some are judged or expired.",
+                status=429,
+            )
+        try:
+            with transaction.atomic():
+                submission = _submission_insert(run=locked, group=group, styles=styles)
+        except IntegrityError:
+            # A concurrent request with the same key won (only possible for a caller that does
+            # not hold the run's lock, which every path here takes; kept as the last word).
+            existing = EnvSubmission.objects.filter(run=locked, idempotency_key=group.key).first()
+            if existing is None:
+                raise
+            return _replay(existing, group)
+        submission_id = submission.pk
+        transaction.on_commit(lambda: references_request(submission_id=submission_id))
+    return submission, True
+
+
+def _submission_insert(*, run: EnvRun, group: _Group, styles: list[Any]) -> EnvSubmission:
+    now = timezone.now()
+    prompt = Prompt.objects.create(
+        source=f"{ENV_PROMPT_SOURCE_PREFIX}{run.pk}",
+        turns=[group.messages[-1]["content"]],
+        category="",
+        language="",
+    )
+    submission = EnvSubmission.objects.create(
+        run=run,
+        idempotency_key=group.key,
+        request_hash=group.request_hash,
+        prompt=prompt,
+        messages=group.messages,
+        expires_at=now + timedelta(hours=run.ttl_hours),
+    )
+    first_seq = run.reward_seq + 1
+    EnvCompletion.objects.bulk_create(
+        EnvCompletion(
+            run=run,
+            submission=submission,
+            index=index,
+            text=text,
+            meta=meta,
+            style=style,
+            seq=first_seq + index,
+        )
+        for index, ((text, meta), style) in enumerate(zip(group.completions, styles, strict=True))
+    )
+    run.reward_seq = first_seq + len(group.completions) - 1
+    run.save(update_fields=["reward_seq"])
+    return submission

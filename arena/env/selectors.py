@@ -1,0 +1,147 @@
+"""Reads of the environment API: a token's run, its counts, its reward feed after a cursor.
+
+The reward feed is ordered by ``EnvCompletion.seq``. Every change of a record (and its
+creation) takes the next number of its run's ``reward_seq`` under the run's row lock, so
+numbers commit in the order they are taken: a reader that has seen every record up to ``seq =
+C`` will never later meet a record committed with a number at or below ``C``. Reading ``seq >
+cursor`` therefore neither skips a change nor repeats one; a record is delivered again only when
+it changed (and then with its new number).
+"""
+
+import uuid
+
+from django.db.models import Count, Q, Sum
+
+from arena.env.payloads import (
+    RewardRecord,
+    RewardsPage,
+    RunCounts,
+    RunPayload,
+    SubmissionPayload,
+    win_rate,
+)
+from arena.errors import ArenaError, ErrorCode, not_found
+from arena.models import ApiToken, EnvBattle, EnvCompletion, EnvRun, EnvSubmission
+
+REWARDS_DEFAULT_LIMIT = 100
+REWARDS_MAX_LIMIT = 1000
+
+
+def env_run_for_token(*, run_id: uuid.UUID | str, token: ApiToken) -> EnvRun:
+    """The run ``run_id`` of ``token``; a run of another token is the same 404 as a missing one,
+    so that a token learns nothing of the runs it does not own."""
+    try:
+        key = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+    except ValueError:
+        raise not_found("Run") from None
+    run = EnvRun.objects.filter(pk=key, token=token).first()
+    if run is None:
+        raise not_found("Run")
+    return run
+
+
+def env_run_counts(*, run: EnvRun) -> RunCounts:
+    completions = EnvCompletion.objects.filter(run=run).aggregate(
+        completions=Count("pk"),
+        pending=Count("pk", filter=Q(status=EnvCompletion.Status.PENDING)),
+        complete=Count("pk", filter=Q(status=EnvCompletion.Status.COMPLETE)),
+        expired=Count("pk", filter=Q(status=EnvCompletion.Status.EXPIRED)),
+        votes=Sum("votes", default=0),
+    )
+    # A battle between two completions of the run adds a vote to each record: the run's votes
+    # are the battles' votes, counted once, not the records' sum.
+    battles = EnvBattle.objects.filter(run=run).aggregate(
+        battles=Count("pk"),
+        votes=Count("pk", filter=Q(battle__vote__isnull=False, battle__vote__flagged=False)),
+    )
+    return {
+        "submissions": EnvSubmission.objects.filter(run=run).count(),
+        "completions": completions["completions"],
+        "pending": completions["pending"],
+        "complete": completions["complete"],
+        "expired": completions["expired"],
+        "votes": battles["votes"],
+        "battles": battles["battles"],
+    }
+
+
+def env_run_payload(*, run: EnvRun) -> RunPayload:
+    return {
+        "id": str(run.pk),
+        "name": run.name,
+        "state": "open" if run.state == EnvRun.State.OPEN else "closed",
+        "references": sorted(run.references.values_list("slug", flat=True)),
+        "votes_per_completion": run.votes_per_completion,
+        "ttl_hours": run.ttl_hours,
+        "share": run.share,
+        "webhook_url": run.webhook_url,
+        "created_at": run.created_at.isoformat(),
+        "closed_at": run.closed_at.isoformat() if run.closed_at else None,
+        "counts": env_run_counts(run=run),
+    }
+
+
+def env_submission_payload(*, submission: EnvSubmission) -> SubmissionPayload:
+    completions = EnvCompletion.objects.filter(submission=submission).order_by("index")
+    return {
+        "id": str(submission.pk),
+        "run_id": str(submission.run_id),
+        "idempotency_key": submission.idempotency_key,
+        "completions": [{"id": str(c.pk), "index": c.index} for c in completions],
+        "created_at": submission.created_at.isoformat(),
+        "expires_at": submission.expires_at.isoformat(),
+    }
+
+
+def reward_record(completion: EnvCompletion) -> RewardRecord:
+    """The completion's reward record, as the feed and the webhook send it."""
+    status = completion.status
+    return {
+        "completion_id": str(completion.pk),
+        "submission_id": str(completion.submission_id),
+        "meta": completion.meta,
+        "votes": completion.votes,
+        "wins": completion.wins,
+        "losses": completion.losses,
+        "ties": completion.ties,
+        "both_bad": completion.both_bad,
+        "win_rate": win_rate(
+            votes=completion.votes,
+            wins=completion.wins,
+            ties=completion.ties,
+            both_bad=completion.both_bad,
+        ),
+        "score": completion.score,
+        "score_low": completion.score_low,
+        "score_high": completion.score_high,
+        "status": "complete"
+        if status == EnvCompletion.Status.COMPLETE
+        else "expired"
+        if status == EnvCompletion.Status.EXPIRED
+        else "pending",
+    }
+
+
+def env_rewards_page(
+    *, run: EnvRun, cursor: int = 0, limit: int = REWARDS_DEFAULT_LIMIT
+) -> tuple[list[RewardRecord], int]:
+    """The records of ``run`` changed after ``cursor`` (``seq > cursor``), oldest change first,
+    at most ``limit`` (1-1000); and the cursor to pass next: the last record's ``seq``, or
+    ``cursor`` itself when there is none."""
+    if cursor < 0:
+        raise ArenaError(ErrorCode.INVALID, "cursor must be 0 or more.", field="cursor")
+    if not 1 <= limit <= REWARDS_MAX_LIMIT:
+        raise ArenaError(
+            ErrorCode.INVALID, f"limit must be from 1 to {REWARDS_MAX_LIMIT}.", field="limit"
+        )
+    completions = list(
+        EnvCompletion.objects.filter(run=run, seq__gt=cursor).order_by("seq")[:limit]
+    )
+    records = [reward_record(completion) for completion in completions]
+    next_cursor = completions[-1].seq if completions else cursor
+    return records, next_cursor
+
+
+def env_rewards_payload(*, run: EnvRun, cursor: int, limit: int) -> RewardsPage:
+    records, next_cursor = env_rewards_page(run=run, cursor=cursor, limit=limit)
+    return {"records": records, "next_cursor": next_cursor}
