@@ -601,17 +601,28 @@ def _hf_feature(name: str, kind: pa.DataType) -> dict[str, Any]:
     return {"name": name, "dtype": dtypes.get(kind, "float64")}
 
 
+# A YAML scalar that needs no quotes (and is no boolean, number or null to YAML).
+_PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_.<>/-]*")
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, str) and _PLAIN.fullmatch(value) and value.lower() not in _YAML_WORDS:
+        return value
+    return json.dumps(value, ensure_ascii=False)  # JSON scalars are YAML as they are
+
+
 def _yaml(value: Any, indent: int = 0) -> list[str]:
-    """Block YAML of nested dicts and lists, scalars as JSON (which YAML reads as they are)."""
+    """Block YAML of nested dicts and lists (the hub's card header; no YAML library needed)."""
     pad = " " * indent
     lines: list[str] = []
     if isinstance(value, dict):
         for key, item in value.items():
             if isinstance(item, dict | list) and item:
-                lines.append(f"{pad}{json.dumps(key)}:")
+                lines.append(f"{pad}{_scalar(key)}:")
                 lines.extend(_yaml(item, indent + 2))
             else:
-                lines.append(f"{pad}{json.dumps(key)}: {json.dumps(item, ensure_ascii=False)}")
+                lines.append(f"{pad}{_scalar(key)}: {_scalar(item)}")
     else:
         for item in value:
             nested = _yaml(item, indent + 2) if isinstance(item, dict | list) else None
@@ -619,7 +630,7 @@ def _yaml(value: Any, indent: int = 0) -> list[str]:
                 lines.append(f"{pad}- {nested[0].lstrip()}")
                 lines.extend(nested[1:])
             else:
-                lines.append(f"{pad}- {json.dumps(item, ensure_ascii=False)}")
+                lines.append(f"{pad}- {_scalar(item)}")
     return lines
 
 
@@ -650,10 +661,7 @@ def dataset_card(
         "configs": [
             {"config_name": "default", "data_files": [{"split": "train", "path": data_file}]}
         ],
-        "dataset_info": {
-            "features": [_hf_feature(f.name, f.type) for f in arrow_schema(fmt)],
-            "splits": [{"name": "train", "num_examples": stats.written}],
-        },
+        "dataset_info": {"features": [_hf_feature(f.name, f.type) for f in arrow_schema(fmt)]},
     }
     chosen = [
         f"- {name}: {filters[key]}"
@@ -678,8 +686,12 @@ def dataset_card(
         "Human preference votes from a self-hosted arena: a visitor read two anonymous models'",
         "answers to the same prompt and voted for the better one, a tie, or both bad.",
         "",
-        f"Rows: {rows}. For {trainers}. Each battle's current answers are used (a regenerated",
-        "answer, never the one it replaced); judges are keyed hashes of pseudonymous voter ids.",
+        f"Rows: {rows}.",
+        "",
+        f"For: {trainers}.",
+        "",
+        "Each battle's current answers are used (a regenerated answer, never the one it",
+        "replaced); judges are keyed hashes of pseudonymous voter ids.",
         "",
         f"- file: `{data_file}` (split `train`)",
         f"- rows: {stats.written}, from {stats.votes} votes",

@@ -2,13 +2,24 @@ import json
 from datetime import UTC, datetime
 from io import StringIO
 
+import pyarrow.parquet as pq
 import pytest
+import yaml
 from django.conf import settings
 from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from arena.exports import ExportStats, export_rows, voted_battles
+from arena.exports import (
+    ExportStats,
+    arrow_schema,
+    export_rows,
+    to_arena,
+    voted_battles,
+    write_parquet,
+)
 from arena.models import BattleMessage, Vote
 from arena.tests.factories import ArenaModelFactory
 from ratings.engine.api import rate
@@ -222,7 +233,7 @@ def test_the_http_export_streams_jsonl_and_names_a_bad_parameter(admin_client, m
 def test_the_votes_admin_links_every_export_format(admin_client, make_vote, pair):
     make_vote(*pair, "model_a")
     page = admin_client.get(f"/{settings.ADMIN_URL}arena/vote/").content.decode()
-    for fmt in ("arena", "trl", "openai", "hh-rlhf"):
+    for fmt in ("arena", "trl", "openai", "hh-rlhf", "kto"):
         assert f"/api/exports/votes?format={fmt}" in page
 
 
@@ -245,3 +256,302 @@ def test_the_http_export_streams_under_the_asgi_server(asgi_server, make_vote, p
         assert response.headers["Transfer-Encoding"] == "chunked"  # streamed, no length known
         lines = response.read().decode().splitlines()
     assert [json.loads(line)["winner"] for line in lines] == ["model_a", "model_b", "tie"]
+
+
+# --- KTO, filters, folders with a dataset card, streaming ------------------------------------
+
+
+def test_kto_rows_label_the_chosen_answer_true_and_both_bad_answers_false(make_vote, pair):
+    make_vote(*pair, "model_b", turns=2, answers=("loser", "winner"))
+    make_vote(*pair, "tie (bothbad)", answers=("bad a", "bad b"))
+    make_vote(*pair, "tie")
+    written, stats = rows("kto")
+    assert [(r["completion"][0]["content"], r["label"]) for r in written] == [
+        ("winner", True),
+        ("loser", False),
+        ("bad a", False),
+        ("bad b", False),
+    ]
+    # Multi-turn: the prompt is the first user turn, follow-ups sit inside the completion.
+    assert written[0]["prompt"] == [{"role": "user", "content": "Question 1?"}]
+    assert written[0]["completion"] == [
+        {"role": "assistant", "content": "winner"},
+        {"role": "user", "content": "Follow-up 1"},
+        {"role": "assistant", "content": "winner"},
+    ]
+    assert written[2]["completion"] == [{"role": "assistant", "content": "bad a"}]
+    assert (stats.written, stats.votes) == (4, 2)
+    assert stats.skipped == {"ties (no verdict on either answer)": 1}
+    assert (
+        stats.summary() == "4 written from 2 votes; skipped: 1 ties (no verdict on either answer)"
+    )
+
+
+def test_a_kto_vote_for_an_empty_answer_gives_no_rows(make_vote, pair):
+    make_vote(*pair, "model_a", answers=(" ", "something"))
+    written, stats = rows("kto")
+    assert written == [] and stats.skipped == {"votes for an empty answer": 1}
+
+
+@pytest.fixture
+def models3(db):
+    return (
+        ArenaModelFactory(slug="owl-7b"),
+        ArenaModelFactory(slug="lark-70b"),
+        ArenaModelFactory(slug="wren-1b"),
+    )
+
+
+def test_filters_keep_battles_of_a_model_on_either_side_a_category_and_a_language(
+    make_vote, models3
+):
+    owl, lark, wren = models3
+    make_vote(owl, lark, category="writing", language="en", prompt="owl-lark")
+    make_vote(lark, wren, category="coding", language="de", prompt="lark-wren")
+    make_vote(wren, owl, category="coding", language="en", prompt="wren-owl")
+
+    def prompts(*args):
+        return [r["conversation_a"][0]["content"] for r in export("arena", *args)[0]]
+
+    assert prompts("--model=owl-7b") == ["owl-lark", "wren-owl"]  # model_a or model_b
+    assert prompts("--model=owl-7b", "--model=wren-1b") == ["owl-lark", "lark-wren", "wren-owl"]
+    assert prompts("--category=coding") == ["lark-wren", "wren-owl"]
+    assert prompts("--language=en") == ["owl-lark", "wren-owl"]
+    assert prompts("--language=en", "--category=coding", "--model=wren-1b") == ["wren-owl"]
+    assert prompts("--language=fr") == []
+
+
+@pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume asynchronous iterators")
+def test_the_http_export_filters_like_the_command(admin_client, make_vote, models3):
+    owl, lark, wren = models3
+    make_vote(owl, lark, "model_a", category="writing", language="en", prompt="owl-lark")
+    make_vote(lark, wren, "model_b", category="coding", language="de", prompt="lark-wren")
+    make_vote(wren, owl, "tie (bothbad)", category="coding", language="en", prompt="wren-owl")
+
+    def prompts(query):
+        response = admin_client.get(f"{URL}?{query}")
+        assert response.status_code == 200
+        lines = b"".join(response).decode().splitlines()
+        return [(r["prompt"][0]["content"], r["label"]) for r in map(json.loads, lines)]
+
+    assert prompts("format=kto&model=owl-7b") == [
+        ("owl-lark", True),
+        ("owl-lark", False),
+        ("wren-owl", False),
+        ("wren-owl", False),
+    ]
+    assert prompts("format=kto&model=lark-70b&model=wren-1b&category=coding&language=de") == [
+        ("lark-wren", True),
+        ("lark-wren", False),
+    ]
+
+
+def test_an_unknown_model_a_category_no_prompt_has_or_a_bad_language_is_refused_by_name(
+    admin_client, make_vote, models3
+):
+    make_vote(*models3[:2], category="writing")
+    for params, field, words in (
+        ({"model": ["owl-7b", "nope-9b"]}, "model", "nope-9b"),
+        ({"category": "astrology"}, "category", "writing"),  # names the categories there are
+        ({"language": "english please"}, "language", "language tag"),
+    ):
+        bad = admin_client.get(URL, {"format": "kto", **params})
+        error = bad.json()["error"]
+        assert bad.status_code == 400 and error["field"] == field and error["code"] == "invalid"
+        assert words in error["message"]
+    for option, words in (
+        ("--model=nope-9b", "--model: .*nope-9b"),
+        ("--category=astrology", "--category: .*astrology"),
+        ("--language=!!", "--language"),
+    ):
+        with pytest.raises(CommandError, match=words):
+            call_command("export_votes", "--format=kto", option, stderr=StringIO())
+    with pytest.raises(CommandError, match="--parquet"):
+        call_command("export_votes", "--format=kto", "--parquet", stderr=StringIO())
+
+
+@pytest.fixture
+def hf_datasets(monkeypatch, tmp_path):
+    """``datasets``, offline: nothing may be fetched from the hub while an export is loaded."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    import datasets
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    return datasets
+
+
+def trl_features(datasets, fmt):
+    """The columns and types TRL's docs give for each trainer's conversational dataset (and
+    the public arena schema for ``arena``)."""
+    string, message = datasets.Value("string"), {"role": datasets.Value("string")}
+    message["content"] = string
+    messages = datasets.List(message)
+    counts = lambda *parts: {p: datasets.Value("int64") for p in parts}  # noqa: E731
+    side_counts = {}
+    for side in ("a", "b"):
+        side_counts[f"sum_assistant_{side}_tokens"] = datasets.Value("int64")
+        side_counts[f"header_count_{side}"] = counts("h1", "h2", "h3", "h4", "h5", "h6")
+        side_counts[f"list_count_{side}"] = counts("ordered", "unordered")
+        side_counts[f"bold_count_{side}"] = counts("**", "__")
+    return datasets.Features(
+        {
+            "arena": {
+                **dict.fromkeys(("question_id", "model_a", "model_b", "winner", "judge"), string),
+                "conversation_a": messages,
+                "conversation_b": messages,
+                "turn": datasets.Value("int64"),
+                "anony": datasets.Value("bool"),
+                "language": string,
+                "category": string,
+                "tstamp": datasets.Value("float64"),
+                "conv_metadata": side_counts,
+            },
+            "trl": {"prompt": messages, "chosen": messages, "rejected": messages},
+            "openai": {
+                "input": {"messages": messages},
+                "preferred_output": messages,
+                "non_preferred_output": messages,
+            },
+            "hh-rlhf": {"chosen": string, "rejected": string},
+            "kto": {"prompt": messages, "completion": messages, "label": datasets.Value("bool")},
+        }[fmt]
+    )
+
+
+@pytest.mark.parametrize("parquet", [False, True], ids=["jsonl", "parquet"])
+@pytest.mark.parametrize("fmt", ["arena", "trl", "openai", "hh-rlhf", "kto"])
+def test_every_format_written_to_a_folder_loads_with_datasets_in_trls_layout(
+    hf_datasets, make_vote, pair, tmp_path, fmt, parquet
+):
+    make_vote(*pair, "model_a", answers=("good", "bad"))
+    make_vote(*pair, "tie (bothbad)", answers=("meh a", "meh b"))
+    make_vote(*pair, "model_b", answers=("worse", "better"))
+    Vote.objects.filter(winner="model_a").update(style={})  # an arena row with no style counts
+    folder = tmp_path / "export"
+    err = StringIO()
+    args = ["--parquet"] if parquet else []
+    call_command("export_votes", f"--format={fmt}", f"-o={folder}/", *args, stderr=err)
+    suffix = "parquet" if parquet else "jsonl"
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", f"arena-votes-{fmt}.{suffix}"]
+    train = hf_datasets.load_dataset(str(folder), split="train", cache_dir=str(tmp_path / "c"))
+    assert train.features == trl_features(hf_datasets, fmt)
+    expected = {
+        "arena": (3, "winner", ["model_a", "tie (bothbad)", "model_b"]),
+        "trl": (2, "chosen", [[{"role": "assistant", "content": t}] for t in ("good", "better")]),
+        "openai": (
+            2,
+            "preferred_output",
+            [[{"role": "assistant", "content": t}] for t in ("good", "better")],
+        ),
+        "hh-rlhf": (2, "rejected", ["\n\nHuman: Question 1?\n\nAssistant: bad"]),
+        "kto": (6, "label", [True, False, False, False, True, False]),
+    }[fmt]
+    rows_, column, values = expected
+    assert train.num_rows == rows_
+    assert train[column][: len(values)] == values
+    if fmt == "arena":
+        assert train["conv_metadata"][0] is None and train["conv_metadata"][1]["bold_count_a"]
+    if fmt == "openai":
+        assert train[0]["input"] == {"messages": [{"role": "user", "content": "Question 1?"}]}
+    assert f"to {folder}" in err.getvalue()
+
+
+def test_the_dataset_card_names_the_file_licence_task_filters_counts_and_what_was_skipped(
+    make_vote, pair, tmp_path
+):
+    vote = make_vote(*pair, "model_a", category="coding", language="en")
+    make_vote(*pair, "tie", category="coding")
+    make_vote(*pair, "model_a", category="writing")
+    Vote.objects.filter(pk=vote.pk).update(created_at=datetime(2026, 3, 1, 12, tzinfo=UTC))
+    folder = tmp_path / "kto-votes"
+    call_command(
+        "export_votes",
+        "--format=kto",
+        "--category=coding",
+        "--model=owl-7b",
+        "--since=2026-01-01",
+        "--parquet",
+        "-o",
+        f"{folder}/",
+        stderr=StringIO(),
+    )
+    text = (folder / "README.md").read_text()
+    _, header, body = text.split("---\n", 2)
+    card = yaml.safe_load(header)
+    assert card["license"] == "cc-by-4.0"
+    assert "reinforcement-learning" in card["task_categories"] and "kto" in card["tags"]
+    assert card["configs"] == [
+        {
+            "config_name": "default",
+            "data_files": [{"split": "train", "path": "arena-votes-kto.parquet"}],
+        }
+    ]
+    assert {"name": "label", "dtype": "bool"} in card["dataset_info"]["features"]
+    assert "rows: 2, from 1 votes" in body
+    assert "2026-03-01T12:00:00+00:00" in body  # the date range of the votes written
+    assert "prompt category: coding" in body and "owl-7b" in body
+    assert "votes at or after 2026-01-01T00:00:00+00:00" in body
+    assert "1 ties (no verdict on either answer)" in body
+
+
+def test_an_existing_folder_without_a_slash_is_a_folder_and_another_licence_can_be_named(
+    make_vote, pair, tmp_path
+):
+    make_vote(*pair, "model_a")
+    call_command(
+        "export_votes", "--format=trl", f"-o={tmp_path}", "--license=cc0-1.0", stderr=StringIO()
+    )
+    assert (tmp_path / "arena-votes-trl.jsonl").read_text().count("\n") == 1
+    assert "license: cc0-1.0" in (tmp_path / "README.md").read_text()
+
+
+def test_a_failed_folder_export_leaves_neither_file_nor_card(
+    make_vote, pair, tmp_path, monkeypatch
+):
+    make_vote(*pair, "model_a")
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr("arena.exports.write_jsonl", explode)
+    with pytest.raises(RuntimeError):
+        call_command("export_votes", "--format=trl", f"-o={tmp_path}/", stderr=StringIO())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_parquet_is_written_in_row_groups_under_the_formats_fixed_schema(make_vote, pair, tmp_path):
+    for winner in ("model_a", "model_b", "tie") * 3:
+        make_vote(*pair, winner)
+    Vote.objects.update(style={})  # no style counts at all: the column is still the struct
+    stats = ExportStats()
+    path = tmp_path / "arena.parquet"
+    write_parquet(export_rows(voted_battles(), "arena", stats), path, "arena", row_group_size=4)
+    parquet = pq.ParquetFile(path)
+    assert parquet.schema_arrow == arrow_schema("arena")
+    assert [parquet.metadata.row_group(i).num_rows for i in range(3)] == [4, 4, 1]
+    assert parquet.read().to_pylist()[0]["conv_metadata"] is None
+
+
+@pytest.mark.postgres
+def test_votes_are_read_a_chunk_at_a_time_each_with_its_own_messages(make_vote, pair):
+    votes = [make_vote(*pair, "model_a", answers=(f"a{i}", f"b{i}")) for i in range(7)]
+    with CaptureQueriesContext(connection) as queries:
+        records = list(voted_battles(chunk_size=3))
+    assert [r.answers["a"] for r in records] == [[f"a{i}"] for i in range(7)]
+    assert [r.battle_id for r in records] == [v.battle_id.hex for v in votes]
+    message_reads = [q for q in queries if "arena_battlemessage" in q["sql"]]
+    assert len(message_reads) == 3  # one per chunk of 3, 3, 1 votes
+
+
+def test_a_record_from_values_is_the_record_the_models_hold(make_vote, pair):
+    vote = make_vote(*pair, "model_b", turns=2, category="coding", language="de")
+    (record,) = voted_battles()
+    row = to_arena(record)
+    assert row["tstamp"] == vote.created_at.timestamp()
+    assert (row["category"], row["language"], row["anony"]) == ("coding", "de", True)
+    assert row["conv_metadata"] == vote.style and row["winner"] == "model_b"
