@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from django.db import transaction
 
 from answer_style import style_counts
+from arena.env.serve import env_battle_serve
 from arena.errors import ArenaError, ErrorCode
 from arena.identity import session_hash
 from arena.inputs import text_storable
@@ -62,6 +63,11 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
     surrogate in JSON) would otherwise fail to save, a 500 each time its prompt is drawn.
     """
     rng = rng or random.SystemRandom()
+    # A trainer's completions waiting for judges take the visitor's turn, within their run's
+    # share (arena.env.serve); one EXISTS query when no run is open.
+    env_battle = env_battle_serve(session_key=session_key, rng=rng)
+    if env_battle is not None:
+        return env_battle
     candidates = _pool_models()
     if len(candidates) < 2:
         raise ArenaError(

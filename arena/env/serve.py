@@ -1,0 +1,309 @@
+"""Which environment battle, if any, a visitor's next pool battle is.
+
+A visitor who asks for a pool battle (``arena.services.battles.battle_start_pool``) is served
+an environment battle instead when some open run has work and its ``share`` allows one more:
+
+- **Share.** ``share`` is the highest fraction of the battles served to visitors that may come
+  from the run. Run R may serve one more when ``(R's env battles + 1) <= R.share * (battles
+  created since R was created + 1)``: counting the battle about to be served on both sides keeps
+  the run's fraction at or under ``share`` at every moment (the first env battle of a run with
+  share 0.2 waits for four other battles). The count is taken again under the run's row lock
+  before the battle is created, so concurrent visitors cannot push a run over its share.
+- **Work.** A completion has work while it is pending, its submission has not expired, its run
+  is open, and its counted votes (unflagged) plus its battles served but not yet voted in the
+  last ``SERVED_HOLD`` fall short of the run's ``votes_per_completion``. Counting recent unvoted
+  battles spreads concurrent visitors over the group instead of serving everyone the same pair;
+  a battle left unvoted stops counting after the hold.
+- **Run.** Among the open runs with work whose share allows one more, one is drawn at random,
+  weighted by share (the next is tried if it has no servable pair).
+- **Pair.** The least-judged completion with work (judged = counted votes + recent unvoted
+  battles; ties broken at random) meets the least-judged other member of its group that has
+  not expired, or a reference model's answer that exists (the GRPO-style group comparison plus
+  the references). A pair this session has already been served is skipped when another pair
+  is possible. A completion with no possible opponent (a group of one without reference
+  answers yet) waits.
+
+The battle is an ordinary anonymous battle (source ``env``, state ready): the run's hidden
+model (shown as "Submitted answer" after the vote) stands for a submitted side, the reference
+model for a reference side; sides are in random order; ``EnvBattle`` records which completion
+is where.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from django.db import transaction
+from django.db.models import F, IntegerField, OuterRef, Q, QuerySet, Subquery
+from django.utils import timezone
+
+from answer_style import style_counts
+from arena.identity import session_hash
+from arena.inputs import text_storable
+from arena.models import (
+    Battle,
+    BattleMessage,
+    Completion,
+    EnvBattle,
+    EnvCompletion,
+    EnvRun,
+    EnvSubmission,
+)
+
+# How long a battle served but not yet voted keeps its completions "taken".
+SERVED_HOLD = timedelta(minutes=5)
+# Completions of a run considered per serve (least judged first).
+_CANDIDATES = 20
+
+
+class _SubqueryCount(Subquery):
+    """``COUNT(*)`` of a correlated subquery (an annotation that stays one SQL statement)."""
+
+    template = "(SELECT COUNT(*) FROM (%(subquery)s) _count)"
+    output_field = IntegerField()
+
+
+def _counted_or_in_flight(now: datetime) -> Q:
+    """Env battles that count towards a side's judgements: voted (unflagged vote), or served
+    within the hold and not voted yet."""
+    return Q(battle__vote__flagged=False) | Q(
+        battle__state=Battle.State.READY, battle__created_at__gte=now - SERVED_HOLD
+    )
+
+
+def _judged(now: datetime) -> _SubqueryCount:
+    """Per ``EnvCompletion`` row: its counted votes plus its recent unvoted battles."""
+    involving = Q(completion_a=OuterRef("pk")) | Q(completion_b=OuterRef("pk"))
+    return _SubqueryCount(
+        EnvBattle.objects.filter(involving).filter(_counted_or_in_flight(now)).values("pk")
+    )
+
+
+class _Judged(TypedDict):
+    judged: int
+
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+    _JudgedCompletion = WithAnnotations[EnvCompletion, _Judged]
+else:  # the alias is for the type checker; at run time the rows are plain EnvCompletions
+    _JudgedCompletion = EnvCompletion
+
+
+def _with_work(run: EnvRun, now: datetime) -> QuerySet[_JudgedCompletion]:
+    """The run's completions with work, least judged first (then in feed order)."""
+    return (
+        EnvCompletion.objects.filter(
+            run=run, status=EnvCompletion.Status.PENDING, submission__expires_at__gt=now
+        )
+        .annotate(judged=_judged(now))
+        .filter(judged__lt=F("run__votes_per_completion"))
+        .select_related("submission")
+        .order_by("judged", "seq")
+    )
+
+
+def _share_allows(run: EnvRun) -> bool:
+    env = EnvBattle.objects.filter(run=run).count()
+    total = Battle.objects.filter(created_at__gte=run.created_at).count()
+    return env + 1 <= run.share * (total + 1)
+
+
+def env_runs_open() -> bool:
+    """Whether any run is open: the one query an ordinary pool battle pays for environments."""
+    return EnvRun.objects.filter(state=EnvRun.State.OPEN).exists()
+
+
+def env_work_available() -> bool:
+    """Whether a pool-battle request could now be served an environment battle (some open run
+    has a completion with work and room under its share)."""
+    if not env_runs_open():
+        return False
+    now = timezone.now()
+    return any(
+        _share_allows(run) and _with_work(run, now).exists()
+        for run in EnvRun.objects.filter(state=EnvRun.State.OPEN)
+    )
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One side of a candidate pair: a submitted completion, or a reference model's answer."""
+
+    key: str  # "c:<completion id>" or "r:<model id>"
+    judged: int
+    completion: EnvCompletion | None = None
+    reference: Completion | None = None
+
+
+def _seen_pairs(submission: EnvSubmission, hashed_session: str) -> set[frozenset[str]]:
+    """The pairs of this submission already served to the session, as sets of side keys."""
+    seen: set[frozenset[str]] = set()
+    rows = EnvBattle.objects.filter(submission=submission, battle__session_hash=hashed_session)
+    for a, b, model_a, model_b in rows.values_list(
+        "completion_a_id", "completion_b_id", "battle__model_a_id", "battle__model_b_id"
+    ):
+        seen.add(
+            frozenset(
+                (
+                    f"c:{a}" if a is not None else f"r:{model_a}",
+                    f"c:{b}" if b is not None else f"r:{model_b}",
+                )
+            )
+        )
+    return seen
+
+
+def _opponents(
+    completion: _JudgedCompletion, run: EnvRun, now: datetime, rng: random.Random
+) -> list[_Side]:
+    """The other members of the group and the reference answers, least judged first."""
+    members = (
+        EnvCompletion.objects.filter(submission_id=completion.submission_id)
+        .exclude(pk=completion.pk)
+        .exclude(status=EnvCompletion.Status.EXPIRED)
+        .annotate(judged=_judged(now))
+    )
+    sides = [_Side(key=f"c:{m.pk}", judged=m.judged, completion=m) for m in members]
+    reference_ids = list(run.references.values_list("pk", flat=True))
+    if reference_ids:
+        submission = completion.submission
+        answers = Completion.objects.filter(
+            prompt_id=submission.prompt_id,
+            source=Completion.Source.REFERENCE,
+            model_id__in=reference_ids,
+        ).select_related("model")
+        for answer in answers:
+            mid = answer.model_id
+            on_a = Q(completion_a__isnull=True, battle__model_a_id=mid)
+            on_b = Q(completion_b__isnull=True, battle__model_b_id=mid)
+            judged = (
+                EnvBattle.objects.filter(submission=submission)
+                .filter(on_a | on_b)
+                .filter(_counted_or_in_flight(now))
+                .count()
+            )
+            sides.append(_Side(key=f"r:{mid}", judged=judged, reference=answer))
+    return sorted(sides, key=lambda s: (s.judged, rng.random()))
+
+
+def _pick_pair(
+    run: EnvRun, hashed_session: str, now: datetime, rng: random.Random
+) -> tuple[_Side, _Side] | None:
+    candidates = list(_with_work(run, now)[:_CANDIDATES])
+    rng.shuffle(candidates)
+    candidates.sort(key=lambda c: c.judged)  # stable: random order among equally judged
+    fallback: tuple[_Side, _Side] | None = None
+    for completion in candidates:
+        me = _Side(key=f"c:{completion.pk}", judged=completion.judged, completion=completion)
+        seen = _seen_pairs(completion.submission, hashed_session)
+        for other in _opponents(completion, run, now, rng):
+            if frozenset((me.key, other.key)) not in seen:
+                return me, other
+            if fallback is None:
+                fallback = (me, other)
+    return fallback
+
+
+def _side_model_and_text(run: EnvRun, side: _Side) -> tuple[int, str, Any]:
+    if side.completion is not None:
+        text = side.completion.text
+        return run.model_id, text, side.completion.style
+    assert side.reference is not None  # noqa: S101  (a side is one or the other)
+    turns = side.reference.turns
+    return side.reference.model_id, str(turns[0]) if turns else "", None
+
+
+def _final_user_message(messages: Any) -> str:
+    if isinstance(messages, list):
+        for message in reversed(messages):
+            if isinstance(message, dict) and message.get("role") == "user":
+                return str(message.get("content", ""))
+    return ""
+
+
+def _create(run: EnvRun, pair: tuple[_Side, _Side], session_key: str, rng: random.Random) -> Battle:
+    first, second = pair
+    side_a, side_b = (first, second) if rng.random() < 0.5 else (second, first)
+    completion = first.completion
+    assert completion is not None  # noqa: S101  (the first side is always a submitted one)
+    submission = completion.submission
+    model_a, text_a, style_a = _side_model_and_text(run, side_a)
+    model_b, text_b, style_b = _side_model_and_text(run, side_b)
+    battle = Battle.objects.create(
+        mode=Battle.Mode.ANONYMOUS,
+        source=Battle.Source.ENV,
+        model_a_id=model_a,
+        model_b_id=model_b,
+        prompt_id=submission.prompt_id,
+        session_hash=session_hash(session_key),
+        state=Battle.State.READY,
+    )
+    user = text_storable(_final_user_message(submission.messages))
+    BattleMessage.objects.bulk_create(
+        [
+            BattleMessage(
+                battle=battle,
+                side=side,
+                turn=0,
+                user_content=user,
+                content=(answer := text_storable(text)),
+                style=style if style is not None else style_counts(answer),
+                status=BattleMessage.Status.DONE,
+                finish_reason="stop",
+            )
+            for side, text, style in (("a", text_a, style_a), ("b", text_b, style_b))
+        ]
+    )
+    EnvBattle.objects.create(
+        battle=battle,
+        run=run,
+        submission=submission,
+        completion_a=side_a.completion,
+        completion_b=side_b.completion,
+    )
+    return battle
+
+
+def env_battle_serve(*, session_key: str, rng: random.Random | None = None) -> Battle | None:
+    """An environment battle for this session, or None (then a pool battle is served).
+
+    Costs one EXISTS query when no run is open. See the module's docstring for the rules.
+    """
+    if not env_runs_open():
+        return None
+    rng = rng or random.SystemRandom()
+    now = timezone.now()
+    runs = [
+        run
+        for run in EnvRun.objects.filter(state=EnvRun.State.OPEN)
+        if _share_allows(run) and _with_work(run, now).exists()
+    ]
+    hashed_session = session_hash(session_key)
+    while runs:
+        run = rng.choices(runs, weights=[r.share for r in runs], k=1)[0]
+        runs.remove(run)
+        battle = _serve_from(run.pk, hashed_session, session_key, now, rng)
+        if battle is not None:
+            return battle
+    return None
+
+
+def _serve_from(
+    run_id: uuid.UUID, hashed_session: str, session_key: str, now: datetime, rng: random.Random
+) -> Battle | None:
+    with transaction.atomic():
+        # The run's lock serialises its serves, so the share is checked against committed
+        # env battles of the run and two visitors cannot both take the last allowed one.
+        run = EnvRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.state != EnvRun.State.OPEN or not _share_allows(run):
+            return None
+        pair = _pick_pair(run, hashed_session, now, rng)
+        if pair is None:
+            return None
+        return _create(run, pair, session_key, rng)
