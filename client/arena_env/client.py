@@ -21,9 +21,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeAlias, TypedDict
+from typing import Any, Literal, Protocol, TypeAlias, TypedDict, TypeVar
 
 __all__ = [
     "ArenaEnv",
@@ -47,6 +47,7 @@ MAX_GROUP = 16
 
 JsonObject: TypeAlias = dict[str, Any]
 RewardStatus: TypeAlias = Literal["pending", "complete", "expired"]
+T = TypeVar("T")
 
 
 class Message(TypedDict):
@@ -135,19 +136,44 @@ def urllib_transport(
 
 @dataclass(frozen=True)
 class Run:
-    """A run as the API returns it; ``raw`` keeps every field, including ones added later."""
+    """A run as the API returns it. ``counts`` holds its submissions', completions' (pending,
+    complete, expired), votes' and battles' numbers; ``webhook_secret`` is only in the answer
+    to ``create_run`` (keep it to check the webhook's signatures); ``raw`` keeps every field,
+    including ones added later."""
 
     id: str
     name: str
     state: str
-    raw: Mapping[str, Any] = field(repr=False)
+    references: tuple[str, ...] = ()
+    votes_per_completion: int | None = None
+    ttl_hours: int | None = None
+    share: float | None = None
+    webhook_url: str = ""
+    created_at: str | None = None
+    closed_at: str | None = None
+    counts: Mapping[str, int] = field(default_factory=dict)
+    webhook_secret: str | None = field(default=None, repr=False)
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Run:
+        def optional(key: str, kind: Callable[[Any], T]) -> T | None:
+            value = data.get(key)
+            return None if value is None else kind(value)
+
         return cls(
             id=str(data["id"]),
             name=str(data.get("name", "")),
             state=str(data.get("state", "")),
+            references=tuple(str(r) for r in data.get("references") or ()),
+            votes_per_completion=optional("votes_per_completion", int),
+            ttl_hours=optional("ttl_hours", int),
+            share=optional("share", float),
+            webhook_url=str(data.get("webhook_url") or ""),
+            created_at=optional("created_at", str),
+            closed_at=optional("closed_at", str),
+            counts={str(k): int(v) for k, v in (data.get("counts") or {}).items()},
+            webhook_secret=optional("webhook_secret", str),
             raw=dict(data),
         )
 
@@ -445,7 +471,9 @@ class ArenaEnv:
         with self._feeds_lock:
             state = self._feeds.setdefault(run_id, _FeedState())
         with state.lock:
-            feed = self.rewards(run_id, cursor=state.cursor, limit=500)
+            feed = self.rewards(
+                run_id, cursor=state.cursor, limit=1000
+            )  # the server's largest page
             for record in feed:
                 state.latest[record.completion_id] = record
             state.cursor = feed.cursor
