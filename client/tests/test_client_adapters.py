@@ -1,0 +1,123 @@
+"""The adapters' own logic against the scripted loopback server: how a trainer's batch is cut
+into groups, what each group's submission carries, and what an unjudged completion gets. Their
+runs against the real application are in test_client_live.py."""
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+from arena_env import ArenaEnv
+from arena_env.adapters.atropos import HumanFeedbackEnv
+from arena_env.adapters.trl import group_spans, human_reward
+from arena_env.client import completion_text, prompt_messages
+from arena_env_test_server import Answer, ScriptedServer
+
+RUN = "run-1"
+
+
+def record(cid: str, status: str, score: float | None) -> dict:
+    return {
+        "completion_id": cid,
+        "submission_id": "s",
+        "meta": {},
+        "votes": 3 if status == "complete" else 1,
+        "wins": 0,
+        "losses": 0,
+        "ties": 0,
+        "both_bad": 0,
+        "win_rate": None,
+        "score": score,
+        "score_low": None,
+        "score_high": None,
+        "status": status,
+    }
+
+
+@pytest.fixture
+def env(scripted_server: ScriptedServer) -> ArenaEnv:
+    return ArenaEnv(scripted_server.url, "t", retries=0, backoff=0.0)
+
+
+def test_equal_consecutive_prompts_form_one_group_each():
+    assert group_spans(["a", "a", "b", "a", "a"]) == [range(0, 2), range(2, 3), range(3, 5)]
+
+
+def test_a_group_size_cuts_groups_even_when_neighbours_share_a_prompt():
+    assert group_spans(["a"] * 4, group_size=2) == [range(0, 2), range(2, 4)]
+    with pytest.raises(ValueError, match="mixes prompts"):
+        group_spans(["a", "b"], group_size=2)
+    with pytest.raises(ValueError, match="cannot be cut"):
+        group_spans(["a"] * 3, group_size=2)
+
+
+def test_a_group_over_the_api_bound_is_split_into_parts_of_sixteen():
+    assert group_spans(["a"] * 40) == [range(0, 16), range(16, 32), range(32, 40)]
+
+
+def test_conversational_completions_and_prompts_are_read_as_text_and_messages():
+    assert completion_text([{"role": "assistant", "content": "hi"}]) == "hi"
+    parts = [{"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "image"}]}]
+    assert completion_text(parts) == "a"
+    assert prompt_messages([{"role": "user", "content": "q", "name": "x"}]) == [
+        {"role": "user", "content": "q"}
+    ]
+
+
+def test_trl_function_submits_each_group_with_its_positions_and_step(scripted_server, env):
+    scripted_server.add(
+        f"/runs/{RUN}/submissions",
+        Answer(201, {"id": "s1", "completions": [{"id": "c0"}, {"id": "c1"}]}),
+        Answer(201, {"id": "s2", "completions": [{"id": "c2"}]}),
+    )
+    scripted_server.add(
+        f"/runs/{RUN}/rewards",
+        Answer(
+            200,
+            {
+                "records": [
+                    record("c0", "complete", 30.0),
+                    record("c1", "pending", 5.0),
+                    record("c2", "expired", None),
+                ],
+                "next_cursor": 3,
+            },
+        ),
+        *[Answer(200, {"records": [], "next_cursor": 3})] * 100,
+    )
+    reward = human_reward(env, RUN, timeout=0.3, poll=0.05)
+    scores = reward(
+        prompts=["p", "p", "q"],
+        completions=["x", "y", "z"],
+        trainer_state=SimpleNamespace(global_step=12),
+    )
+    assert scores == [30.0, None, None]  # only a complete record gives a score
+    first, second = (r.body for r in scripted_server.received[:2])
+    assert first["prompt"] == "p" and second["prompt"] == "q"
+    assert [c["meta"] for c in first["completions"]] == [
+        {"index": 0, "step": 12},
+        {"index": 1, "step": 12},
+    ]
+    assert second["completions"] == [{"text": "z", "meta": {"index": 2, "step": 12}}]
+
+
+def test_atropos_env_gives_no_group_when_fewer_than_two_members_were_judged(scripted_server, env):
+    scripted_server.add(
+        f"/runs/{RUN}/submissions",
+        Answer(201, {"id": "s1", "completions": [{"id": "c0"}, {"id": "c1"}]}),
+    )
+    scripted_server.add(
+        f"/runs/{RUN}/rewards",
+        Answer(
+            200,
+            {
+                "records": [record("c0", "complete", 1.0), record("c1", "pending", None)],
+                "next_cursor": 2,
+            },
+        ),
+        *[Answer(200, {"records": [], "next_cursor": 2})] * 50,
+    )
+    loop_env = HumanFeedbackEnv(
+        env, RUN, ["p"], lambda prompt, n: ["a", "b"], group_size=2, timeout=0.2, poll=0.05
+    )
+    group, backlog = asyncio.run(loop_env.collect_trajectories("p"))
+    assert group is None and backlog == []
