@@ -6,6 +6,8 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from arena.env.api import api as env_api
+
 admin.site.site_header = "Arena administration"
 admin.site.site_title = "Arena admin"
 
@@ -19,6 +21,8 @@ urlpatterns = [
     path(settings.ADMIN_URL, admin.site.urls),
     path("leaderboard/", _canonical("ratings:leaderboard")),
     path("about/", _canonical("arena:about")),
+    # The environment API (django-ninja), before the arena's /api/ patterns.
+    path("api/env/v1/", env_api.urls),
     path("", include("ratings.urls")),
     path("", include("arena.urls")),
 ]

@@ -53,9 +53,8 @@ WEBHOOK_URL_MAX = 500
 _url_validator = URLValidator(schemes=["http", "https"])
 
 
-def _invalid(field: str, message: str, *, status: int = 400) -> ArenaError:
-    code = ErrorCode.REQUEST_TOO_LARGE if status == 413 else ErrorCode.INVALID
-    return ArenaError(code, message, status=status, field=field)
+def _invalid(field: str, message: str) -> ArenaError:
+    return ArenaError(ErrorCode.INVALID, message, field=field)
 
 
 def _text(value: object, *, field: str, max_chars: int, allow_empty: bool = False) -> str:

@@ -1,0 +1,378 @@
+"""The environment API at ``/api/env/v1/``: django-ninja views over ``arena.env``'s services and
+selectors. The request schemas below validate bodies and generate the OpenAPI document served at
+``/api/env/v1/openapi.json``; the services check everything again (they are also called from
+Python), with the settings' limits.
+
+Every request sends ``Authorization: Bearer <token>``: a missing, unknown or revoked token is a
+401, a token without the ``env`` scope a 403, more than ``ARENA_ENV_RATE`` requests of one token
+a 429, a body over ``ARENA_ENV_MAX_BODY_BYTES`` a 413; every error leaves as the arena's error
+body (``ArenaError.as_dict``), a request that does not validate as a 400 naming the first failing
+field by its dotted path (``completions.3.text``). No cookie is read, so no CSRF token is asked.
+"""
+
+import uuid
+from typing import Any, Literal
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse
+from django_ratelimit.core import is_ratelimited
+from ninja import Field, NinjaAPI, Query, Schema, Status
+from ninja.errors import HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+from ninja.parser import Parser
+from ninja.security import HttpBearer
+from pydantic import ConfigDict
+
+from arena.api import error_json
+from arena.env.payloads import RewardsPage, RunCreated, RunPayload, SubmissionPayload
+from arena.env.runs import (
+    IDEMPOTENCY_KEY_MAX,
+    RUN_NAME_MAX,
+    TTL_HOURS_RANGE,
+    VOTES_PER_COMPLETION_RANGE,
+    WEBHOOK_URL_MAX,
+    env_run_close,
+    env_run_create,
+    env_submission_create,
+)
+from arena.env.selectors import (
+    REWARDS_DEFAULT_LIMIT,
+    REWARDS_MAX_LIMIT,
+    env_rewards_payload,
+    env_run_for_token,
+    env_run_payload,
+    env_submission_payload,
+)
+from arena.env.tokens import (
+    UNAUTHORIZED_MESSAGE,
+    token_authenticate,
+    token_require_scope,
+)
+from arena.errors import ArenaError, ErrorCode, not_found
+from arena.inputs import json_parse
+from arena.models import ApiToken, EnvRun
+
+API_VERSION = "1"
+RATE_GROUP = "arena.env.api"
+
+
+class _JsonParser(Parser):
+    """JSON bodies through the arena's parser: a nesting limit, a 400 naming the body."""
+
+    def parse_body(self, request: HttpRequest) -> dict[str, Any]:
+        data = json_parse(request.body, what="The request body", field="body")
+        if not isinstance(data, dict):
+            raise ArenaError(
+                ErrorCode.INVALID_JSON, "The request body must be a JSON object.", field="body"
+            )
+        return data
+
+
+class BearerToken(HttpBearer):
+    """The ``env`` scope's bearer token, the per-token rate limit and the body size limit,
+    checked in that order before the body is parsed."""
+
+    def __call__(self, request: HttpRequest) -> ApiToken:
+        scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not raw.strip():
+            raise ArenaError(ErrorCode.UNAUTHORIZED, UNAUTHORIZED_MESSAGE, status=401)
+        return self.authenticate(request, raw.strip())
+
+    def authenticate(self, request: HttpRequest, token: str) -> ApiToken:
+        api_token = token_authenticate(token)
+        token_require_scope(token=api_token, scope=ApiToken.Scope.ENV)
+        if is_ratelimited(
+            request,
+            group=RATE_GROUP,
+            key=lambda group, request: str(api_token.pk),
+            rate=settings.ARENA_ENV_RATE,
+            increment=True,
+        ):
+            raise ArenaError(
+                ErrorCode.RATE_LIMITED,
+                f"Too many requests for this API token (the limit is {settings.ARENA_ENV_RATE}).",
+                status=429,
+            )
+        _body_size_check(request)
+        return api_token
+
+
+def _body_size_check(request: HttpRequest) -> None:
+    limit = settings.ARENA_ENV_MAX_BODY_BYTES
+    too_large = ArenaError(
+        ErrorCode.REQUEST_TOO_LARGE,
+        f"The request body is larger than {limit} bytes.",
+        status=413,
+        field="body",
+    )
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > limit:
+        raise too_large
+    try:
+        if len(request.body) > limit:
+            raise too_large
+    except RequestDataTooBig:
+        raise too_large from None
+
+
+api = NinjaAPI(
+    title="Arena environment API",
+    version=API_VERSION,
+    description=(
+        "Submit groups of a policy's completions; visitors judge them in ordinary anonymous "
+        "battles; read the rewards back through a cursor. Authenticate with "
+        "`Authorization: Bearer <token>` (a token with the `env` scope, from "
+        '`manage.py api_token create`). Errors are `{"error": {"code", "message", '
+        '"field"?}}`.'
+    ),
+    urls_namespace="env_api",
+    docs_url=None,  # the interactive page loads its script from a CDN, which the arena never does
+    servers=[{"url": "/", "description": "This arena"}],
+    auth=BearerToken(),
+    parser=_JsonParser(),
+)
+
+
+# --- errors: each one in the arena's error body ------------------------------------------------
+
+
+def _arena_error(request: HttpRequest, exc: object) -> HttpResponse:
+    assert isinstance(exc, ArenaError)
+    response = error_json(exc)
+    if exc.status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="arena"'
+    return response
+
+
+def _validation_error(request: HttpRequest, exc: object) -> HttpResponse:
+    """The first failing field, by its dotted path inside the body (or its query or path name)."""
+    assert isinstance(exc, NinjaValidationError)
+    # The first failing field; of its errors, the deepest: a union (the prompt's string or
+    # messages) reports one error per branch, and the deepest names the part at fault.
+    errors = exc.errors or [{}]
+    top = _field_path(errors[0])[:1]
+    first = max(
+        (error for error in errors if _field_path(error)[:1] == top),
+        key=lambda error: len(_field_path(error)),
+    )
+    loc = _field_path(first)
+    field = ".".join(loc) or "body"
+    message = str(first.get("msg", "Invalid value"))
+    return error_json(ArenaError(ErrorCode.INVALID, f"{field}: {message}.", field=field))
+
+
+def _field_path(error: dict[str, Any]) -> list[str]:
+    """An error's location without its source (body, query, path), the body's parameter name
+    and a union's branch names."""
+    loc = [str(part) for part in error.get("loc", ())]
+    if loc[:2] == ["body", "payload"]:
+        loc = loc[2:]
+    elif loc[:1] in (["body"], ["query"], ["path"]):
+        loc = loc[1:]
+    # A union's branch is named by its type ("str", "list[...]"), which no field name is.
+    return [part for part in loc if part != "str" and "[" not in part]
+
+
+def _http_error(request: HttpRequest, exc: object) -> HttpResponse:
+    assert isinstance(exc, HttpError)
+    if isinstance(exc.__cause__, ArenaError):  # the body parser's
+        return _arena_error(request, exc.__cause__)
+    code = ErrorCode.BAD_REQUEST if exc.status_code == 400 else ErrorCode.ERROR
+    return error_json(ArenaError(code, exc.message, status=exc.status_code))
+
+
+def _not_found(request: HttpRequest, exc: object) -> HttpResponse:
+    return error_json(not_found("Resource"))
+
+
+api.add_exception_handler(ArenaError, _arena_error)
+api.add_exception_handler(NinjaValidationError, _validation_error)
+api.add_exception_handler(HttpError, _http_error)
+api.add_exception_handler(Http404, _not_found)
+
+
+# --- schemas: requests, and the error body for the document ------------------------------------
+
+
+class _Strict(Schema):
+    # No coercion ("3" is not 3) and no unknown fields (a typo is an error, not a default).
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class RunIn(_Strict):
+    name: str = Field(min_length=1, max_length=RUN_NAME_MAX)
+    references: list[str] = Field(
+        default_factory=list,
+        description="Slugs of models whose answers to the same prompt each completion also meets.",
+    )
+    votes_per_completion: int = Field(
+        3, ge=VOTES_PER_COMPLETION_RANGE[0], le=VOTES_PER_COMPLETION_RANGE[1]
+    )
+    ttl_hours: int = Field(72, ge=TTL_HOURS_RANGE[0], le=TTL_HOURS_RANGE[1])
+    share: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="The highest fraction of the battles served that may come from this run.",
+    )
+    webhook_url: str = Field(
+        "", max_length=WEBHOOK_URL_MAX, description="http(s) URL; empty for no webhook."
+    )
+
+
+class MessageIn(_Strict):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class CompletionIn(_Strict):
+    text: str
+    meta: dict[str, Any] = Field(
+        default_factory=dict, description="Any JSON object; returned as is with every reward."
+    )
+
+
+class SubmissionIn(_Strict):
+    idempotency_key: str = Field(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)
+    prompt: str | list[MessageIn] = Field(
+        description="A user message, or messages ending with a user message."
+    )
+    completions: list[CompletionIn] = Field(
+        min_length=1, description="The group: 1 to ARENA_ENV_MAX_GROUP (16) completions."
+    )
+
+
+class RewardsQuery(Schema):
+    cursor: int = Field(0, ge=0, description="next_cursor of the previous page; 0 at first.")
+    limit: int = Field(REWARDS_DEFAULT_LIMIT, ge=1, le=REWARDS_MAX_LIMIT)
+
+
+class ErrorDetailOut(Schema):
+    code: str
+    message: str
+    field: str | None = Field(None, description="The input field at fault, when there is one.")
+
+
+class ErrorOut(Schema):
+    error: ErrorDetailOut
+
+
+AUTH_ERRORS: dict[int, type[Schema]] = {401: ErrorOut, 403: ErrorOut, 413: ErrorOut, 429: ErrorOut}
+RUN_ERRORS: dict[int, type[Schema]] = {**AUTH_ERRORS, 400: ErrorOut, 404: ErrorOut}
+
+
+# --- endpoints -----------------------------------------------------------------------------------
+
+
+def _token(request: HttpRequest) -> ApiToken:
+    token = getattr(request, "auth", None)
+    assert isinstance(token, ApiToken)  # set by BearerToken before any view runs
+    return token
+
+
+def _run(request: HttpRequest, run_id: uuid.UUID) -> EnvRun:
+    return env_run_for_token(run_id=run_id, token=_token(request))
+
+
+@api.post(
+    "/runs",
+    response={201: RunCreated, 400: ErrorOut, **AUTH_ERRORS},
+    summary="Create a run",
+    operation_id="create_run",
+)
+def create_run(request: HttpRequest, payload: RunIn) -> Status[RunCreated]:
+    """A new run. The answer holds, this once, the secret its webhook bodies are signed with."""
+    run = env_run_create(
+        token=_token(request),
+        name=payload.name,
+        references=payload.references,
+        votes_per_completion=payload.votes_per_completion,
+        ttl_hours=payload.ttl_hours,
+        share=payload.share,
+        webhook_url=payload.webhook_url,
+    )
+    shown = env_run_payload(run=run)
+    body: RunCreated = {
+        "id": shown["id"],
+        "name": shown["name"],
+        "state": shown["state"],
+        "references": shown["references"],
+        "votes_per_completion": shown["votes_per_completion"],
+        "ttl_hours": shown["ttl_hours"],
+        "share": shown["share"],
+        "webhook_url": shown["webhook_url"],
+        "created_at": shown["created_at"],
+        "closed_at": shown["closed_at"],
+        "counts": shown["counts"],
+        "webhook_secret": run.webhook_secret,
+    }
+    return Status(201, body)
+
+
+@api.get(
+    "/runs/{run_id}",
+    response={200: RunPayload, **RUN_ERRORS},
+    summary="A run's state and counts",
+    operation_id="get_run",
+)
+def get_run(request: HttpRequest, run_id: uuid.UUID) -> RunPayload:
+    return env_run_payload(run=_run(request, run_id))
+
+
+@api.post(
+    "/runs/{run_id}/close",
+    response={200: RunPayload, **RUN_ERRORS},
+    summary="Close a run",
+    operation_id="close_run",
+)
+def close_run(request: HttpRequest, run_id: uuid.UUID) -> RunPayload:
+    """Stop serving the run's battles and refuse its further submissions; rewards stay
+    readable. Closing a closed run changes nothing."""
+    return env_run_payload(run=env_run_close(run=_run(request, run_id)))
+
+
+@api.post(
+    "/runs/{run_id}/submissions",
+    response={201: SubmissionPayload, 200: SubmissionPayload, 409: ErrorOut, **RUN_ERRORS},
+    summary="Submit a group of completions",
+    operation_id="submit",
+)
+def submit(
+    request: HttpRequest, run_id: uuid.UUID, payload: SubmissionIn
+) -> Status[SubmissionPayload]:
+    """A group of completions of one prompt (201). The same idempotency_key with the same body
+    answers 200 with the same ids and creates nothing; with another body it is a 409. A closed
+    run is a 409; a run with too many submissions still waiting for votes a 429."""
+    run = _run(request, run_id)
+    prompt: str | list[dict[str, Any]] = (
+        payload.prompt
+        if isinstance(payload.prompt, str)
+        else [message.model_dump() for message in payload.prompt]
+    )
+    submission, created = env_submission_create(
+        run=run,
+        idempotency_key=payload.idempotency_key,
+        prompt=prompt,
+        completions=[completion.model_dump() for completion in payload.completions],
+    )
+    return Status(201 if created else 200, env_submission_payload(submission=submission))
+
+
+@api.get(
+    "/runs/{run_id}/rewards",
+    response={200: RewardsPage, **RUN_ERRORS},
+    summary="Reward records changed after a cursor",
+    operation_id="rewards",
+)
+def rewards(request: HttpRequest, run_id: uuid.UUID, page: Query[RewardsQuery]) -> RewardsPage:
+    """The run's reward records changed after ``cursor``, in the order they changed. A record
+    comes again only when it changed; following ``next_cursor`` never skips or repeats one."""
+    return env_rewards_payload(run=_run(request, run_id), cursor=page.cursor, limit=page.limit)
+
+
+urls = api.urls
