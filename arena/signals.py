@@ -6,5 +6,6 @@ app connects its receiver in ``RatingsConfig.ready``, so notifying it needs no i
 
 from django.dispatch import Signal
 
-# Sent after the transaction that recorded a vote commits. kwargs: vote_id, battle_id.
+# Sent after the transaction that recorded a vote commits. kwargs: vote_id, battle_id, source
+# (the battle's ``Battle.Source``: receivers tell an environment battle's vote without a query).
 vote_recorded = Signal()

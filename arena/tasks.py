@@ -1,10 +1,15 @@
 """Celery tasks of the battle side, under their registered names: the live battles' sweep
-(``arena.live.sweep``)."""
+(``arena.live.sweep``) and the environment API's reference answers, webhook deliveries and
+expiry (``arena.env``)."""
 
 import logging
+import uuid
 
-from celery import shared_task
+from celery import Task, shared_task
 
+from arena.env.references import ReferenceFailed, reference_answer_generate
+from arena.env.rewards import env_completions_expire
+from arena.env.webhook import WebhookFailed, webhook_deliver, webhook_runs_behind
 from arena.live.sweep import live_battles_sweep
 
 logger = logging.getLogger(__name__)
@@ -23,3 +28,91 @@ def live_battles_sweep_task() -> int:
     if settled:
         logger.warning("settled %d live battles left streaming", settled)
     return settled
+
+
+# --- The environment API (arena.env): reference answers, webhook deliveries, expiry ----------
+
+
+# Back-off of the env tasks' retries: 30 s, 1, 2, 4 ... minutes, at most an hour.
+def _backoff(retries: int) -> int:
+    return int(min(30 * 2**retries, 3600))
+
+
+@shared_task(  # type: ignore[untyped-decorator]
+    bind=True,
+    name="arena.tasks.env_reference_answer",
+    soft_time_limit=150,
+    time_limit=180,
+    acks_late=True,
+    ignore_result=True,
+    max_retries=4,
+)
+def env_reference_answer(self: Task, submission_id: str, model_id: int) -> bool:
+    """Generate and store a reference model's answer to a submission (once: a rerun finds it
+    stored). Failures retry with back-off, then are logged; without a broker (eager mode) a
+    failure is logged at once rather than retried inside the request that queued it."""
+    try:
+        stored = reference_answer_generate(
+            submission_id=uuid.UUID(submission_id), model_id=model_id
+        )
+    except ReferenceFailed as exc:
+        if self.request.is_eager or self.request.retries >= self.max_retries:
+            logger.error(
+                "env: no reference answer from model %s for submission %s: %s",
+                model_id,
+                submission_id,
+                exc,
+            )
+            return False
+        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+    return stored is not None
+
+
+@shared_task(  # type: ignore[untyped-decorator]
+    bind=True,
+    name="arena.tasks.env_webhook_deliver",
+    soft_time_limit=120,
+    time_limit=150,
+    acks_late=True,
+    ignore_result=True,
+    max_retries=8,
+)
+def env_webhook_deliver(self: Task, run_id: str) -> int:
+    """POST a run's changed reward records to its webhook (``arena.env.webhook``); a rerun with
+    nothing new sends nothing. Unacknowledged batches retry with back-off (8 times), and the
+    sweep below queues the run again after that."""
+    try:
+        return webhook_deliver(run_id=uuid.UUID(run_id))
+    except WebhookFailed as exc:
+        if self.request.is_eager or self.request.retries >= self.max_retries:
+            logger.warning("env: webhook delivery for run %s failed: %s", run_id, exc)
+            return 0
+        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+
+
+@shared_task(  # type: ignore[untyped-decorator]
+    name="arena.tasks.env_webhook_sweep",
+    soft_time_limit=60,
+    time_limit=90,
+    acks_late=True,
+    ignore_result=True,
+)
+def env_webhook_sweep() -> int:
+    """Queue a delivery for every run whose webhook is behind its feed (a lost enqueue, or
+    retries that ran out): delivery is at least once."""
+    runs = webhook_runs_behind()
+    for run_id in runs:
+        env_webhook_deliver.apply_async(kwargs={"run_id": str(run_id)})
+    return len(runs)
+
+
+@shared_task(  # type: ignore[untyped-decorator]
+    name="arena.tasks.env_completions_expire",
+    soft_time_limit=120,
+    time_limit=150,
+    acks_late=True,
+    ignore_result=True,
+)
+def env_completions_expire_task() -> int:
+    """Mark the pending records of expired submissions expired; a rerun finds none."""
+    return env_completions_expire()

@@ -17,4 +17,16 @@ BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": crontab(minute="*/5"),
         "options": {"queue": "default", "expires": 4 * 60},
     },
+    # Environment runs: pending records of expired submissions become expired (each a change in
+    # the reward feed), and webhooks behind their feed are delivered again (at least once).
+    "arena-env-completions-expire": {
+        "task": "arena.tasks.env_completions_expire",
+        "schedule": crontab(minute="*/5"),
+        "options": {"queue": "default", "expires": 4 * 60},
+    },
+    "arena-env-webhook-sweep": {
+        "task": "arena.tasks.env_webhook_sweep",
+        "schedule": crontab(minute="*/5"),
+        "options": {"queue": "default", "expires": 4 * 60},
+    },
 }

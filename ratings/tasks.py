@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -19,7 +20,10 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connections, transaction
 
+from arena.env.rewards import env_battle_submission, env_rewards_update
+from arena.models import Battle
 from ratings import services
+from ratings.env_rewards import env_rewards_fit
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +63,8 @@ def snapshot_refresh_after_vote(**kwargs: Any) -> None:
     """
     if not settings.RATINGS_REFRESH_ON_VOTE:
         return
+    if kwargs.get("source") == Battle.Source.ENV:
+        return  # environment battles never enter the leaderboard (env_rewards_after_vote)
     delay = settings.RATINGS_REFRESH_DEBOUNCE_SECONDS
 
     def enqueue() -> None:
@@ -99,3 +105,39 @@ def _refresh_in_background() -> None:
             connections.close_all()
 
     _background.submit(run)
+
+
+# --- Environment rewards (arena.env): a group's records refitted after each of its votes ---
+
+
+@shared_task(  # type: ignore[untyped-decorator]
+    name="ratings.tasks.env_rewards_refresh",
+    soft_time_limit=60,
+    time_limit=90,
+    acks_late=True,
+    ignore_result=True,
+)
+def env_rewards_refresh(submission_id: str) -> int:
+    """Refit one group's reward records (``ratings.env_rewards``); returns how many changed.
+    A rerun on the same votes changes nothing. Queued on ``default``: a group's fit is small."""
+    return env_rewards_update(submission_id=uuid.UUID(submission_id), fit=env_rewards_fit)
+
+
+def env_rewards_after_vote(**kwargs: Any) -> None:
+    """``arena.signals.vote_recorded`` receiver: a vote on an environment battle queues its
+    group's refit (after commit; a failure to queue is logged, never raised into the vote)."""
+    if kwargs.get("source") != Battle.Source.ENV:
+        return
+    submission_id = env_battle_submission(battle_id=kwargs["battle_id"])
+    if submission_id is None:
+        return
+
+    def enqueue() -> None:
+        try:
+            env_rewards_refresh.apply_async(
+                kwargs={"submission_id": str(submission_id)}, queue="default"
+            )
+        except Exception:
+            logger.exception("ratings: could not enqueue the env rewards of %s", submission_id)
+
+    transaction.on_commit(enqueue)

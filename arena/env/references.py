@@ -1,11 +1,176 @@
 """Reference models' answers to a submission's prompt: the pool's when the prompt is in the
-pool, else generated once from the reference model's provider and stored."""
+pool, else generated once from the reference model's provider and stored.
 
+Every reference answer a battle shows is a ``Completion`` with source ``reference`` on the
+submission's own prompt (one per model: ``completion_one_reference_answer_per_model``):
+
+- **From the pool.** When the submission is a single user message and a pool prompt has
+  exactly that one turn, the reference model's pool answer to it is copied (first turn).
+- **Generated.** Otherwise, when the model has a provider, the task
+  ``arena.tasks.env_reference_answer`` asks it once (non-streaming, the submission's messages
+  after the model's own system prompt, the model's generation parameters, the arena's output
+  limit) and stores the answer. Failures are retried with back-off a few times, then logged;
+  until an answer exists, the submission's completions meet only each other.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
 import uuid
+from typing import Any
+
+import httpx2
+import openai
+from celery import current_app
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from arena.inputs import text_storable
+from arena.live.upstream import UpstreamTarget, request_body, request_kwargs
+from arena.models import ArenaModel, Completion, EnvSubmission
+
+logger = logging.getLogger(__name__)
+
+ANSWER_TASK = "arena.tasks.env_reference_answer"
+_NO_KEY = "sk-no-key"
+
+
+class ReferenceFailed(Exception):
+    """The provider did not give an answer (the task retries it)."""
+
+
+def _single_user_turn(submission: EnvSubmission) -> str | None:
+    messages = submission.messages
+    if (
+        isinstance(messages, list)
+        and len(messages) == 1
+        and isinstance(messages[0], dict)
+        and messages[0].get("role") == "user"
+    ):
+        return str(messages[0].get("content", ""))
+    return None
+
+
+def _pool_answer(model: ArenaModel, text: str) -> Completion | None:
+    return (
+        Completion.objects.filter(model=model, source=Completion.Source.POOL, prompt__turns=[text])
+        .exclude(prompt__source__startswith="env:")
+        .order_by("pk")
+        .first()
+    )
+
+
+def _store(submission: EnvSubmission, model: ArenaModel, answer: str) -> Completion:
+    """The reference answer, stored once (a concurrent store of the same one is the same)."""
+    try:
+        with transaction.atomic():
+            return Completion.objects.create(
+                prompt_id=submission.prompt_id,
+                model=model,
+                turns=[text_storable(answer)],
+                source=Completion.Source.REFERENCE,
+            )
+    except IntegrityError:
+        return Completion.objects.get(
+            prompt_id=submission.prompt_id, model=model, source=Completion.Source.REFERENCE
+        )
+
+
+def _existing(submission: EnvSubmission, model: ArenaModel) -> bool:
+    return Completion.objects.filter(
+        prompt_id=submission.prompt_id, model=model, source=Completion.Source.REFERENCE
+    ).exists()
 
 
 def references_request(*, submission_id: uuid.UUID) -> None:
     """Make sure every reference model of the submission's run has (or will get) an answer to
     its prompt. Called after the submission commits."""
-    # Being written (helper 4): pool lookup and the generation task.
-    return None
+    submission = EnvSubmission.objects.select_related("run").get(pk=submission_id)
+    single = _single_user_turn(submission)
+    for model in submission.run.references.all():
+        if _existing(submission, model):
+            continue
+        pooled = _pool_answer(model, single) if single is not None else None
+        if pooled is not None and pooled.turns:
+            _store(submission, model, str(pooled.turns[0]))
+        elif model.is_live:
+            _enqueue(submission.pk, model.pk)
+        else:
+            logger.warning(
+                "env: reference %s has no pool answer to submission %s and no provider",
+                model.slug,
+                submission.pk,
+            )
+
+
+def _enqueue(submission_id: uuid.UUID, model_id: int) -> None:
+    # By name: the arena's tasks module imports this one.
+    try:
+        current_app.tasks[ANSWER_TASK].apply_async(
+            kwargs={"submission_id": str(submission_id), "model_id": model_id}
+        )
+    except Exception:
+        logger.exception("env: could not queue a reference answer for %s", submission_id)
+
+
+def _target(model: ArenaModel) -> UpstreamTarget:
+    provider = model.provider
+    assert provider is not None  # noqa: S101  (only live models get here)
+    return UpstreamTarget(
+        base_url=provider.base_url,
+        api_key_env=provider.api_key_env,
+        upstream_model=model.upstream_model_id,
+        params=dict(model.generation_params or {}),
+        system_prompt=model.system_prompt,
+        connect_timeout=provider.connect_timeout,
+        read_timeout=provider.read_timeout,
+        max_retries=0,
+        provider_id=provider.pk,
+    )
+
+
+def _call(target: UpstreamTarget, messages: list[dict[str, str]]) -> str:
+    api_key = _NO_KEY
+    if target.api_key_env:
+        api_key = os.environ.get(target.api_key_env, "")
+        if not api_key:
+            raise ReferenceFailed(f"environment variable {target.api_key_env} is not set")
+    kwargs = request_kwargs(target, messages, settings.ARENA_LIVE_MAX_OUTPUT_TOKENS)
+    body: dict[str, Any] = request_body(kwargs)
+    body.pop("stream", None)
+    body.pop("stream_options", None)
+    timeout = httpx2.Timeout(
+        target.read_timeout, connect=target.connect_timeout, pool=target.connect_timeout
+    )
+    with openai.OpenAI(
+        base_url=target.base_url, api_key=api_key, max_retries=0, timeout=timeout
+    ) as client:
+        try:
+            response = client.post("/chat/completions", body=body, cast_to=object)
+        except openai.OpenAIError as exc:
+            raise ReferenceFailed(f"{type(exc).__name__}: {exc}"[:2000]) from exc
+    try:
+        content = response["choices"][0]["message"]["content"]  # type: ignore[index]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ReferenceFailed(f"malformed response: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(content, str) or not content.strip():
+        raise ReferenceFailed("the answer is empty")
+    return content
+
+
+def reference_answer_generate(*, submission_id: uuid.UUID, model_id: int) -> Completion | None:
+    """Ask the model for its answer to the submission's messages and store it; an answer that
+    exists already is kept (the task is idempotent). Raises ``ReferenceFailed``."""
+    submission = EnvSubmission.objects.filter(pk=submission_id).first()
+    model = ArenaModel.objects.select_related("provider").filter(pk=model_id).first()
+    if submission is None or model is None or not model.is_live:
+        return None
+    existing = Completion.objects.filter(
+        prompt_id=submission.prompt_id, model=model, source=Completion.Source.REFERENCE
+    ).first()
+    if existing is not None:
+        return existing
+    messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in submission.messages]
+    answer = _call(_target(model), messages)
+    return _store(submission, model, answer)

@@ -82,7 +82,9 @@ def vote_record(
             battle.state = Battle.State.VOTED
             battle.save(update_fields=["state", "updated_at"])
             transaction.on_commit(
-                lambda: vote_recorded.send(sender=Vote, vote_id=vote.pk, battle_id=battle.pk)
+                lambda: vote_recorded.send(
+                    sender=Vote, vote_id=vote.pk, battle_id=battle.pk, source=battle.source
+                )
             )
     except IntegrityError:
         raise ArenaError(ErrorCode.ALREADY_VOTED, ALREADY_VOTED_MESSAGE, status=409) from None

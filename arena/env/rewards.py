@@ -1,0 +1,242 @@
+"""Reward records after votes: what the rating side reads of a group, and how it stores a fit.
+
+The fit itself is the rating side's (``ratings.env_rewards``; the arena never imports ratings):
+after a vote on an environment battle it reads the group through ``env_group`` and hands the
+new records to ``env_rewards_store``.
+
+Statuses: a record is ``complete`` once it has ``votes_per_completion`` counted votes,
+otherwise ``expired`` once its submission's ``expires_at`` has passed (expired records are no
+longer served; ``env_completions_expire`` runs periodically for groups no vote touches), otherwise
+``pending``.
+
+Every change of a record takes the next number of its run's ``reward_seq`` under the run's row
+lock, in the transaction that writes it, so a cursor over ``seq`` never skips or repeats a
+change (see ``arena.env.selectors``); a record that did not change keeps its number and is not
+delivered again.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from arena.env.webhook import webhook_enqueue
+from arena.models import EnvBattle, EnvCompletion, EnvRun, EnvSubmission, Vote
+
+logger = logging.getLogger(__name__)
+
+COMPLETION_PREFIX = "c:"
+REFERENCE_PREFIX = "r:"
+
+
+def completion_key(completion_id: uuid.UUID | str) -> str:
+    """An entrant's name in a group's fit: a submitted completion."""
+    return f"{COMPLETION_PREFIX}{completion_id}"
+
+
+def reference_key(model_slug: str) -> str:
+    """An entrant's name in a group's fit: a reference model's answer."""
+    return f"{REFERENCE_PREFIX}{model_slug}"
+
+
+@dataclass(frozen=True)
+class GroupVote:
+    """One counted (unflagged) vote of an environment battle of the group, by entrant key."""
+
+    model_a: str
+    model_b: str
+    winner: str  # a Vote.Winner value
+
+
+@dataclass(frozen=True)
+class EnvGroup:
+    """A submission's group as the rating side fits it."""
+
+    submission_id: uuid.UUID
+    completions: tuple[str, ...]  # completion keys, in group order
+    votes: tuple[GroupVote, ...]
+
+
+def env_group(*, submission_id: uuid.UUID) -> EnvGroup:
+    """The group's completions and the unflagged votes of its environment battles.
+
+    Flagged votes do not count (as for the leaderboard). A side without a completion is the
+    reference model's answer, named by the battle's model on that side.
+    """
+    completion_ids = EnvCompletion.objects.filter(submission_id=submission_id).order_by("index")
+    rows = (
+        Vote.objects.filter(
+            battle__env__submission_id=submission_id,
+            flagged=False,
+        )
+        .order_by("created_at", "id")
+        .values_list(
+            "winner",
+            "battle__env__completion_a_id",
+            "battle__env__completion_b_id",
+            "battle__model_a__slug",
+            "battle__model_b__slug",
+        )
+    )
+    votes = tuple(
+        GroupVote(
+            model_a=completion_key(a) if a is not None else reference_key(slug_a),
+            model_b=completion_key(b) if b is not None else reference_key(slug_b),
+            winner=winner,
+        )
+        for winner, a, b, slug_a, slug_b in rows
+    )
+    return EnvGroup(
+        submission_id=submission_id,
+        completions=tuple(completion_key(pk) for pk in completion_ids.values_list("pk", flat=True)),
+        votes=votes,
+    )
+
+
+def env_battle_submission(*, battle_id: uuid.UUID) -> uuid.UUID | None:
+    """The submission an environment battle judges (None for any other battle)."""
+    return (
+        EnvBattle.objects.filter(battle_id=battle_id)
+        .values_list("submission_id", flat=True)
+        .first()
+    )
+
+
+@dataclass(frozen=True)
+class RewardUpdate:
+    """A completion's record as the rating side computed it (status is decided here)."""
+
+    completion_id: uuid.UUID
+    votes: int
+    wins: int
+    losses: int
+    ties: int
+    both_bad: int
+    score: float | None
+    score_low: float | None
+    score_high: float | None
+
+
+def reward_status(
+    *, votes: int, votes_per_completion: int, expires_at: datetime, now: datetime
+) -> str:
+    """``complete`` with enough votes, else ``expired`` past the submission's expiry, else
+    ``pending``."""
+    if votes >= votes_per_completion:
+        return EnvCompletion.Status.COMPLETE
+    if now >= expires_at:
+        return EnvCompletion.Status.EXPIRED
+    return EnvCompletion.Status.PENDING
+
+
+_FIELDS = ("votes", "wins", "losses", "ties", "both_bad", "score", "score_low", "score_high")
+
+
+def env_rewards_store(*, submission_id: uuid.UUID, records: Sequence[RewardUpdate]) -> int:
+    """Write the group's new records; returns how many changed.
+
+    Only records that changed are written, each with the next ``seq`` of the run, under the
+    run's row lock; the webhook (if any) is queued after commit. A rerun with the same records
+    changes nothing (the task is idempotent).
+    """
+    submission = EnvSubmission.objects.only("run_id", "expires_at").get(pk=submission_id)
+    now = timezone.now()
+    by_id = {r.completion_id: r for r in records}
+    with transaction.atomic():
+        run = EnvRun.objects.select_for_update().get(pk=submission.run_id)
+        changed = []
+        for completion in EnvCompletion.objects.filter(submission_id=submission_id).order_by(
+            "index"
+        ):
+            record = by_id.get(completion.pk)
+            values = {f: getattr(completion, f) for f in _FIELDS}
+            if record is not None:
+                values = {f: getattr(record, f) for f in _FIELDS}
+            values["status"] = reward_status(
+                votes=int(values["votes"] or 0),
+                votes_per_completion=run.votes_per_completion,
+                expires_at=submission.expires_at,
+                now=now,
+            )
+            if all(getattr(completion, f) == v for f, v in values.items()):
+                continue
+            for f, v in values.items():
+                setattr(completion, f, v)
+            changed.append(completion)
+        _renumber(run, changed)
+    return len(changed)
+
+
+def _renumber(run: EnvRun, changed: list[EnvCompletion]) -> None:
+    """Give each changed record the run's next number and save them (caller holds the lock)."""
+    if not changed:
+        return
+    now = timezone.now()
+    for completion in changed:
+        run.reward_seq += 1
+        completion.seq = run.reward_seq
+        completion.updated_at = now  # bulk_update does not apply auto_now
+    # The records' old numbers are all below the new ones, so the unique (run, seq) holds
+    # whatever order the rows are written in.
+    EnvCompletion.objects.bulk_update(changed, [*_FIELDS, "status", "seq", "updated_at"])
+    run.save(update_fields=["reward_seq"])
+    if run.webhook_url:
+        webhook_enqueue(run_id=run.pk)
+
+
+def env_rewards_update(
+    *, submission_id: uuid.UUID, fit: Callable[[EnvGroup], Sequence[RewardUpdate]]
+) -> int:
+    """Read the group, ``fit`` it, store the records: one refresh, under the submission's row
+    lock, so two refreshes of one group run one after the other and the later one reads every
+    vote the earlier one read (a stale fit never overwrites a newer one). Returns how many
+    records changed."""
+    with transaction.atomic():
+        locked = EnvSubmission.objects.select_for_update().filter(pk=submission_id).first()
+        if locked is None:
+            return 0
+        group = env_group(submission_id=submission_id)
+        return env_rewards_store(submission_id=submission_id, records=fit(group))
+
+
+def env_completions_expire(*, now: datetime | None = None) -> int:
+    """Mark pending records of expired submissions ``expired`` (each a change in the feed);
+    returns how many. A rerun finds nothing more to do."""
+    now = now or timezone.now()
+    expired = 0
+    run_ids: Iterable[uuid.UUID] = (
+        EnvCompletion.objects.filter(
+            status=EnvCompletion.Status.PENDING, submission__expires_at__lte=now
+        )
+        .values_list("run_id", flat=True)
+        .distinct()
+    )
+    for run_id in list(run_ids):
+        with transaction.atomic():
+            run = EnvRun.objects.select_for_update().get(pk=run_id)
+            changed = list(
+                EnvCompletion.objects.filter(
+                    run=run, status=EnvCompletion.Status.PENDING, submission__expires_at__lte=now
+                )
+                .select_related("submission")
+                .order_by("seq")
+            )
+            for completion in changed:
+                completion.status = reward_status(
+                    votes=completion.votes,
+                    votes_per_completion=run.votes_per_completion,
+                    expires_at=completion.submission.expires_at,
+                    now=now,
+                )
+            changed = [c for c in changed if c.status != EnvCompletion.Status.PENDING]
+            _renumber(run, changed)
+            expired += len(changed)
+    if expired:
+        logger.info("env: %d reward records expired", expired)
+    return expired

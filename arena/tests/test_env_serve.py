@@ -1,0 +1,180 @@
+"""Environment battles served in place of pool battles (arena.env.serve)."""
+
+import random
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from arena.api import VOTER_SESSION_KEY
+from arena.env.references import references_request
+from arena.env.runs import env_run_close
+from arena.env.serve import SERVED_HOLD, env_battle_serve, env_work_available
+from arena.models import Battle, BattleMessage, Completion, EnvBattle, EnvSubmission
+from arena.services.battles import battle_start_pool
+from arena.services.terms import terms_accept
+from arena.tests.env_helpers import make_run, side_text, submit
+from arena.tests.factories import ArenaModelFactory, CompletionFactory, PromptFactory, pool_of
+
+pytestmark = pytest.mark.django_db
+
+
+def sides(battle: Battle) -> frozenset[str]:
+    env = EnvBattle.objects.get(battle=battle)
+    return frozenset(
+        str(c) if c is not None else f"ref:{m}"
+        for c, m in (
+            (env.completion_a_id, battle.model_a_id),
+            (env.completion_b_id, battle.model_b_id),
+        )
+    )
+
+
+def test_without_an_open_run_a_pool_battle_costs_one_query_more_and_is_a_pool_battle():
+    pool_of(n_models=2, n_prompts=1)
+    run = make_run()
+    submit(run, ["one", "two"])
+    env_run_close(run=run)
+    with CaptureQueriesContext(connection) as queries:
+        battle = battle_start_pool(session_key="s1", rng=random.Random(1))
+    assert battle.source == Battle.Source.POOL
+    env_queries = [q["sql"] for q in queries if "arena_env" in q["sql"]]
+    assert len(env_queries) == 1
+    assert '"arena_envrun"' in env_queries[0] and "LIMIT 1" in env_queries[0]
+    assert not EnvBattle.objects.exists()
+
+
+def test_a_pool_request_is_served_an_env_battle_of_the_group_exactly_like_a_pool_battle(client):
+    run = make_run(share=1.0)
+    submission, completions = submit(
+        run,
+        ["First answer.", "Second answer."],
+        prompt=[
+            {"role": "system", "content": "Be kind."},
+            {"role": "user", "content": "Earlier question"},
+            {"role": "assistant", "content": "Earlier answer"},
+            {"role": "user", "content": "Final question?"},
+        ],
+    )
+    client.get("/")
+    terms_accept(voter_id=client.session[VOTER_SESSION_KEY])
+    response = client.post("/api/battles", data="{}", content_type="application/json")
+    assert response.status_code == 201, response.content
+    payload = response.json()
+    battle = Battle.objects.get(pk=payload["id"])
+    assert (battle.source, battle.mode, battle.state) == ("env", "anonymous", "ready")
+    assert battle.model_a_id == battle.model_b_id == run.model_id
+    assert battle.prompt_id == submission.prompt_id
+    # The page sees what a pool battle shows: one turn, two answers, no names, no source hint
+    # beyond the payload's fields.
+    assert payload["models"] is None and payload["votable"] is True
+    [turn] = payload["turns"]
+    assert turn["prompt"] == "Final question?"
+    assert {turn["a"]["content"], turn["b"]["content"]} == {"First answer.", "Second answer."}
+    env = EnvBattle.objects.get(battle=battle)
+    assert {env.completion_a_id, env.completion_b_id} == {c.pk for c in completions}
+    assert side_text(env, "a") == env.completion_a.text
+    styles = BattleMessage.objects.filter(battle=battle).values_list("style", flat=True)
+    assert all(style and "tokens" in style for style in styles)
+    # After the vote the sides are named as the run's hidden model: "Submitted answer".
+    voted = client.post(
+        f"/api/battles/{battle.pk}/vote",
+        data={"winner": "model_a"},
+        content_type="application/json",
+    )
+    assert voted.status_code == 201, voted.content
+    models = voted.json()["models"]
+    assert models["a"]["name"] == models["b"]["name"] == "Submitted answer"
+
+
+def test_the_share_caps_the_fraction_of_battles_from_the_run_at_every_moment():
+    pool_of(n_models=3, n_prompts=3)
+    run = make_run(share=0.25, votes_per_completion=50)
+    submit(run, [f"answer {i}" for i in range(4)])
+    rng = random.Random(3)
+    for n in range(40):
+        battle_start_pool(session_key=f"s{n}", rng=rng)
+        env = EnvBattle.objects.filter(run=run).count()
+        total = Battle.objects.count()
+        assert env <= 0.25 * total
+    # The cap binds: the run got its share, not less (one battle in four once it could).
+    assert EnvBattle.objects.filter(run=run).count() == 10
+
+
+def test_concurrent_visitors_are_spread_over_the_group_not_given_the_same_pair():
+    run = make_run(share=1.0, votes_per_completion=1)
+    _, completions = submit(run, ["a", "b", "c", "d"])
+    first = env_battle_serve(session_key="s1", rng=random.Random(0))
+    second = env_battle_serve(session_key="s2", rng=random.Random(0))
+    assert first is not None and second is not None
+    assert not sides(first) & sides(second)
+    assert sides(first) | sides(second) == {str(c.pk) for c in completions}
+
+
+def test_a_completion_with_enough_votes_and_battles_in_flight_has_no_more_work_until_the_hold_ends():
+    pool_of(n_models=2, n_prompts=1)
+    run = make_run(share=1.0, votes_per_completion=1)
+    submit(run, ["a", "b"])
+    served = env_battle_serve(session_key="s1")
+    assert served is not None
+    assert env_battle_serve(session_key="s2") is None
+    assert battle_start_pool(session_key="s2").source == Battle.Source.POOL
+    with time_machine.travel(timezone.now() + SERVED_HOLD + timedelta(seconds=1)):
+        again = env_battle_serve(session_key="s3")
+    assert again is not None and sides(again) == sides(served)
+
+
+def test_a_session_is_not_served_the_same_pair_twice_while_another_remains():
+    run = make_run(share=1.0, votes_per_completion=50)
+    submit(run, ["a", "b", "c"])
+    pairs = [sides(env_battle_serve(session_key="same", rng=random.Random(n))) for n in range(3)]
+    assert len(set(pairs)) == 3
+    # With every pair seen, the session is still served (a repeat is better than nothing).
+    assert env_battle_serve(session_key="same") is not None
+
+
+def test_closed_runs_and_expired_submissions_are_not_served():
+    run = make_run(share=1.0)
+    submission, _ = submit(run, ["a", "b"])
+    assert env_work_available()
+    EnvSubmission.objects.filter(pk=submission.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert not env_work_available()
+    assert env_battle_serve(session_key="s1") is None
+    other = make_run(share=1.0)
+    submit(other, ["c", "d"])
+    env_run_close(run=other)
+    assert env_battle_serve(session_key="s1") is None
+    assert not env_work_available()
+
+
+def test_a_group_of_one_meets_the_reference_answer_from_the_pool():
+    reference = ArenaModelFactory(slug="ref-model", display_name="Reference Model")
+    prompt = PromptFactory(turns=["What is rain?"], source="mt_bench")
+    CompletionFactory(prompt=prompt, model=reference, turns=["Water falling from clouds."])
+    run = make_run(share=1.0, references=[reference])
+    submission, [completion] = submit(run, ["Wet sky."], prompt="What is rain?")
+    assert env_battle_serve(session_key="s1") is None  # no opponent yet
+    references_request(submission_id=submission.pk)
+    battle = env_battle_serve(session_key="s1")
+    assert battle is not None
+    env = EnvBattle.objects.get(battle=battle)
+    ref_side = "a" if env.completion_a_id is None else "b"
+    assert getattr(battle, f"model_{ref_side}_id") == reference.pk
+    assert side_text(env, ref_side) == "Water falling from clouds."
+    assert Completion.objects.filter(
+        prompt=submission.prompt, model=reference, source=Completion.Source.REFERENCE
+    ).exists()
+
+
+def test_the_battle_page_offers_pool_battles_when_only_env_work_exists(client, live_models):
+    page = client.get("/")
+    assert b'data-testid="kind-pool"' not in page.content  # live only: no choice to offer
+    run = make_run(share=1.0)
+    submit(run, ["a", "b"])
+    page = client.get("/")
+    assert b'data-testid="kind-pool"' in page.content
