@@ -1,0 +1,161 @@
+"""Signed, retried webhook deliveries of changed reward records (arena.env.webhook)."""
+
+import socket
+from unittest import mock
+
+import pytest
+
+from arena.env import rewards, webhook
+from arena.env.rewards import RewardUpdate, env_rewards_store
+from arena.env.selectors import env_rewards_page
+from arena.env.webhook import WebhookFailed, webhook_deliver, webhook_runs_behind
+from arena.models import EnvRun
+from arena.tasks import env_webhook_deliver, env_webhook_sweep
+from arena.tests.env_helpers import eager_tasks, make_run, submit
+from arena.tests.webhook_receiver import WebhookReceiver
+
+__all__ = ["eager_tasks"]  # a fixture, used by name
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def receiver():
+    with WebhookReceiver() as r:
+        yield r
+
+
+def feed(run, cursor=0):
+    records, _ = env_rewards_page(run=run, cursor=cursor, limit=1000)
+    return records
+
+
+def test_changed_records_are_posted_signed_in_feed_order_and_acknowledged(receiver):
+    run = make_run(webhook_url=receiver.url)
+    submit(run, ["a", "b", "c"])
+    assert webhook_deliver(run_id=run.pk) == 3
+    [delivery] = receiver.deliveries
+    assert delivery.signed_by(run.webhook_secret)
+    assert not delivery.signed_by("another secret")
+    body = delivery.payload
+    assert body["id"] == f"{run.pk}:1-3" == delivery.headers["x-arena-delivery"]
+    assert body["run_id"] == str(run.pk)
+    assert body["records"] == feed(run)  # exactly the rewards feed's records
+    assert delivery.headers["content-type"] == "application/json"
+    run.refresh_from_db()
+    assert run.webhook_seq == 3 == run.reward_seq
+    # Nothing new: nothing sent.
+    assert webhook_deliver(run_id=run.pk) == 0
+    assert len(receiver.deliveries) == 1
+
+
+def test_records_go_in_batches_each_with_its_own_id(receiver, monkeypatch):
+    monkeypatch.setattr(webhook, "WEBHOOK_BATCH", 2)
+    run = make_run(webhook_url=receiver.url)
+    submit(run, ["a", "b", "c"])
+    assert webhook_deliver(run_id=run.pk) == 3
+    assert [d.payload["id"] for d in receiver.deliveries] == [f"{run.pk}:1-2", f"{run.pk}:3-3"]
+    assert [len(d.payload["records"]) for d in receiver.deliveries] == [2, 1]
+
+
+def test_a_refused_batch_is_not_acknowledged_and_is_sent_again_with_the_same_id(receiver):
+    run = make_run(webhook_url=receiver.url)
+    submit(run, ["a", "b"])
+    receiver.statuses = [500]
+    with pytest.raises(WebhookFailed, match="HTTP 500"):
+        webhook_deliver(run_id=run.pk)
+    assert EnvRun.objects.get(pk=run.pk).webhook_seq == 0
+    assert webhook_runs_behind() == [run.pk]
+    assert webhook_deliver(run_id=run.pk) == 2
+    first, second = receiver.deliveries
+    assert first.payload == second.payload and first.body == second.body
+    assert webhook_runs_behind() == []
+
+
+def test_an_unreachable_receiver_is_a_failed_delivery():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    run = make_run(webhook_url=f"http://127.0.0.1:{port}/hook")
+    submit(run, ["a"])
+    with pytest.raises(WebhookFailed):
+        webhook_deliver(run_id=run.pk)
+    assert EnvRun.objects.get(pk=run.pk).webhook_seq == 0
+
+
+def test_a_changed_record_is_delivered_again_with_its_new_state(
+    receiver, django_capture_on_commit_callbacks, eager_tasks
+):
+    run = make_run(webhook_url=receiver.url)
+    _, (a, b) = submit(run, ["a", "b"])
+    webhook_deliver(run_id=run.pk)
+    update = RewardUpdate(
+        completion_id=a.pk,
+        votes=1,
+        wins=1,
+        losses=0,
+        ties=0,
+        both_bad=0,
+        score=80.0,
+        score_low=-100.0,
+        score_high=260.0,
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        env_rewards_store(submission_id=a.submission_id, records=[update])
+    # Stored, then (after commit) the task delivered the one changed record.
+    last = receiver.deliveries[-1].payload
+    assert last["id"] == f"{run.pk}:3-3"
+    [record] = last["records"]
+    assert (record["completion_id"], record["votes"], record["score"]) == (str(a.pk), 1, 80.0)
+    assert EnvRun.objects.get(pk=run.pk).webhook_seq == 3
+
+
+def test_a_run_without_a_webhook_queues_nothing(django_capture_on_commit_callbacks):
+    run = make_run()
+    _, (a,) = submit(run, ["a"])
+    update = RewardUpdate(a.pk, 1, 1, 0, 0, 0, 10.0, 0.0, 20.0)
+    with (
+        mock.patch.object(rewards, "webhook_enqueue") as enqueue,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        env_rewards_store(submission_id=a.submission_id, records=[update])
+    enqueue.assert_not_called()
+    assert webhook_deliver(run_id=run.pk) == 0
+    # The same store on a run with a webhook does queue a delivery.
+    EnvRun.objects.filter(pk=run.pk).update(webhook_url="http://127.0.0.1:9/hook")
+    update = RewardUpdate(a.pk, 2, 2, 0, 0, 0, 10.0, 0.0, 20.0)
+    with (
+        mock.patch.object(rewards, "webhook_enqueue") as enqueue,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        env_rewards_store(submission_id=a.submission_id, records=[update])
+    enqueue.assert_called_once_with(run_id=run.pk)
+
+
+def test_the_task_retries_a_failed_delivery_with_back_off(receiver):
+    run = make_run(webhook_url=receiver.url)
+    submit(run, ["a"])
+    receiver.statuses = [503]
+    with (
+        mock.patch.object(env_webhook_deliver, "retry", side_effect=RuntimeError("retry")) as retry,
+        pytest.raises(RuntimeError, match="retry"),
+    ):
+        env_webhook_deliver.run(run_id=str(run.pk))
+    assert retry.call_args.kwargs["countdown"] == 30
+    assert isinstance(retry.call_args.kwargs["exc"], WebhookFailed)
+
+
+def test_without_a_broker_a_failed_delivery_is_logged_and_left_for_the_sweep(
+    receiver, eager_tasks, caplog
+):
+    run = make_run(webhook_url=receiver.url)
+    submit(run, ["a"])
+    receiver.statuses = [500]
+    with caplog.at_level("WARNING", logger="arena.tasks"):
+        env_webhook_deliver.apply(kwargs={"run_id": str(run.pk)})
+    assert "webhook delivery" in caplog.text
+    assert len(receiver.deliveries) == 1
+    assert env_webhook_sweep.apply().get() == 1  # the sweep queues it again: delivered now
+    assert len(receiver.deliveries) == 2
+    assert EnvRun.objects.get(pk=run.pk).webhook_seq == 1
+    assert env_webhook_sweep.apply().get() == 0
