@@ -7,13 +7,18 @@ from django.db import models
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 
+from arena.env.runs import env_run_close
+from arena.env.selectors import env_run_counts
+from arena.env.tokens import token_revoke
 from arena.exports import FORMATS
 from arena.live.breaker import provider_breaker_reset
 from arena.models import (
+    ApiToken,
     ArenaModel,
     Battle,
     BattleMessage,
     Completion,
+    EnvRun,
     LiveLimits,
     Prompt,
     Provider,
@@ -188,3 +193,65 @@ class LiveLimitsAdmin(admin.ModelAdmin[Any]):
 class TermsAcceptanceAdmin(ReadOnlyAdmin):
     list_display = ["voter_id", "terms_version", "accepted_at"]
     search_fields = ["voter_id"]
+
+
+# --- The environment API (arena.env) ----------------------------------------------------------
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
+    """Tokens are created with ``manage.py api_token create`` (the one place a token is shown);
+    here they are listed and revoked. The hash is never shown."""
+
+    list_display = ["name", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["name", "prefix"]
+    fields = ["name", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    @admin.action(description="Revoke selected API tokens")
+    def revoke(self, request: HttpRequest, queryset: Any) -> None:
+        count = sum(token_revoke(token=token) for token in queryset)
+        self.message_user(request, f"Revoked {count} API token(s).")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a token with runs is protected; revoking is the way
+
+
+@admin.register(EnvRun)
+class EnvRunAdmin(ReadOnlyAdmin):
+    """A trainer's runs: state and counts; staff may close one (it stops being served)."""
+
+    list_display = [
+        "name",
+        "token",
+        "state",
+        "votes_per_completion",
+        "share",
+        "counts",
+        "created_at",
+        "closed_at",
+    ]
+    list_filter = ["state"]
+    search_fields = ["name", "id"]
+    exclude = ["webhook_secret"]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+    actions = ["close"]
+
+    @admin.display(description="submissions / completions (pending, complete, expired) / votes")
+    def counts(self, obj: EnvRun) -> str:
+        c = env_run_counts(run=obj)
+        return (
+            f"{c['submissions']} / {c['completions']} "
+            f"({c['pending']}, {c['complete']}, {c['expired']}) / {c['votes']}"
+        )
+
+    @admin.action(description="Close selected runs (stop serving their battles)")
+    def close(self, request: HttpRequest, queryset: Any) -> None:
+        for run in queryset:
+            env_run_close(run=run)
+        self.message_user(request, f"Closed {len(queryset)} run(s).")
