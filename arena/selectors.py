@@ -141,7 +141,10 @@ def battle_payload(
     payload: BattlePayload = {
         "id": str(battle.id),
         "mode": cast(BattleMode, battle.mode),
-        "source": cast(BattleSource, battle.source),
+        # An environment battle is served in place of a pool battle and looks like one.
+        "source": "pool"
+        if battle.source == Battle.Source.ENV
+        else cast(BattleSource, battle.source),
         "state": cast(BattleState, battle.state),
         "votable": battle.state == Battle.State.READY,
         "turns": [turns[k] for k in sorted(turns)],

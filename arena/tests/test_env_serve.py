@@ -71,6 +71,7 @@ def test_a_pool_request_is_served_an_env_battle_of_the_group_exactly_like_a_pool
     # The page sees what a pool battle shows: one turn, two answers, no names, no source hint
     # beyond the payload's fields.
     assert payload["models"] is None and payload["votable"] is True
+    assert payload["source"] == "pool" and payload["mode"] == "anonymous"
     [turn] = payload["turns"]
     assert turn["prompt"] == "Final question?"
     assert {turn["a"]["content"], turn["b"]["content"]} == {"First answer.", "Second answer."}
@@ -88,6 +89,7 @@ def test_a_pool_request_is_served_an_env_battle_of_the_group_exactly_like_a_pool
     assert voted.status_code == 201, voted.content
     models = voted.json()["models"]
     assert models["a"]["name"] == models["b"]["name"] == "Submitted answer"
+    assert voted.json()["source"] == "pool"
 
 
 def test_the_share_caps_the_fraction_of_battles_from_the_run_at_every_moment():
