@@ -26,3 +26,15 @@ def scripted_server() -> Iterator[ScriptedServer]:
     yield server
     server.httpd.shutdown()
     server.httpd.server_close()
+
+
+@pytest.fixture
+def eager_tasks() -> Iterator[None]:
+    """Celery tasks run in the process that queues them (the vote's request), whatever the
+    settings chose at start-up (a REDIS_URL turns eager off)."""
+    from config.celery_app import app
+
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = before
