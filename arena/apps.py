@@ -7,3 +7,7 @@ class ArenaConfig(AppConfig):
 
     def ready(self) -> None:
         from arena import checks  # noqa: F401  (registers the system checks)
+
+        # Registers the arena's Celery tasks in every process, not only in a worker: the env
+        # services queue theirs by name (arena.tasks imports them, so they cannot import it).
+        from arena import tasks  # noqa: F401
