@@ -15,8 +15,9 @@ would have an infinite score, and the engine would leave it unrated). So each en
 completion or reference with a counted vote) is given **one virtual tie against a virtual
 "prior" entrant**. This is the weakest prior that makes every score finite (every entrant then
 has half a win and half a loss against a common opponent, which also connects the group), it
-pulls scores towards each other by about one vote's worth (a completion 1-0 up scores about
-+160 rather than +infinity; with many votes it fades), and it treats every entrant alike. The
+pulls scores towards each other by about one vote's worth (in a group of two, one 1-0 vote
+gives +131 and -131 rather than plus and minus infinity, ten give +/-290; with many votes it
+fades), and it treats every entrant alike. The
 prior entrant is not a completion: it is left out of the mean that sets 0. A completion with
 no counted vote has a null score.
 
