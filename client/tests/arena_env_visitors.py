@@ -46,11 +46,14 @@ class Visitor:
         except ValueError:
             return status, None
 
-    def judge_one(self, decide: Decide) -> bool:
-        """Ask for a battle and vote on it; False when none was served."""
+    def judge_one(self, decide: Decide, read_seconds: float = 0.0) -> bool:
+        """Ask for a battle and vote on it after ``read_seconds`` (a vote faster than the
+        site's ARENA_MIN_VOTE_SECONDS is flagged and does not count); False when none was
+        served."""
         status, battle = self.request("POST", "/api/battles", {})
         if status != 201:
             return False
+        time.sleep(read_seconds)
         turn = battle["turns"][0]
         winner = decide(turn["a"]["content"], turn["b"]["content"])
         status, _ = self.request("POST", f"/api/battles/{battle['id']}/vote", {"winner": winner})
