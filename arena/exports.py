@@ -47,8 +47,10 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
+import orjson
 from django.conf import settings
 from django.core.management.base import OutputWrapper
+from django.db.models import Value
 from django.utils.dateparse import parse_date, parse_datetime
 
 from answer_style.schema import CONV_METADATA_KEYS
@@ -196,7 +198,8 @@ CHUNK_SIZE = 2000
 
 
 def voted_battle(vote: VoteValues, messages: Iterable[MessageValues]) -> VotedBattle:
-    """The record of one vote; ``messages`` are the battle's current (not superseded) ones."""
+    """The record of one vote; ``messages`` are the battle's current (not superseded) ones.
+    A vote read without its details has an empty ``judge`` and no style counts."""
     battle_id, winner, voter_id, created_at, style, mode, slug_a, slug_b, language, category = vote
     turns: dict[int, str] = {}
     answers: dict[Side, dict[int, str]] = {"a": {}, "b": {}}
@@ -209,7 +212,7 @@ def voted_battle(vote: VoteValues, messages: Iterable[MessageValues]) -> VotedBa
         model_a=slug_a,
         model_b=slug_b,
         winner=cast(Winner, winner),  # the column's choices are the Literal's values
-        judge=judge_hash(voter_id),
+        judge=judge_hash(voter_id) if voter_id else "",
         anonymous=mode == Battle.Mode.ANONYMOUS,
         language=language or "",
         category=category or "",
@@ -226,13 +229,21 @@ def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
         yield chunk
 
 
-def voted_battles(*, chunk_size: int = CHUNK_SIZE, **filters: Any) -> Iterator[VotedBattle]:
+def voted_battles(
+    *, chunk_size: int = CHUNK_SIZE, details: bool = True, **filters: Any
+) -> Iterator[VotedBattle]:
     """Every vote that ``selectors.votes_for_export(**filters)`` selects, oldest first.
 
     Two queries per ``chunk_size`` votes: the votes' values (from one server-side cursor on
-    PostgreSQL) and the current messages of their battles.
+    PostgreSQL) and the current messages of their battles. ``details=False`` leaves out what
+    only the ``arena`` format writes (the judge and the style counts), which costs a JSON
+    decoding and a hash a vote.
     """
-    votes = votes_for_export(**filters).prefetch_related(None).values_list(*_VOTE_COLUMNS)
+    columns: tuple[str | Value, ...] = _VOTE_COLUMNS
+    if not details:
+        blank = {"voter_id": Value(""), "style": Value("")}  # "": no judge, no style counts
+        columns = tuple(blank.get(c, c) for c in _VOTE_COLUMNS)
+    votes = votes_for_export(**filters).prefetch_related(None).values_list(*columns)
     for chunk in _chunks(votes.iterator(chunk_size=chunk_size), chunk_size):
         by_battle: dict[uuid.UUID, list[MessageValues]] = {}
         current = (
@@ -520,7 +531,8 @@ def export_rows(
 
 
 def jsonl_line(row: ExportRow) -> str:
-    return json.dumps(row, ensure_ascii=False) + "\n"
+    # orjson: a tenth of json.dumps's time on rows of long answers (UTF-8, not \u escapes).
+    return orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE).decode()
 
 
 def write_jsonl(rows: Iterable[ExportRow], out: IO[str] | OutputWrapper) -> None:

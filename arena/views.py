@@ -161,7 +161,8 @@ def votes_export(request: HttpRequest) -> StreamingHttpResponse:
             ErrorCode.FORBIDDEN, "Exports need the permission to view votes.", status=403
         )
     fmt, filters = export_options(request.GET, models=request.GET.getlist("model"))
-    rows = export_rows(voted_battles(**filters), fmt, ExportStats())
+    records = voted_battles(details=fmt == "arena", **filters)
+    rows = export_rows(records, fmt, ExportStats())
     response = StreamingHttpResponse(_jsonl_batches(rows), content_type="application/x-ndjson")
     response["Content-Disposition"] = f'attachment; filename="arena-votes-{fmt}.jsonl"'
     return response

@@ -555,3 +555,18 @@ def test_a_record_from_values_is_the_record_the_models_hold(make_vote, pair):
     assert row["tstamp"] == vote.created_at.timestamp()
     assert (row["category"], row["language"], row["anony"]) == ("coding", "de", True)
     assert row["conv_metadata"] == vote.style and row["winner"] == "model_b"
+
+
+def test_votes_read_without_details_have_no_judge_and_no_style_counts(make_vote, pair):
+    make_vote(*pair, "model_a", answers=("one", "two"))
+    (full,) = voted_battles()
+    (bare,) = voted_battles(details=False)
+    assert full.judge.startswith("judge-") and full.style
+    assert (bare.judge, bare.style) == ("", {})
+    assert to_trl_row(bare) == to_trl_row(full)
+
+
+def to_trl_row(record):
+    from arena.exports import to_trl
+
+    return to_trl(record)

@@ -85,7 +85,9 @@ class Command(BaseCommand):
         stats = ExportStats()
         # The count costs a query, so it is made only when a bar is shown.
         total = votes_for_export(**filters).count() if on_terminal() else None
-        records = progress_iter(voted_battles(**filters), desc=fmt, total=total, unit="vote")
+        # Only the arena format writes judges and style counts; the others skip reading them.
+        votes = voted_battles(details=fmt == "arena", **filters)
+        records = progress_iter(votes, desc=fmt, total=total, unit="vote")
         rows = export_rows(records, fmt, stats)
         if folder is not None:
             try:
