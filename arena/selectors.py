@@ -260,7 +260,14 @@ def votes_for_export(
 
 def prompt_suggestion() -> str:
     """A prompt from the pool to offer a visitor of the live battle page ("" when none)."""
-    prompt = Prompt.objects.exclude(source=USER_PROMPT_SOURCE).order_by("?").only("turns").first()
+    # Neither a visitor's prompt nor a trainer's (environment prompts' source is "env:<run>").
+    prompt = (
+        Prompt.objects.exclude(source=USER_PROMPT_SOURCE)
+        .exclude(source__startswith="env:")
+        .order_by("?")
+        .only("turns")
+        .first()
+    )
     return str(prompt.turns[0]) if prompt is not None and prompt.turns else ""
 
 

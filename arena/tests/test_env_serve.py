@@ -180,3 +180,13 @@ def test_the_battle_page_offers_pool_battles_when_only_env_work_exists(client, l
     submit(run, ["a", "b"])
     page = client.get("/")
     assert b'data-testid="kind-pool"' in page.content
+
+
+def test_a_trainers_prompt_is_never_offered_as_a_live_battle_suggestion():
+    from arena.selectors import prompt_suggestion
+
+    run = make_run()
+    submit(run, ["a", "b"], prompt="A trainer's private prompt")
+    assert prompt_suggestion() == ""
+    PromptFactory(turns=["A pool question"], source="mt_bench")
+    assert prompt_suggestion() == "A pool question"
