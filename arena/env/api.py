@@ -372,6 +372,10 @@ def submit(
 def rewards(request: HttpRequest, run_id: uuid.UUID, page: Query[RewardsQuery]) -> RewardsPage:
     """The run's reward records changed after ``cursor``, in the order they changed. A record
     comes again only when it changed; following ``next_cursor`` never skips or repeats one."""
+    # An unknown parameter (a misspelt "cursor") is an error, not a silent first page.
+    for name in request.GET:
+        if name not in RewardsQuery.model_fields:
+            raise ArenaError(ErrorCode.INVALID, f"Unknown query parameter {name!r}.", field=name)
     return env_rewards_payload(run=_run(request, run_id), cursor=page.cursor, limit=page.limit)
 
 

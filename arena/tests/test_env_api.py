@@ -537,6 +537,46 @@ def test_a_bad_cursor_or_limit_is_400_naming_it(api, query, field):
     assert _error(response)["field"] == field
 
 
+def test_an_unknown_query_parameter_is_400_naming_it(api):
+    run = _run(api)
+    response = api.get(f"/runs/{run['id']}/rewards", curosr=5)
+    assert response.status_code == 400
+    assert _error(response)["field"] == "curosr"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_submissions_with_one_key_create_one_group():
+    """Four requests with the same key at once: one creates the group (201), the others answer
+    200 with its ids; one submission, one prompt, one group's sequence numbers."""
+    _, raw = token_create(name="trainer", scopes=["env"])
+    run = _run(Api(raw))
+    barrier = threading.Barrier(4)
+    answers: list[tuple[int, dict[str, Any]]] = []
+    lock = threading.Lock()
+
+    def submit() -> None:
+        try:
+            client = Api(raw)
+            barrier.wait()
+            response = client.post(f"/runs/{run['id']}/submissions", _group(n=3))
+            with lock:
+                answers.append((response.status_code, response.json()))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=submit) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(status for status, _ in answers) == [200, 200, 200, 201]
+    assert len({json.dumps(body, sort_keys=True) for _, body in answers}) == 1
+    assert EnvSubmission.objects.count() == 1 and Prompt.objects.count() == 1
+    assert sorted(EnvCompletion.objects.values_list("seq", flat=True)) == [1, 2, 3]
+    assert EnvRun.objects.get(pk=run["id"]).reward_seq == 3
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_reader_following_the_cursor_during_concurrent_changes_sees_every_change_once():

@@ -1,0 +1,103 @@
+"""The environment API against its own generated OpenAPI document (/api/env/v1/openapi.json).
+
+As tests/test_schemathesis.py does for the public API: Schemathesis generates requests for every
+operation, valid ones and ones the document rules out, and sends them to the ASGI application
+in process; every answer must be no server error, a documented status, of the documented
+content type and schema, and a request the document rules out must be refused. Requests carry a
+valid bearer token (the security parameters are the test's, not generated); half of those
+naming a run name a real run of that token, so submissions and reward pages are exercised, not
+only 404s.
+"""
+
+import itertools
+import json
+import uuid
+
+import pytest
+import schemathesis
+from django.test import Client
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
+
+from arena.env.runs import env_run_create
+from arena.env.tokens import token_create
+from config.asgi import application
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+DOCUMENT_URL = "/api/env/v1/openapi.json"
+MAX_EXAMPLES = 25
+CHECKS = [
+    schemathesis.checks.not_a_server_error,
+    schemathesis.checks.status_code_conformance,
+    schemathesis.checks.content_type_conformance,
+    schemathesis.checks.response_schema_conformance,
+    schemathesis.checks.negative_data_rejection,
+    schemathesis.checks.unsupported_method,
+]
+
+schema = schemathesis.openapi.from_asgi(DOCUMENT_URL, application)
+schema.config.phases.update(phases=["examples", "coverage", "fuzzing"])
+schema.config.generation.update(
+    modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE],
+    max_examples=MAX_EXAMPLES,
+    deterministic=True,
+    database="none",
+    with_security_parameters=False,
+)
+
+
+class Trainer:
+    """A token with the env scope and one open run of it."""
+
+    def __init__(self) -> None:
+        token, self.raw = token_create(name="fuzzer", scopes=["env"])
+        self.run_id = str(env_run_create(token=token, name="fuzzed").pk)
+        self.turn = itertools.count()
+
+
+@pytest.fixture
+def trainer(transactional_db) -> Trainer:
+    return Trainer()
+
+
+def test_the_document_is_openapi_3_and_lists_the_operations(db):
+    response = Client().get(DOCUMENT_URL)
+    assert response.status_code == 200
+    document = json.loads(response.content)
+    assert document["openapi"].startswith("3.")
+    operations = {
+        (method.upper(), path) for path, item in document["paths"].items() for method in item
+    }
+    assert operations == {
+        ("POST", "/api/env/v1/runs"),
+        ("GET", "/api/env/v1/runs/{run_id}"),
+        ("POST", "/api/env/v1/runs/{run_id}/close"),
+        ("POST", "/api/env/v1/runs/{run_id}/submissions"),
+        ("GET", "/api/env/v1/runs/{run_id}/rewards"),
+    }
+
+
+def _is_uuid(value: object) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+@schema.parametrize()
+@hypothesis_settings(
+    max_examples=MAX_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+def test_the_env_api_answers_every_generated_request_as_its_document_says(case, trainer):
+    # A generated id that is a UUID (a request the document allows there) is half the time
+    # the real run's; a malformed one stays, so the request stays as invalid as generated.
+    path = case.path_parameters or {}
+    if "run_id" in path and _is_uuid(path["run_id"]) and next(trainer.turn) % 2:
+        path["run_id"] = trainer.run_id
+    case.call_and_validate(headers={"Authorization": f"Bearer {trainer.raw}"}, checks=CHECKS)
