@@ -541,7 +541,10 @@ def write_jsonl(rows: Iterable[ExportRow], out: IO[str] | OutputWrapper) -> None
 
 
 #: Rows per Parquet row group: the most rows an export holds in memory at once.
-ROW_GROUP_SIZE = 5000
+ROW_GROUP_SIZE = 2000
+# Columns worth a Parquet dictionary: a few distinct values each. Answers and prompts are not
+# (a dictionary of long texts that hardly repeat costs memory and saves nothing).
+_DICTIONARY_COLUMNS = ("model_a", "model_b", "winner", "judge", "language", "category")
 
 
 @cache
@@ -592,7 +595,8 @@ def write_parquet(
     import pyarrow.parquet as pq
 
     schema = arrow_schema(fmt)
-    with pq.ParquetWriter(str(path), schema) as writer:
+    dictionary = [name for name in _DICTIONARY_COLUMNS if name in schema.names]
+    with pq.ParquetWriter(str(path), schema, use_dictionary=dictionary) as writer:
         for chunk in _chunks(rows, row_group_size):
             batch = pa.RecordBatch.from_pylist(cast(list[dict[str, Any]], chunk), schema=schema)
             writer.write_batch(batch, row_group_size=row_group_size)
