@@ -9,7 +9,13 @@ from celery import Task, shared_task
 
 from arena.env.references import ReferenceFailed, reference_answer_generate
 from arena.env.rewards import env_completions_expire
-from arena.env.webhook import WebhookFailed, webhook_deliver, webhook_runs_behind
+from arena.env.webhook import (
+    WebhookFailed,
+    webhook_deliver,
+    webhook_retrying_clear,
+    webhook_retrying_mark,
+    webhook_runs_behind,
+)
 from arena.live.sweep import live_battles_sweep
 
 logger = logging.getLogger(__name__)
@@ -31,6 +37,10 @@ def live_battles_sweep_task() -> int:
 
 
 # --- The environment API (arena.env): reference answers, webhook deliveries, expiry ----------
+
+
+# A webhook whose retries ran out is left to the sweep for this long before a new chain starts.
+_WEBHOOK_PAUSE_AFTER_GIVING_UP = 15 * 60
 
 
 # Back-off of the env tasks' retries: 30 s, 1, 2, 4 ... minutes, at most an hour.
@@ -82,12 +92,20 @@ def env_webhook_deliver(self: Task, run_id: str) -> int:
     nothing new sends nothing. Unacknowledged batches retry with back-off (8 times), and the
     sweep below queues the run again after that."""
     try:
-        return webhook_deliver(run_id=uuid.UUID(run_id))
+        delivered = webhook_deliver(run_id=uuid.UUID(run_id))
     except WebhookFailed as exc:
-        if self.request.is_eager or self.request.retries >= self.max_retries:
+        if self.request.is_eager:
             logger.warning("env: webhook delivery for run %s failed: %s", run_id, exc)
             return 0
-        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+        if self.request.retries >= self.max_retries:
+            logger.warning("env: webhook delivery for run %s gave up: %s", run_id, exc)
+            webhook_retrying_mark(run_id=run_id, seconds=_WEBHOOK_PAUSE_AFTER_GIVING_UP)
+            return 0
+        countdown = _backoff(self.request.retries)
+        webhook_retrying_mark(run_id=run_id, seconds=countdown + 60)
+        raise self.retry(exc=exc, countdown=countdown) from exc
+    webhook_retrying_clear(run_id=run_id)
+    return delivered
 
 
 @shared_task(  # type: ignore[untyped-decorator]
@@ -99,7 +117,7 @@ def env_webhook_deliver(self: Task, run_id: str) -> int:
 )
 def env_webhook_sweep() -> int:
     """Queue a delivery for every run whose webhook is behind its feed (a lost enqueue, or
-    retries that ran out): delivery is at least once."""
+    retries that ran out) and has no retry pending: delivery is at least once."""
     runs = webhook_runs_behind()
     for run_id in runs:
         env_webhook_deliver.apply_async(kwargs={"run_id": str(run_id)})

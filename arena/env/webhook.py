@@ -14,7 +14,9 @@ The records are exactly those of the rewards feed (``arena.env.selectors.reward_
 answer moves ``webhook_seq`` forward to the batch's last ``seq`` (under the run's row lock, never
 backwards); anything else (another status, a timeout, a refused connection) leaves it, and the
 task (``arena.tasks.env_webhook_deliver``) retries with exponential back-off. A periodic sweep
-(``arena.tasks.env_webhook_sweep``) queues every run still behind, so delivery is at least once;
+(``arena.tasks.env_webhook_sweep``) queues every run still behind whose retries are not pending
+(a mark in the cache while a retry waits, and for a while after the last one gave up, so a dead
+receiver gets one chain of retries at a time), so delivery is at least once;
 a receiver drops a repeated delivery by its id (a record sent again after it changed comes in a
 batch with a new id, carrying its new state).
 """
@@ -29,6 +31,7 @@ import uuid
 
 import httpx2
 from celery import current_app
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import F
 
@@ -137,10 +140,26 @@ def webhook_deliver(*, run_id: uuid.UUID, client: httpx2.Client | None = None) -
             http.close()
 
 
+def _retrying_key(run_id: uuid.UUID | str) -> str:
+    return f"arena:env-webhook-retrying:{run_id}"
+
+
+def webhook_retrying_mark(*, run_id: uuid.UUID | str, seconds: int) -> None:
+    """Note that the run's delivery is waiting to be retried (or has just given up), so that the
+    sweep does not start a second chain of retries beside it."""
+    cache.set(_retrying_key(run_id), 1, timeout=seconds)
+
+
+def webhook_retrying_clear(*, run_id: uuid.UUID | str) -> None:
+    cache.delete(_retrying_key(run_id))
+
+
 def webhook_runs_behind() -> list[uuid.UUID]:
-    """Runs with a webhook whose acknowledged mark is behind their feed (for the sweep)."""
-    return list(
+    """Runs with a webhook whose acknowledged mark is behind their feed and no retry pending
+    (for the sweep)."""
+    behind = (
         EnvRun.objects.exclude(webhook_url="")
         .filter(webhook_seq__lt=F("reward_seq"))
         .values_list("pk", flat=True)
     )
+    return [run_id for run_id in behind if cache.get(_retrying_key(run_id)) is None]

@@ -4,6 +4,7 @@ import socket
 from unittest import mock
 
 import pytest
+from django.core.cache import cache
 
 from arena.env import rewards, webhook
 from arena.env.rewards import RewardUpdate, env_rewards_store
@@ -143,6 +144,27 @@ def test_the_task_retries_a_failed_delivery_with_back_off(receiver):
         env_webhook_deliver.run(run_id=str(run.pk))
     assert retry.call_args.kwargs["countdown"] == 30
     assert isinstance(retry.call_args.kwargs["exc"], WebhookFailed)
+    # While the retry waits the sweep leaves the run alone (one chain of retries at a time).
+    assert webhook_runs_behind() == []
+    assert env_webhook_deliver.run(run_id=str(run.pk)) == 1  # the retry: acknowledged
+    assert webhook_runs_behind() == []
+    submit(run, ["b"])
+    assert webhook_runs_behind() == [run.pk]  # the mark went with the success
+
+
+def test_a_delivery_that_gives_up_leaves_the_run_to_a_later_sweep(receiver, caplog):
+    run = make_run(webhook_url=receiver.url)
+    submit(run, ["a"])
+    receiver.statuses = [500]
+    with (
+        mock.patch.object(env_webhook_deliver, "max_retries", 0),
+        caplog.at_level("WARNING", logger="arena.tasks"),
+    ):
+        assert env_webhook_deliver.run(run_id=str(run.pk)) == 0
+    assert "gave up" in caplog.text
+    assert webhook_runs_behind() == []
+    cache.clear()  # the pause is over
+    assert webhook_runs_behind() == [run.pk]
 
 
 def test_without_a_broker_a_failed_delivery_is_logged_and_left_for_the_sweep(
