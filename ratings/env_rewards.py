@@ -33,7 +33,8 @@ from collections import Counter
 
 import pandas as pd
 
-from arena.env.rewards import COMPLETION_PREFIX, EnvGroup, RewardUpdate
+from arena.env.rewards import RewardUpdate
+from arena.env.selectors import COMPLETION_PREFIX, EnvGroup
 from arena.models import Vote
 from ratings.engine import CannotRateError, rate
 

@@ -20,7 +20,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connections, transaction
 
-from arena.env.rewards import env_battle_submission, env_rewards_update
+from arena.env.rewards import env_rewards_update
+from arena.env.selectors import env_battle_submission
 from arena.models import Battle
 from ratings import services
 from ratings.env_rewards import env_rewards_fit

@@ -9,6 +9,7 @@ it changed (and then with its new number).
 """
 
 import uuid
+from dataclasses import dataclass
 
 from django.db.models import Count, Q, Sum
 
@@ -21,7 +22,7 @@ from arena.env.payloads import (
     win_rate,
 )
 from arena.errors import ArenaError, ErrorCode, not_found
-from arena.models import ApiToken, EnvBattle, EnvCompletion, EnvRun, EnvSubmission
+from arena.models import ApiToken, EnvBattle, EnvCompletion, EnvRun, EnvSubmission, Vote
 
 REWARDS_DEFAULT_LIMIT = 100
 REWARDS_MAX_LIMIT = 1000
@@ -145,3 +146,82 @@ def env_rewards_page(
 def env_rewards_payload(*, run: EnvRun, cursor: int, limit: int) -> RewardsPage:
     records, next_cursor = env_rewards_page(run=run, cursor=cursor, limit=limit)
     return {"records": records, "next_cursor": next_cursor}
+
+
+# --- A group as the rating side fits it (arena.env.rewards, ratings.env_rewards) -------------
+
+COMPLETION_PREFIX = "c:"
+REFERENCE_PREFIX = "r:"
+
+
+def completion_key(completion_id: uuid.UUID | str) -> str:
+    """An entrant's name in a group's fit: a submitted completion."""
+    return f"{COMPLETION_PREFIX}{completion_id}"
+
+
+def reference_key(model_slug: str) -> str:
+    """An entrant's name in a group's fit: a reference model's answer."""
+    return f"{REFERENCE_PREFIX}{model_slug}"
+
+
+@dataclass(frozen=True)
+class GroupVote:
+    """One counted (unflagged) vote of an environment battle of the group, by entrant key."""
+
+    model_a: str
+    model_b: str
+    winner: str  # a Vote.Winner value
+
+
+@dataclass(frozen=True)
+class EnvGroup:
+    """A submission's group as the rating side fits it."""
+
+    submission_id: uuid.UUID
+    completions: tuple[str, ...]  # completion keys, in group order
+    votes: tuple[GroupVote, ...]
+
+
+def env_group(*, submission_id: uuid.UUID) -> EnvGroup:
+    """The group's completions and the unflagged votes of its environment battles.
+
+    Flagged votes do not count (as for the leaderboard). A side without a completion is the
+    reference model's answer, named by the battle's model on that side.
+    """
+    completion_ids = EnvCompletion.objects.filter(submission_id=submission_id).order_by("index")
+    rows = (
+        Vote.objects.filter(
+            battle__env__submission_id=submission_id,
+            flagged=False,
+        )
+        .order_by("created_at", "id")
+        .values_list(
+            "winner",
+            "battle__env__completion_a_id",
+            "battle__env__completion_b_id",
+            "battle__model_a__slug",
+            "battle__model_b__slug",
+        )
+    )
+    votes = tuple(
+        GroupVote(
+            model_a=completion_key(a) if a is not None else reference_key(slug_a),
+            model_b=completion_key(b) if b is not None else reference_key(slug_b),
+            winner=winner,
+        )
+        for winner, a, b, slug_a, slug_b in rows
+    )
+    return EnvGroup(
+        submission_id=submission_id,
+        completions=tuple(completion_key(pk) for pk in completion_ids.values_list("pk", flat=True)),
+        votes=votes,
+    )
+
+
+def env_battle_submission(*, battle_id: uuid.UUID) -> uuid.UUID | None:
+    """The submission an environment battle judges (None for any other battle)."""
+    return (
+        EnvBattle.objects.filter(battle_id=battle_id)
+        .values_list("submission_id", flat=True)
+        .first()
+    )

@@ -8,16 +8,15 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from arena.env.rewards import (
+from arena.env.rewards import env_completions_expire, env_rewards_update
+from arena.env.selectors import (
     EnvGroup,
     GroupVote,
     completion_key,
-    env_completions_expire,
     env_group,
-    env_rewards_update,
+    env_rewards_page,
     reference_key,
 )
-from arena.env.selectors import env_rewards_page
 from arena.models import EnvCompletion, EnvRun, EnvSubmission, Vote
 from arena.tests.env_helpers import eager_tasks, judge, make_run, side_text, submit, winner_by
 from ratings import tasks
