@@ -190,3 +190,35 @@ def test_a_trainers_prompt_is_never_offered_as_a_live_battle_suggestion():
     assert prompt_suggestion() == ""
     PromptFactory(turns=["A pool question"], source="mt_bench")
     assert prompt_suggestion() == "A pool question"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_visitors_cannot_push_a_run_over_its_share():
+    import threading
+
+    from django.db import connections
+
+    run = make_run(share=0.5, votes_per_completion=50)
+    submit(run, ["a", "b", "c", "d"])
+    pool_of(n_models=2, n_prompts=1)
+    battle_start_pool(session_key="first")  # after it, exactly one env battle fits the share
+    assert Battle.objects.count() == 1  # the ordinary battle
+    barrier = threading.Barrier(6)
+    served: list[object] = []
+
+    def visitor(n: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            served.append(env_battle_serve(session_key=f"concurrent-{n}"))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=visitor, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert len(served) == 6
+    assert sum(b is not None for b in served) == 1
+    assert EnvBattle.objects.filter(run=run).count() == 1

@@ -191,3 +191,46 @@ def test_the_task_after_a_vote_stores_the_records_and_the_leaderboard_sees_no_en
     assert snapshot is not None
     assert LeaderboardSnapshot.objects.count() == 1
     assert snapshot.n_votes == 60  # the 60 pool votes of rated_models; no env vote
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_stores_of_one_runs_groups_number_every_change_once_in_order():
+    import threading
+
+    from django.db import connections
+
+    from arena.env.rewards import RewardUpdate, env_rewards_store
+
+    run = make_run()
+    groups = [submit(run, ["x", "y"]) for _ in range(3)]
+    start_seq = EnvRun.objects.get(pk=run.pk).reward_seq
+    errors: list[BaseException] = []
+    changes: list[int] = []
+    barrier = threading.Barrier(len(groups))
+
+    def trainer_group(submission, completions) -> None:
+        try:
+            barrier.wait(timeout=10)
+            for votes in range(1, 11):
+                records = [
+                    RewardUpdate(c.pk, votes, votes, 0, 0, 0, float(votes), 0.0, 99.0)
+                    for c in completions
+                ]
+                changes.append(env_rewards_store(submission_id=submission.pk, records=records))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=trainer_group, args=g) for g in groups]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert sum(changes) == 3 * 10 * 2
+    run.refresh_from_db()
+    seqs = sorted(EnvCompletion.objects.filter(run=run).values_list("seq", flat=True))
+    assert run.reward_seq == start_seq + 60 == seqs[-1]
+    assert len(set(seqs)) == len(seqs) == 6
