@@ -55,6 +55,7 @@ def other_api(db) -> Api:
 def _run(api: Api, **fields: Any) -> dict[str, Any]:
     response = api.post("/runs", {"name": "grpo-1", **fields})
     assert response.status_code == 201, response.content
+    assert response["Cache-Control"] == "no-store"  # arena.api.ApiErrorMiddleware, as under /api/
     return response.json()
 
 
@@ -445,14 +446,15 @@ def test_a_run_with_too_many_pending_submissions_refuses_more(api, settings):
 # --- the reward feed ------------------------------------------------------------------------
 
 
-def record_change(completion: EnvCompletion, **fields: Any) -> None:
+def record_change(completion: EnvCompletion, **fields: Any) -> int:
     """What the reward store does when a record changes: the run's next sequence number, under
-    the run's row lock, with the new values."""
+    the run's row lock, with the new values. Returns the number."""
     with transaction.atomic():
         run = EnvRun.objects.select_for_update().get(pk=completion.run_id)
         run.reward_seq += 1
         run.save(update_fields=["reward_seq"])
         EnvCompletion.objects.filter(pk=completion.pk).update(seq=run.reward_seq, **fields)
+    return run.reward_seq
 
 
 def _follow(api: Api, run_id: str, cursor: int, limit: int) -> tuple[list[dict[str, Any]], int]:
@@ -601,11 +603,9 @@ def test_a_reader_following_the_cursor_during_concurrent_changes_sees_every_chan
             for i in range(changes_per_writer):
                 completion = EnvCompletion.objects.get(pk=ids[(offset + 3 * i) % len(ids)])
                 votes = 1000 * (offset + 1) + i  # unique to this change
-                record_change(completion, votes=votes)
+                seq = record_change(completion, votes=votes)
                 with lock:
-                    seq_of[(str(completion.pk), votes)] = EnvCompletion.objects.get(
-                        pk=completion.pk, votes=votes
-                    ).seq
+                    seq_of[(str(completion.pk), votes)] = seq
         except BaseException as exc:  # noqa: BLE001 - reported by the test thread
             failures.append(exc)
         finally:
