@@ -1,6 +1,9 @@
 """Signed, retried webhook deliveries of changed reward records (arena.env.webhook)."""
 
+import os
 import socket
+import subprocess
+import sys
 from unittest import mock
 
 import pytest
@@ -181,3 +184,24 @@ def test_without_a_broker_a_failed_delivery_is_logged_and_left_for_the_sweep(
     assert len(receiver.deliveries) == 2
     assert EnvRun.objects.get(pk=run.pk).webhook_seq == 1
     assert env_webhook_sweep.apply().get() == 0
+
+
+def test_the_env_tasks_are_scheduled_and_registered_in_a_web_process_too(settings):
+    scheduled = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert {"arena.tasks.env_completions_expire", "arena.tasks.env_webhook_sweep"} <= scheduled
+    # A process that only set Django up (a web server) must know the tasks the env services
+    # queue by name, without a worker's autodiscovery.
+    code = (
+        "import django; django.setup(); from celery import current_app; "
+        "names = ('arena.tasks.env_webhook_deliver', 'arena.tasks.env_reference_answer'); "
+        "print(all(n in current_app.tasks for n in names))"
+    )
+    out = subprocess.run(  # noqa: S603 (this interpreter, a fixed script)
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.test"},
+        check=True,
+    )
+    assert out.stdout.strip() == "True"
