@@ -16,6 +16,7 @@ import json
 import math
 import secrets
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -83,7 +84,7 @@ def env_model_slug(run_id: uuid.UUID) -> str:
 
 def _references(slugs: object) -> list[ArenaModel]:
     """The reference models: active, and able to answer (a provider, or answers in the pool)."""
-    if not isinstance(slugs, list) or not all(isinstance(s, str) for s in slugs):
+    if not isinstance(slugs, list | tuple) or not all(isinstance(s, str) for s in slugs):
         raise _invalid("references", "references must be a list of model slugs.")
     wanted = list(dict.fromkeys(slugs))
     models = {m.slug: m for m in ArenaModel.objects.filter(slug__in=wanted, is_active=True)}
@@ -110,15 +111,16 @@ def _references(slugs: object) -> list[ArenaModel]:
 def env_run_create(
     *,
     token: ApiToken,
-    name: object,
-    references: object = None,
-    votes_per_completion: object = 3,
-    ttl_hours: object = 72,
-    share: object = 0.2,
-    webhook_url: object = "",
+    name: str,
+    references: Sequence[str] | None = None,
+    votes_per_completion: int = 3,
+    ttl_hours: int = 72,
+    share: float = 0.2,
+    webhook_url: str | None = "",
 ) -> EnvRun:
     """A new open run of ``token``, with its hidden model (see ``EnvRun.model``) and a fresh
-    webhook secret. Each invalid field is a 400 naming it."""
+    webhook secret. Each invalid field is a 400 naming it (the values are checked at run time
+    too: they may come from untrusted JSON)."""
     name = _text(name, field="name", max_chars=RUN_NAME_MAX).strip()
     reference_models = _references([] if references is None else references)
     votes = _int_in(
@@ -289,7 +291,11 @@ def _replay(existing: EnvSubmission, group: _Group) -> tuple[EnvSubmission, bool
 
 
 def env_submission_create(
-    *, run: EnvRun, idempotency_key: object, prompt: object, completions: object
+    *,
+    run: EnvRun,
+    idempotency_key: str,
+    prompt: str | list[dict[str, Any]],
+    completions: list[dict[str, Any]],
 ) -> tuple[EnvSubmission, bool]:
     """The submission of a group of completions for one prompt, and whether it is new.
 
