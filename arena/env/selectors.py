@@ -135,8 +135,12 @@ def env_rewards_page(
         raise ArenaError(
             ErrorCode.INVALID, f"limit must be from 1 to {REWARDS_MAX_LIMIT}.", field="limit"
         )
+    # The text and style counts are not part of a record: up to 1000 answers of 20000
+    # characters each stay in the database.
     completions = list(
-        EnvCompletion.objects.filter(run=run, seq__gt=cursor).order_by("seq")[:limit]
+        EnvCompletion.objects.filter(run=run, seq__gt=cursor)
+        .defer("text", "style")
+        .order_by("seq")[:limit]
     )
     records = [reward_record(completion) for completion in completions]
     next_cursor = completions[-1].seq if completions else cursor
