@@ -4,8 +4,10 @@ pool, else generated once from the reference model's provider and stored.
 Every reference answer a battle shows is a ``Completion`` with source ``reference`` on the
 submission's own prompt (one per model: ``completion_one_reference_answer_per_model``):
 
-- **From the pool.** When the submission is a single user message and a pool prompt has
-  exactly that one turn, the reference model's pool answer to it is copied (first turn).
+- **From the pool.** When the submission is a single user message and a pool prompt starts
+  with exactly that message, the reference model's pool answer to that first turn is copied
+  (a one-turn prompt first; the first answer of a longer conversation was given to that message
+  alone, before any later turn, so it answers the submission as well).
 - **Generated.** Otherwise, when the model has a provider, the task
   ``arena.tasks.env_reference_answer`` asks it once (non-streaming, the submission's messages
   after the model's own system prompt, the model's generation parameters, the arena's output
@@ -53,12 +55,14 @@ def _single_user_turn(submission: EnvSubmission) -> str | None:
 
 
 def _pool_answer(model: ArenaModel, text: str) -> Completion | None:
-    return (
-        Completion.objects.filter(model=model, source=Completion.Source.POOL, prompt__turns=[text])
-        .exclude(prompt__source__startswith="env:")
-        .order_by("pk")
-        .first()
-    )
+    """The model's pool answer to a prompt whose first turn is ``text``: its first answer was
+    given to that one message alone (later turns came after it), so it answers the submission
+    as it stands. A single-turn prompt is preferred when both exist."""
+    answers = Completion.objects.filter(
+        model=model, source=Completion.Source.POOL, prompt__turns__0=text
+    ).exclude(prompt__source__startswith="env:")
+    exact = answers.filter(prompt__turns=[text]).order_by("pk").first()
+    return exact or answers.order_by("pk").first()
 
 
 def _store(submission: EnvSubmission, model: ArenaModel, answer: str) -> Completion:

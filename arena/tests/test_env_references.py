@@ -61,6 +61,22 @@ def test_a_single_turn_prompt_in_the_pool_takes_the_pool_answer_without_a_call(f
     assert Completion.objects.filter(source=Completion.Source.REFERENCE).count() == 1
 
 
+def test_the_first_answer_of_a_longer_pool_conversation_answers_its_first_message():
+    model = ArenaModelFactory()
+    two_turns = PromptFactory(turns=["Write a poem.", "Now shorter."], source="mt_bench")
+    CompletionFactory(prompt=two_turns, model=model, turns=["A long poem.", "A short one."])
+    run = make_run(references=[model])
+    submission, _ = submit(run, ["mine"], prompt="Write a poem.")
+    references_request(submission_id=submission.pk)
+    assert reference_of(submission, model).turns == ["A long poem."]
+    # A one-turn pool prompt with the same message is preferred.
+    one_turn = PromptFactory(turns=["Write a poem."], source="other_pool")
+    CompletionFactory(prompt=one_turn, model=model, turns=["A poem on its own."])
+    other, _ = submit(run, ["mine again"], prompt="Write a poem.")
+    references_request(submission_id=other.pk)
+    assert reference_of(other, model).turns == ["A poem on its own."]
+
+
 def test_a_conversation_not_in_the_pool_is_answered_once_by_the_provider(
     live_reference, fake_upstream, eager_tasks
 ):
