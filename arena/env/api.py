@@ -16,7 +16,7 @@ from typing import Any, Literal
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
-from django_ratelimit.core import is_ratelimited
+from django_ratelimit.core import get_usage
 from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import HttpError
 from ninja.errors import ValidationError as NinjaValidationError
@@ -69,6 +69,19 @@ class _JsonParser(Parser):
         return data
 
 
+class RateLimited(ArenaError):
+    """A 429 for a token over ``ARENA_ENV_RATE``, answered with ``Retry-After`` (seconds until
+    its window ends)."""
+
+    def __init__(self, *, retry_after: int) -> None:
+        super().__init__(
+            ErrorCode.RATE_LIMITED,
+            f"Too many requests for this API token (the limit is {settings.ARENA_ENV_RATE}).",
+            status=429,
+        )
+        self.retry_after = retry_after
+
+
 class BearerToken(HttpBearer):
     """The ``env`` scope's bearer token, the per-token rate limit and the body size limit,
     checked in that order before the body is parsed."""
@@ -82,18 +95,15 @@ class BearerToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> ApiToken:
         api_token = token_authenticate(token)
         token_require_scope(token=api_token, scope=ApiToken.Scope.ENV)
-        if is_ratelimited(
+        usage = get_usage(
             request,
             group=RATE_GROUP,
             key=lambda group, request: str(api_token.pk),
             rate=settings.ARENA_ENV_RATE,
             increment=True,
-        ):
-            raise ArenaError(
-                ErrorCode.RATE_LIMITED,
-                f"Too many requests for this API token (the limit is {settings.ARENA_ENV_RATE}).",
-                status=429,
-            )
+        )
+        if usage is not None and usage["should_limit"]:
+            raise RateLimited(retry_after=max(1, int(usage["time_left"])))
         _body_size_check(request)
         return api_token
 
@@ -145,6 +155,8 @@ def _arena_error(request: HttpRequest, exc: object) -> HttpResponse:
     response = error_json(exc)
     if exc.status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="arena"'
+    if isinstance(exc, RateLimited):
+        response["Retry-After"] = str(exc.retry_after)
     return response
 
 

@@ -143,6 +143,8 @@ def test_requests_over_the_rate_of_a_token_are_429_and_other_tokens_go_on(
     settings.ARENA_ENV_RATE = "3/m"
     statuses = [api.get(f"/runs/{uuid.uuid4()}").status_code for _ in range(4)]
     assert statuses == [404, 404, 404, 429]
+    limited = api.get(f"/runs/{uuid.uuid4()}")
+    assert 1 <= int(limited["Retry-After"]) <= 60
     assert _error(api.get(f"/runs/{uuid.uuid4()}"))["code"] == "rate_limited"
     assert other_api.get(f"/runs/{uuid.uuid4()}").status_code == 404
 
