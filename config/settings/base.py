@@ -298,7 +298,8 @@ ARENA_LIVE_BREAKER_COOLDOWN_SECONDS = env.float("ARENA_LIVE_BREAKER_COOLDOWN_SEC
 # --- Environment API (arena.env) ------------------------------------------------------------
 # Limits of a submission: completions per group, characters of a completion and of the prompt
 # (all its messages), bytes of one completion's meta (as compact JSON), and open (not yet
-# judged) submissions per run. A request body over ARENA_ENV_MAX_BODY_BYTES is a 413.
+# judged) submissions per run. A request body over ARENA_ENV_MAX_BODY_BYTES is a 413 (Django
+# refuses any body over DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MB by default, so keep it below that).
 ARENA_ENV_MAX_GROUP = env.int("ARENA_ENV_MAX_GROUP", default=16)
 ARENA_ENV_MAX_COMPLETION_CHARS = env.int("ARENA_ENV_MAX_COMPLETION_CHARS", default=20000)
 ARENA_ENV_MAX_PROMPT_CHARS = env.int("ARENA_ENV_MAX_PROMPT_CHARS", default=20000)
