@@ -24,6 +24,12 @@ BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": crontab(minute="*/5"),
         "options": {"queue": "default", "expires": 4 * 60},
     },
+    # A group whose after-vote refit was lost is refitted (a no-op when nothing is behind).
+    "ratings-env-rewards-sweep": {
+        "task": "ratings.tasks.env_rewards_sweep",
+        "schedule": crontab(minute="*/5"),
+        "options": {"queue": "default", "expires": 4 * 60},
+    },
     "arena-env-webhook-sweep": {
         "task": "arena.tasks.env_webhook_sweep",
         "schedule": crontab(minute="*/5"),

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connections, transaction
 
-from arena.env.rewards import env_rewards_update
+from arena.env.rewards import env_rewards_update, env_submissions_behind
 from arena.env.selectors import env_battle_submission
 from arena.models import Battle
 from ratings import services
@@ -122,6 +122,22 @@ def env_rewards_refresh(submission_id: str) -> int:
     """Refit one group's reward records (``ratings.env_rewards``); returns how many changed.
     A rerun on the same votes changes nothing. Queued on ``default``: a group's fit is small."""
     return env_rewards_update(submission_id=uuid.UUID(submission_id), fit=env_rewards_fit)
+
+
+@shared_task(  # type: ignore[untyped-decorator]
+    name="ratings.tasks.env_rewards_sweep",
+    soft_time_limit=120,
+    time_limit=150,
+    acks_late=True,
+    ignore_result=True,
+)
+def env_rewards_sweep() -> int:
+    """Refit the groups whose records are older than their latest counted vote (an after-vote
+    enqueue that was lost); returns how many groups were refitted."""
+    behind = env_submissions_behind()
+    for submission_id in behind:
+        env_rewards_update(submission_id=submission_id, fit=env_rewards_fit)
+    return len(behind)
 
 
 def env_rewards_after_vote(**kwargs: Any) -> None:

@@ -21,14 +21,15 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import F, OuterRef, Subquery
 from django.utils import timezone
 
 from arena.env.selectors import EnvGroup, env_group
 from arena.env.webhook import webhook_enqueue
-from arena.models import EnvCompletion, EnvRun, EnvSubmission
+from arena.models import EnvCompletion, EnvRun, EnvSubmission, Vote
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +129,33 @@ def env_rewards_update(
             return 0
         group = env_group(submission_id=submission_id)
         return env_rewards_store(submission_id=submission_id, records=fit(group))
+
+
+# How far back the sweep looks for groups whose refit was lost (votes come in well before).
+SWEEP_LOOKBACK = timedelta(days=2)
+
+
+def env_submissions_behind(*, limit: int = 500) -> list[uuid.UUID]:
+    """Groups with a counted vote newer than their records' last change: a refit's enqueue was
+    lost (or its task failed). For the periodic sweep; submissions that expired more than
+    ``SWEEP_LOOKBACK`` ago are left alone."""
+    last_vote = (
+        Vote.objects.filter(battle__env__submission_id=OuterRef("pk"), flagged=False)
+        .order_by("-created_at")
+        .values("created_at")[:1]
+    )
+    last_change = (
+        EnvCompletion.objects.filter(submission_id=OuterRef("pk"))
+        .order_by("-updated_at")
+        .values("updated_at")[:1]
+    )
+    return list(
+        EnvSubmission.objects.filter(expires_at__gt=timezone.now() - SWEEP_LOOKBACK)
+        .annotate(last_vote=Subquery(last_vote), last_change=Subquery(last_change))
+        .filter(last_vote__gt=F("last_change"))
+        .order_by("created_at")
+        .values_list("pk", flat=True)[:limit]
+    )
 
 
 def env_completions_expire(*, now: datetime | None = None) -> int:

@@ -8,7 +8,11 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from arena.env.rewards import env_completions_expire, env_rewards_update
+from arena.env.rewards import (
+    env_completions_expire,
+    env_rewards_update,
+    env_submissions_behind,
+)
 from arena.env.selectors import (
     EnvGroup,
     GroupVote,
@@ -17,7 +21,7 @@ from arena.env.selectors import (
     env_rewards_page,
     reference_key,
 )
-from arena.models import EnvCompletion, EnvRun, EnvSubmission, Vote
+from arena.models import EnvBattle, EnvCompletion, EnvRun, EnvSubmission, Vote
 from arena.tests.env_helpers import eager_tasks, judge, make_run, side_text, submit, winner_by
 from ratings import tasks
 from ratings.env_rewards import env_rewards_fit
@@ -234,3 +238,22 @@ def test_concurrent_stores_of_one_runs_groups_number_every_change_once_in_order(
     seqs = sorted(EnvCompletion.objects.filter(run=run).values_list("seq", flat=True))
     assert run.reward_seq == start_seq + 60 == seqs[-1]
     assert len(set(seqs)) == len(seqs) == 6
+
+
+def test_the_sweep_refits_a_group_whose_refit_was_lost(django_capture_on_commit_callbacks):
+    run = make_run()
+    submit(run, ["best answer", "worst answer"])
+    submit(run, ["middle answer", "worst answer"])
+    with (
+        mock.patch.object(tasks.env_rewards_refresh, "apply_async"),  # the enqueue is lost
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        judge(1, winner_by(by_quality))
+    judged = EnvBattle.objects.get().submission_id
+    assert env_submissions_behind() == [judged]
+    assert tasks.env_rewards_sweep() == 1
+    assert all(r.votes == 1 for r in records(EnvSubmission.objects.get(pk=judged)))
+    assert env_submissions_behind() == [] and tasks.env_rewards_sweep() == 0
+    # A flagged vote changes no record, so it leaves nothing behind.
+    judge(1, winner_by(by_quality), flagged_agent=True)
+    assert env_submissions_behind() == []
