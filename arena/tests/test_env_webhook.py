@@ -188,7 +188,11 @@ def test_without_a_broker_a_failed_delivery_is_logged_and_left_for_the_sweep(
 
 def test_the_env_tasks_are_scheduled_and_registered_in_a_web_process_too(settings):
     scheduled = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
-    assert {"arena.tasks.env_completions_expire", "arena.tasks.env_webhook_sweep"} <= scheduled
+    assert {
+        "arena.tasks.env_completions_expire",
+        "arena.tasks.env_webhook_sweep",
+        "ratings.tasks.env_rewards_sweep",
+    } <= scheduled
     # A process that only set Django up (a web server) must know the tasks the env services
     # queue by name, without a worker's autodiscovery.
     code = (
