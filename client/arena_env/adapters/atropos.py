@@ -7,7 +7,9 @@ optional ``messages``, ``advantages``, ``ref_logprobs``, ``overrides``...) and i
 again later. Here the rollouts come from the trainer's own ``generate`` callable and their
 scores from the arena: the group is submitted, the visitors' votes are waited for, and the
 members judged in time are returned with their scores. Tokens and masks are the trainer's
-business: a ``tokenize`` callable fills them, else they are empty. Atropos is not imported.
+business: a ``tokenize`` callable fills them, else they are empty. Atropos is not imported: in
+an Atropos ``BaseEnv`` subclass, delegate its two methods to a ``HumanFeedbackEnv`` (its
+``generate`` calling the env's server).
 """
 
 from __future__ import annotations

@@ -91,8 +91,11 @@ def human_reward(
 
     ``timeout`` bounds each call's wait for votes (seconds). ``group_size`` is the trainer's
     ``num_generations`` when consecutive groups may share a prompt; without it, equal
-    consecutive prompts form one group. Each completion's ``meta`` holds its position in the
-    batch and the trainer's step (when the trainer passes ``trainer_state``).
+    consecutive prompts form one group (with several processes, a process may hold part of a
+    group: the part is then submitted as a smaller group, so leave ``group_size`` unset there).
+    Each completion's ``meta`` holds its position in the batch and the trainer's step (when the
+    trainer passes ``trainer_state``). The call blocks until every completion is done or the
+    timeout passes.
     """
 
     def reward(
