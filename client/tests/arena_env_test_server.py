@@ -67,5 +67,13 @@ class ScriptedServer:
             return Answer(599, {"error": {"code": "unscripted", "message": path}})
         return self.script[max(matches, key=len)].pop(0)
 
+    def __enter__(self) -> "ScriptedServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
     def add(self, path: str, *answers: Answer) -> None:
         self.script.setdefault("/api/env/v1" + path, []).extend(answers)

@@ -90,6 +90,21 @@ def visitors_judging(url: str, decide: Decide, count: int = 3) -> Iterator[list[
         raise failures[0]
 
 
+@contextmanager
+def celery_eager() -> Iterator[None]:
+    """Celery tasks run in the process that queues them (the vote's request, so each vote's
+    reward refit is done when the vote's answer comes), whatever the settings chose at start-up
+    (a REDIS_URL turns eager off)."""
+    from config.celery_app import app
+
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    try:
+        yield
+    finally:
+        app.conf.task_always_eager = before
+
+
 def by_quality(text_a: str, text_b: str) -> str:
     """The answer with the higher ``quality N`` in its text wins; equal ones tie."""
 

@@ -3,6 +3,7 @@ into groups, what each group's submission carries, and what an unjudged completi
 runs against the real application are in test_client_live.py."""
 
 import asyncio
+from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
@@ -31,6 +32,12 @@ def record(cid: str, status: str, score: float | None) -> dict:
         "score_high": None,
         "status": status,
     }
+
+
+@pytest.fixture
+def scripted_server() -> Iterator[ScriptedServer]:
+    with ScriptedServer() as server:
+        yield server
 
 
 @pytest.fixture

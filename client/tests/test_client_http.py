@@ -3,6 +3,7 @@ errors, when it retries, how it follows the reward cursor and waits for records.
 
 import socket
 import threading
+from collections.abc import Iterator
 
 import pytest
 from arena_env import ArenaEnv, ArenaEnvError, Reward
@@ -36,6 +37,12 @@ def page(records: list[dict], next_cursor: int) -> Answer:
 
 def submission(*cids: str) -> dict:
     return {"id": "sub-1", "completions": [{"id": c} for c in cids]}
+
+
+@pytest.fixture
+def scripted_server() -> Iterator[ScriptedServer]:
+    with ScriptedServer() as server:
+        yield server
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ change as the visitors vote.
 """
 
 import asyncio
+from collections.abc import Iterator
 
 import pytest
 from arena_env import ArenaEnv, ArenaEnvError
@@ -15,7 +16,7 @@ from arena_env.adapters.atropos import HumanFeedbackEnv
 from arena_env.adapters.trl import human_reward as trl_human_reward
 from arena_env.adapters.verifiers import human_group_reward
 from arena_env.adapters.verifiers import human_reward as vf_human_reward
-from arena_env_visitors import by_quality, visitors_judging
+from arena_env_visitors import by_quality, celery_eager, visitors_judging
 
 pytestmark = pytest.mark.postgres
 
@@ -33,6 +34,12 @@ def token(asgi_server) -> str:
 @pytest.fixture
 def env(asgi_server, token, eager_tasks) -> ArenaEnv:
     return ArenaEnv(asgi_server.url, token, backoff=0.05, timeout=60)
+
+
+@pytest.fixture
+def eager_tasks() -> Iterator[None]:
+    with celery_eager():
+        yield
 
 
 def test_a_token_without_the_env_scope_is_refused_with_the_api_error(asgi_server):

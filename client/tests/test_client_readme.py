@@ -3,15 +3,22 @@ simulated visitors vote: the snippet is read from README.md, so the README canno
 the client. Only the demo's address is swapped for the test server's."""
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from arena_env_visitors import visitors_judging
+from arena_env_visitors import celery_eager, visitors_judging
 
 pytestmark = pytest.mark.postgres
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 DEMO_URL = "http://127.0.0.1:8000"
+
+
+@pytest.fixture
+def eager_tasks() -> Iterator[None]:
+    with celery_eager():
+        yield
 
 
 def readme_loop() -> str:
