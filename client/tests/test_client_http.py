@@ -263,3 +263,21 @@ def test_concurrent_waits_share_one_read_of_the_feed(scripted_server, env):
 
 def test_the_token_never_shows_in_the_client_repr():
     assert "tok-secret" not in repr(ArenaEnv("http://127.0.0.1:1", "tok-secret"))
+
+
+def test_the_wait_before_a_retry_is_the_servers_retry_after_capped(scripted_server, monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr("arena_env.client.time.sleep", slept.append)
+    env = ArenaEnv(scripted_server.url, "t", retries=3, backoff=1.0, max_backoff=10.0)
+    limited = {"error": {"code": "rate_limited", "message": "slow"}}
+    scripted_server.add(
+        f"/runs/{RUN}",
+        Answer(429, limited, {"Retry-After": "7"}),
+        Answer(429, limited, {"Retry-After": "3600"}),
+        Answer(503, {"error": {"code": "server_error", "message": "down"}}),
+        Answer(200, {"id": RUN}),
+    )
+    assert env.run(RUN).id == RUN
+    assert slept[:2] == [7.0, 10.0]
+    # Without Retry-After: the exponential back-off (1 s doubled twice), with jitter in [50%, 100%].
+    assert 2.0 <= slept[2] <= 4.0
