@@ -32,6 +32,9 @@ class ErrorCode(StrEnum):
     NO_BATTLE_AVAILABLE = "no_battle_available"
     NOT_VOTABLE = "not_votable"
     ALREADY_VOTED = "already_voted"
+    VOTE_CAP = "vote_cap"
+    CHALLENGE_REQUIRED = "challenge_required"
+    CHALLENGE_FAILED = "challenge_failed"
     # live battles
     EMPTY_PROMPT = "empty_prompt"
     PROMPT_TOO_LONG = "prompt_too_long"
@@ -42,6 +45,8 @@ class ErrorCode(StrEnum):
     TURN_LIMIT = "turn_limit"
     NOT_SAVED_YET = "not_saved_yet"
     TURN_LOST = "turn_lost"
+    PROMPT_REFUSED = "prompt_refused"
+    MODERATION_UNAVAILABLE = "moderation_unavailable"
     # models, pools and demo data (management commands and the admin)
     EXISTS = "exists"
     INVALID_FILE = "invalid_file"

@@ -244,6 +244,25 @@ ARENA_RATELIMIT_VOTES = env("ARENA_RATELIMIT_VOTES", default="60/m")
 # Live model calls (starts, follow-ups, regenerations) per client address, over the websocket.
 ARENA_RATELIMIT_LIVE = env("ARENA_RATELIMIT_LIVE", default="30/m")
 RATELIMIT_VIEW = "arena.views.ratelimited"
+# Daily caps on votes (per UTC day), per session and per client address (its salted hash),
+# counted in the cache like the rate limits; 0 turns a cap off. Over a cap: 429 vote_cap.
+ARENA_VOTES_PER_SESSION_PER_DAY = env.int("ARENA_VOTES_PER_SESSION_PER_DAY", default=300)
+ARENA_VOTES_PER_IP_PER_DAY = env.int("ARENA_VOTES_PER_IP_PER_DAY", default=1000)
+# A proof-of-work challenge (ALTCHA, self-hosted) before a session's first vote. Off here and in
+# local and test settings; production.py turns it on unless ARENA_CHALLENGE=false. The HMAC key
+# signs the challenges: empty derives one from SECRET_KEY for this one purpose.
+ARENA_CHALLENGE = env.bool("ARENA_CHALLENGE", default=False)
+ARENA_CHALLENGE_HMAC_KEY = env("ARENA_CHALLENGE_HMAC_KEY", default="")
+# The solver tries on average half of this many SHA-256 hashes (about a second in a browser).
+ARENA_CHALLENGE_MAX_NUMBER = env.int("ARENA_CHALLENGE_MAX_NUMBER", default=50_000)
+ARENA_CHALLENGE_EXPIRES_SECONDS = env.int("ARENA_CHALLENGE_EXPIRES_SECONDS", default=600)
+# Moderation of live prompts before any model is called: the OpenAI moderation endpoint of the
+# Provider named here (its base_url and key), else the local blocklist: a file path (one word
+# or phrase a line, # comments) or a comma-separated list; empty blocks nothing.
+ARENA_MODERATION_PROVIDER = env("ARENA_MODERATION_PROVIDER", default="")
+ARENA_MODERATION_MODEL = env("ARENA_MODERATION_MODEL", default="omni-moderation-latest")
+ARENA_MODERATION_TIMEOUT_SECONDS = env.float("ARENA_MODERATION_TIMEOUT_SECONDS", default=5.0)
+ARENA_MODERATION_BLOCKLIST = env("ARENA_MODERATION_BLOCKLIST", default="")
 
 LOGGING = {
     "version": 1,

@@ -23,6 +23,8 @@ if _missing:
     )
 
 SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+# The proof-of-work challenge before a session's first vote: on unless ARENA_CHALLENGE=false.
+ARENA_CHALLENGE = env.bool("ARENA_CHALLENGE", default=True)
 
 # --- HTTPS ------------------------------------------------------------------------------------
 # On by default: the site is served over HTTPS, normally by a TLS-terminating proxy in front of
