@@ -75,6 +75,13 @@ class ArenaModel(models.Model):
     is_public = models.BooleanField(
         default=True, help_text="Shown on the leaderboard and in named mode."
     )
+    # Besides slug, display name and organisation: names by which an answer gives away which
+    # model wrote it (arena.leaks), e.g. ["ChatGPT", "GPT-4"].
+    aliases = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Other names that identify the model in its answers, e.g. ["ChatGPT"].',
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -238,6 +245,9 @@ class BattleMessage(models.Model):
         help_text="Style counts of the answer (answer_style.style_counts): tokens, headers, lists, bold.",
     )
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.DONE)
+    # Whether the answer names its own model or organisation where the user's turns did not
+    # (arena.leaks), checked when the answer is saved; a vote on the battle is then flagged.
+    names_model = models.BooleanField(default=False)
     token_count = models.PositiveIntegerField(null=True, blank=True)
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     time_to_first_token_ms = models.PositiveIntegerField(null=True, blank=True)
@@ -278,6 +288,8 @@ class Vote(models.Model):
     user_agent_class = models.CharField(max_length=20, blank=True)
     flagged = models.BooleanField(default=False, db_index=True)
     flags = models.JSONField(default=list, blank=True)
+    # Reasons staff cleared (arena.services.flags): a later run never sets them again.
+    flags_cleared = models.JSONField(default=list, blank=True)
     style = models.JSONField(
         default=dict,
         blank=True,
