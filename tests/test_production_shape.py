@@ -12,6 +12,13 @@ The leaderboard refresh after a vote must be the worker's: production settings r
 eagerly and start no refresh thread, so the votes' refresh waits in the broker's ``ratings``
 queue, and the snapshot moves only once the worker has been started and has run it.
 
+The environment API is walked in the same shape: a trainer's token from ``manage.py
+api_token`` (a subprocess, as an operator runs it), a run and a group of two completions sent
+over HTTP to uvicorn, the visitor's next pool battle being that group's battle (revealed as
+"Submitted answer", never on the leaderboard), and its reward refit waiting in the broker's
+``default`` queue until the worker runs it: the reward feed shows the records pending and
+unscored before, voted and scored after.
+
 Every process's output is written to a file in the test's temporary directory and printed at
 teardown, so a failing step shows it (pytest shows a passing test's output only with -rP).
 """
@@ -72,6 +79,11 @@ LIVE_ANSWERS = {
     "Heading one Some bold words from the first.",
     "item one item two code and the second.",
 }
+# A trainer's group of two completions (plain text: the page shows it as it is).
+ENV_COMPLETIONS = (
+    "Rivers carry dissolved minerals from rocks into the sea.",
+    "Evaporation leaves the salt behind while the water rises as vapour.",
+)
 WAIT_SECONDS = 60
 # What the page waits for (streams, votes) on a busy two-core machine.
 UI_TIMEOUT_MS = 30_000
@@ -356,12 +368,48 @@ def production(tmp_path: Path) -> Iterator[tuple[ProductionShape, Database]]:
         database.drop()
 
 
-def _ratings_queue(redis_url: str) -> list[str]:
-    """Names of the tasks waiting in the broker's ``ratings`` queue."""
+def _queued(redis_url: str, queue: str) -> list[str]:
+    """Names of the tasks waiting in the broker's ``queue``."""
     import redis
 
     with redis.Redis.from_url(redis_url) as client:
-        return [json.loads(raw)["headers"]["task"] for raw in client.lrange("ratings", 0, -1)]
+        return [json.loads(raw)["headers"]["task"] for raw in client.lrange(queue, 0, -1)]
+
+
+def _ratings_queue(redis_url: str) -> list[str]:
+    return _queued(redis_url, "ratings")
+
+
+def _api_token(shape: ProductionShape) -> str:
+    """A trainer's token, created as an operator does (``manage.py api_token create``)."""
+    printed = shape.manage("api_token", "create", "--name", "trainer", "--scope", "env")
+    tokens = re.findall(r"^arena_[-\w]{43}$", printed, flags=re.MULTILINE)
+    assert len(tokens) == 1, printed
+    return tokens[0]
+
+
+def _env_call(
+    shape: ProductionShape, token: str, method: str, path: str, body: dict[str, Any] | None = None
+) -> tuple[int, Any]:
+    """A request of the environment API to uvicorn: its status and JSON body."""
+    request = urllib.request.Request(
+        f"{shape.url}/api/env/v1{path}",
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _rewards(shape: ProductionShape, token: str, run_id: str) -> dict[str, dict[str, Any]]:
+    """The run's reward records by completion id, their latest change each (the whole feed)."""
+    status, page = _env_call(shape, token, "GET", f"/runs/{run_id}/rewards?limit=1000")
+    assert status == 200, page
+    return {record["completion_id"]: record for record in page["records"]}
 
 
 def _browser_context(browser, shape: ProductionShape):
@@ -389,7 +437,7 @@ def _latest_vote(database: Database) -> tuple[str, str, str, str]:
     return rows[0]
 
 
-def test_production_shape_serves_battles_votes_a_worker_rated_leaderboard_admin_and_static(
+def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leaderboard_admin_static(
     production, browser
 ):
     shape, database = production
@@ -473,10 +521,62 @@ def test_production_shape_serves_battles_votes_a_worker_rated_leaderboard_admin_
         assert {name_a, name_b} == {name for name, _, _ in LIVE_MODELS.values()}
         assert revealed_names(page) == (name_a, name_b)
 
+        # --- The environment API: a trainer's token, a run, a group of two completions; the
+        # visitor's next pool battle is that group's, named "Submitted answer" after the vote.
+        status, document = shape.get("/api/env/v1/openapi.json")
+        assert status == 200
+        assert "/api/env/v1/runs/{run_id}/rewards" in json.loads(document)["paths"]
+        token = _api_token(shape)
+        status, run = _env_call(
+            shape,
+            token,
+            "POST",
+            "/runs",
+            {"name": "production-shape", "share": 1.0, "votes_per_completion": 1},
+        )
+        assert status == 201, run
+        status, submission = _env_call(
+            shape,
+            token,
+            "POST",
+            f"/runs/{run['id']}/submissions",
+            {
+                "idempotency_key": "step-1",
+                "prompt": "Why is the sea salty?",
+                "completions": [
+                    {"text": text, "meta": {"step": 1, "index": index}}
+                    for index, text in enumerate(ENV_COMPLETIONS)
+                ],
+            },
+        )
+        assert status == 201, submission
+        completion_ids = {c["id"] for c in submission["completions"]}
+        with page.expect_navigation():
+            page.get_by_test_id("kind-pool").click()
+        expect(page.get_by_test_id("vote-a")).to_be_enabled(timeout=UI_TIMEOUT_MS)
+        shown_a, shown_b = (
+            " ".join(page.get_by_test_id(f"response-{s}").inner_text().split()) for s in "ab"
+        )
+        assert {shown_a, shown_b} == set(ENV_COMPLETIONS)
+        page.get_by_test_id("vote-a").click()
+        expect(page.get_by_test_id("model-name-a")).not_to_have_text(
+            "Model A", timeout=UI_TIMEOUT_MS
+        )
+        assert _latest_vote(database)[:2] == ("env", "model_a")
+        assert revealed_names(page) == ("Submitted answer", "Submitted answer")
+        # Its refit waits in the broker's default queue: the records are not scored yet.
+        assert "ratings.tasks.env_rewards_refresh" in _queued(shape.redis_url, "default")
+        pending = _rewards(shape, token, run["id"])
+        assert set(pending) == completion_ids
+        assert {(r["votes"], r["score"], r["status"]) for r in pending.values()} == {
+            (0, None, "pending")
+        }
+
         # --- The leaderboard: the votes' refresh waits in the broker until a worker runs it.
         assert "ratings.tasks.snapshot_refresh" in _ratings_queue(shape.redis_url)
         assert shape.snapshot() == baseline
         worker = shape.start_worker()
+        # The environment battle's vote never enters the leaderboard: two new votes, not three.
         new_votes = baseline["n_votes"] + 2
         shape.wait_for(
             "the worker's snapshot with the two new votes",
@@ -487,6 +587,27 @@ def test_production_shape_serves_battles_votes_a_worker_rated_leaderboard_admin_
         assert re.search(
             r"Task ratings\.tasks\.snapshot_refresh\[[-0-9a-f]+\] succeeded", _read(worker.log)
         )
+
+        # --- The rewards: the worker refits the group; the feed returns both records voted,
+        # scored (the winner above the loser) and complete, each with its meta untouched.
+        shape.wait_for(
+            "the worker's reward records",
+            lambda: all(r["votes"] == 1 for r in _rewards(shape, token, run["id"]).values()),
+            worker,
+        )
+        assert re.search(
+            r"Task ratings\.tasks\.env_rewards_refresh\[[-0-9a-f]+\] succeeded",
+            _read(worker.log),
+        )
+        records = _rewards(shape, token, run["id"])
+        assert set(records) == completion_ids
+        winner = next(r for r in records.values() if r["wins"] == 1)
+        loser = next(r for r in records.values() if r["losses"] == 1)
+        assert winner is not loser
+        assert all(r["status"] == "complete" and r["score"] is not None for r in records.values())
+        assert winner["score"] > loser["score"]
+        assert winner["meta"] == {"step": 1, "index": ENV_COMPLETIONS.index(shown_a)}
+        assert loser["meta"] == {"step": 1, "index": ENV_COMPLETIONS.index(shown_b)}
         page.goto(shape.url + "/leaderboard")
         assert f"· {new_votes} votes" in page.get_by_test_id("last-updated").inner_text()
 
