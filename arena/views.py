@@ -35,6 +35,15 @@ from arena.selectors import (
 )
 from arena.services.battles import battle_start_pool
 from arena.services.terms import terms_accept
+from arena.services.vote_guards import (
+    CHALLENGE_SESSION_KEY,
+    ChallengePayload,
+    challenge_create,
+    challenge_required_error,
+    challenge_verify,
+    vote_caps_release,
+    vote_caps_take,
+)
 from arena.services.votes import vote_record
 
 
@@ -76,6 +85,9 @@ def battle_page(request: HttpRequest) -> HttpResponse:
             "mode": mode,
             "kinds": kinds if len(kinds) > 1 else [],
             "terms_version": settings.ARENA_TERMS_VERSION,
+            # The page solves the challenge in the background before the first vote.
+            "challenge": settings.ARENA_CHALLENGE
+            and not request.session.get(CHALLENGE_SESSION_KEY),
         },
     )
 
@@ -103,15 +115,42 @@ def battle_detail(request: HttpRequest, battle_id: str) -> BattlePayload:
 def vote_create(request: HttpRequest, battle_id: str) -> tuple[BattlePayload, int]:
     body = json_body(request)
     session_key, voter_id = session_identity(request)
-    vote = vote_record(
-        battle_id=battle_id,
-        session_key=session_key,
-        voter_id=voter_id,
-        winner=body.get("winner"),
-        ip=client_ip(request),
-        user_agent=request.META.get("HTTP_USER_AGENT"),
-    )
+    if settings.ARENA_CHALLENGE and not request.session.get(CHALLENGE_SESSION_KEY):
+        raise challenge_required_error()
+    ip = client_ip(request)
+    counted = vote_caps_take(session_key=session_key, ip=ip)
+    try:
+        vote = vote_record(
+            battle_id=battle_id,
+            session_key=session_key,
+            voter_id=voter_id,
+            winner=body.get("winner"),
+            ip=ip,
+            user_agent=request.META.get("HTTP_USER_AGENT"),
+        )
+    except Exception:
+        vote_caps_release(counted)
+        raise
     return battle_payload_by_id(battle_id=vote.battle_id), 201
+
+
+@require_GET
+@api_view
+def challenge_new(request: HttpRequest) -> ChallengePayload:
+    """A proof-of-work challenge (ALTCHA's JSON) to solve before the session's first vote."""
+    return challenge_create()
+
+
+@require_POST
+@ratelimit(key="ip", rate=lambda group, request: settings.ARENA_RATELIMIT_VOTES, block=True)  # type: ignore[untyped-decorator]
+@api_view
+def challenge_verify_view(request: HttpRequest) -> dict[str, Any]:
+    """Check a solved challenge (``{"payload": "<base64 JSON>"}``) and mark the session."""
+    body = json_body(request)
+    challenge_verify(payload=body.get("payload"))
+    session_identity(request)
+    request.session[CHALLENGE_SESSION_KEY] = True
+    return {"verified": True, "required": settings.ARENA_CHALLENGE}
 
 
 @require_POST

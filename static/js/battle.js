@@ -4,6 +4,7 @@
    element: "arena:voted" (detail: the voted battle) and, in live mode, "arena:next" (live.js
    starts over; in pool mode this module fetches the next battle itself). The page's tabs
    (?mode=live / ?mode=pool) are plain links. */
+import { solveChallenge } from "./challenge.js";
 import { setMarkdown, turnBlock, turnLabel } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
@@ -42,6 +43,33 @@ async function api(method, url, body) {
     throw error;
   }
   return data;
+}
+
+/* The proof-of-work challenge before the session's first vote (data-challenge="true"): solved
+   in the background from page load; a vote waits for it. Settles once verified; a failure is
+   forgotten so that the next vote tries again. */
+let challengeDone = root.dataset.challenge === "true" ? null : Promise.resolve();
+function challengePassed() {
+  if (!challengeDone) {
+    challengeDone = (async () => {
+      const challenge = await api("GET", "/api/challenge");
+      await api("POST", "/api/challenge/verify", { payload: await solveChallenge(challenge) });
+    })();
+    challengeDone.catch(() => { challengeDone = null; });
+  }
+  return challengeDone;
+}
+
+async function postVote(winner) {
+  await challengePassed();
+  try {
+    return await api("POST", "/api/battles/" + battle.id + "/vote", { winner: winner });
+  } catch (error) {
+    if (error.code !== "challenge_required") throw error;
+    challengeDone = null;  // e.g. a new session meanwhile: solve again, then vote once more
+    await challengePassed();
+    return await api("POST", "/api/battles/" + battle.id + "/vote", { winner: winner });
+  }
 }
 
 export function setStatus(text, isError) {
@@ -196,7 +224,7 @@ async function vote(winner) {
   busy = true;
   setVotingEnabled(false);
   try {
-    const data = await api("POST", "/api/battles/" + battle.id + "/vote", { winner: winner });
+    const data = await postVote(winner);
     battle = data;
     voteButtons.forEach((b) => b.classList.toggle("chosen", b.dataset.winner === winner));
     revealNames(data.models);
@@ -241,5 +269,6 @@ document.addEventListener("keydown", (event) => {
 });
 
 // A pool battle is fetched behind the terms, so a visitor who closes them can read it.
+challengePassed().catch(() => {});  // a vote tries again and says what failed
 ensureTerms();
 if (!liveMode) newBattle();
