@@ -117,9 +117,10 @@ def test_caps_are_counted_in_redis_under_the_salted_ip_hash_never_the_raw_ip(set
 # --- the challenge --------------------------------------------------------------------------------
 def solve(challenge):
     for number in range(challenge["maxnumber"] + 1):
-        if altcha.hash_hex("SHA-256", (challenge["salt"] + str(number)).encode()) == challenge[
-            "challenge"
-        ]:
+        if (
+            altcha.hash_hex("SHA-256", (challenge["salt"] + str(number)).encode())
+            == challenge["challenge"]
+        ):
             return number
     raise AssertionError("unsolvable challenge")
 
@@ -254,7 +255,14 @@ def test_a_challenge_without_expiry_is_refused(pool):
 @pytest.mark.usefixtures("challenge_on")
 @pytest.mark.parametrize(
     "payload",
-    [None, "", 42, "not base64!", base64.b64encode(b"[1]").decode(), base64.b64encode(b"{}").decode()],
+    [
+        None,
+        "",
+        42,
+        "not base64!",
+        base64.b64encode(b"[1]").decode(),
+        base64.b64encode(b"{}").decode(),
+    ],
 )
 def test_a_missing_or_malformed_payload_is_a_400_naming_it(pool, payload):
     body = {} if payload is None else {"payload": payload}
