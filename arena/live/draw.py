@@ -1,15 +1,18 @@
 """Drawing the two models of a live battle.
 
 Anonymous mode draws two different available models (``arena.selectors.live_models_available``:
-active, live, positive weight, provider's breaker not open) by sampling weight and places them
-in random order; named mode takes the two the visitor picked, in that order.
+active, live, positive weight, provider's breaker not open) by the active pair rule
+(``arena.sampling_stats``; by sampling weight when it is off) and places them in random
+order; named mode takes the two the visitor picked, in that order.
 """
 
 import random
 
+from arena import sampling
 from arena.errors import ArenaError, ErrorCode
 from arena.inputs import text_problem
 from arena.models import ArenaModel
+from arena.sampling_stats import pair_probabilities_active, sampling_active
 from arena.selectors import live_models_available
 
 
@@ -21,6 +24,13 @@ def draw_pair(rng: random.Random) -> tuple[ArenaModel, ArenaModel]:
             "Fewer than two live models are available right now; try again shortly.",
             status=503,
         )
+    if sampling_active():
+        # The active pair rule (arena.sampling): from the latest snapshot, weights and a floor.
+        by_id = {m.pk: m for m in candidates}
+        probabilities = pair_probabilities_active({m.pk: m.sampling_weight for m in candidates})
+        if probabilities:
+            a, b = sampling.draw_pair(probabilities, rng)
+            return by_id[a], by_id[b]
     first = rng.choices(candidates, weights=[m.sampling_weight for m in candidates], k=1)[0]
     rest = [m for m in candidates if m.pk != first.pk]
     second = rng.choices(rest, weights=[m.sampling_weight for m in rest], k=1)[0]

@@ -11,6 +11,8 @@ from arena.errors import ArenaError, ErrorCode
 from arena.identity import session_hash
 from arena.inputs import text_storable
 from arena.models import ArenaModel, Battle, BattleMessage, Completion, Prompt
+from arena.sampling import draw_pair
+from arena.sampling_stats import pair_probabilities_active, sampling_active
 
 _PAIR_ATTEMPTS = 20
 
@@ -55,8 +57,10 @@ def _shared_prompt(model_a: int, model_b: int, rng: random.Random) -> Prompt | N
 def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> Battle:
     """Serve a pool battle: a prompt and the answers of two different active models.
 
-    Models are drawn by sampling weight (the second among the rest), then a prompt both answered
-    is drawn uniformly; the two are placed on sides A and B in random order.
+    The two models are drawn by the active pair rule (``arena.sampling``, from the latest
+    snapshot, mixed with the sampling weights and a floor) or, with ``ARENA_ACTIVE_SAMPLING``
+    off, by sampling weight (the second among the rest); then a prompt both answered is drawn
+    uniformly; the two are placed on sides A and B in random order.
 
     The battle's messages copy the pool's text with each NUL and lone surrogate replaced by
     U+FFFD: ``pool_import`` refuses both, but a row stored before it did (SQLite keeps a lone
@@ -75,9 +79,15 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
             "The arena needs at least two active models with pool answers.",
             status=503,
         )
+    # The pair by the active rule (arena.sampling), unless it is switched off.
+    probabilities = pair_probabilities_active(dict(candidates)) if sampling_active() else None
     for _ in range(_PAIR_ATTEMPTS):
-        first = _weighted_pick(candidates, rng)
-        second = _weighted_pick(candidates, rng, exclude=first)
+        pair = draw_pair(probabilities, rng) if probabilities else None
+        if pair is not None:
+            first, second = pair
+        else:
+            first = _weighted_pick(candidates, rng)
+            second = _weighted_pick(candidates, rng, exclude=first)
         if first is None or second is None:
             break
         prompt = _shared_prompt(first, second, rng)

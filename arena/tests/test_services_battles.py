@@ -46,7 +46,8 @@ def test_inactive_and_zero_weight_models_are_never_drawn():
     assert seen == {models[2].id, models[3].id}
 
 
-def test_models_are_drawn_in_proportion_to_their_weight():
+def test_models_are_drawn_in_proportion_to_their_weight(settings):
+    settings.ARENA_ACTIVE_SAMPLING = False  # the weights alone (test_sampling: the active rule)
     models, _ = pool_of(n_models=3, n_prompts=2)
     models[0].sampling_weight = 8
     models[0].save()

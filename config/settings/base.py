@@ -279,6 +279,11 @@ from config.schedule import BEAT_SCHEDULE  # noqa: E402
 CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 # A vote cast sooner than this after the answers were complete is kept but flagged.
 ARENA_MIN_VOTE_SECONDS = env.float("ARENA_MIN_VOTE_SECONDS", default=1.0)
+# Active pair sampling (arena.sampling): pairs by how much one more battle narrows their interval,
+# from the latest snapshot, with ARENA_SAMPLING_FLOOR of the draws spread evenly over every pair.
+# Off: models by sampling weight alone.
+ARENA_ACTIVE_SAMPLING = env.bool("ARENA_ACTIVE_SAMPLING", default=True)
+ARENA_SAMPLING_FLOOR = env.float("ARENA_SAMPLING_FLOOR", default=0.2)
 
 # --- Ratings --------------------------------------------------------------------------------
 # How the leaderboard snapshot is fitted (see ratings/services.py). Changing any of these makes
