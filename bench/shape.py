@@ -1,0 +1,236 @@
+"""The production shape, started natively for a benchmark (as tests/test_production_shape.py does).
+
+``config.settings.production`` in every process: ``migrate``, the demo data (``load_demo``),
+``bin/serve`` (uvicorn, two workers), a Celery worker on both queues. A PostgreSQL database of
+its own on the server ``DATABASE_URL`` names (created here, dropped at the end) and an empty
+Redis db claimed with a key (never another run's broker). Each process's output goes to a file
+under the run's temporary directory; a process that exits early fails the run with its log.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+REDIS_DBS = (10, 11, 12, 13, 14, 15)
+REDIS_CLAIM_KEY = "arena:bench-shape:claim"
+WAIT_SECONDS = 90
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def server_url(dbname: str) -> str:
+    """The PostgreSQL server of ``DATABASE_URL`` (default local), with database ``dbname``."""
+    url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres"
+    parts = urlsplit(url)
+    if not parts.scheme.startswith("postgres"):
+        sys.exit(f"DATABASE_URL must name a PostgreSQL server, not {parts.scheme}")
+    return urlunsplit(parts._replace(path=f"/{dbname}"))
+
+
+class Database:
+    """A PostgreSQL database of the run's own, dropped by ``drop``."""
+
+    def __init__(self, prefix: str) -> None:
+        import psycopg
+
+        self.name = f"{prefix}_{secrets.token_hex(4)}"
+        self.admin_url = server_url("postgres")
+        self.url = server_url(self.name)
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.name}"')
+
+    def query(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
+
+    def drop(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+
+class RedisDb:
+    """An empty Redis db number claimed with a key; flushed and released by ``release``."""
+
+    def __init__(self) -> None:
+        import redis
+
+        base = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+        token = secrets.token_hex(8)
+        for number in REDIS_DBS:
+            url = urlsplit(base)._replace(path=f"/{number}").geturl()
+            client = redis.Redis.from_url(url)
+            if client.set(REDIS_CLAIM_KEY, token, nx=True, ex=3600) and client.dbsize() == 1:
+                self.url, self.client = url, client
+                return
+            if client.get(REDIS_CLAIM_KEY) == token.encode():
+                client.delete(REDIS_CLAIM_KEY)
+            client.close()
+        sys.exit(f"no empty Redis db among {list(REDIS_DBS)}")
+
+    def release(self) -> None:
+        self.client.flushdb()
+        self.client.close()
+
+
+@dataclass
+class Shape:
+    """The web server and worker of docker-compose.yml on loopback, in production settings."""
+
+    database_url: str
+    redis_url: str
+    extra_env: dict[str, str]
+    web_workers: int = 2
+    tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="arena-bench-")))
+    port: int = field(default_factory=free_port)
+    processes: list[tuple[str, subprocess.Popen[bytes], Path]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PGPASSWORD")
+        env = {k: os.environ[k] for k in keep if k in os.environ}
+        env.update(
+            DJANGO_SETTINGS_MODULE="config.settings.production",
+            DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+            DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
+            DATABASE_URL=self.database_url,
+            REDIS_URL=self.redis_url,
+            DJANGO_STATIC_ROOT=str(self.tmp / "staticfiles"),
+            DJANGO_SECURE_SSL_REDIRECT="false",
+            DJANGO_SECURE_COOKIES="false",
+            DJANGO_SECURE_HSTS_SECONDS="0",
+            ARENA_IP_HASH_SALT="bench-salt",
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(self.extra_env)
+        return env
+
+    def manage(self, *args: str, timeout: float = 300) -> str:
+        log = self.tmp / f"manage-{args[0]}.log"
+        with log.open("wb") as out:
+            done = subprocess.run(
+                [str(BIN / "python"), "manage.py", *args],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+            )
+        text = log.read_text(errors="replace")
+        if done.returncode != 0:
+            raise RuntimeError(f"manage.py {args[0]} exited with {done.returncode}:\n{text}")
+        return text
+
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> Path:
+        log = self.tmp / f"{name}.log"
+        with log.open("wb") as out:
+            popen = subprocess.Popen(
+                args,
+                cwd=ROOT,
+                env=self.env | (env or {}),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.processes.append((name, popen, log))
+        return log
+
+    def wait_for(self, what: str, ready: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + WAIT_SECONDS
+        while time.monotonic() < deadline:
+            self.check_alive(f"waiting for {what}")
+            if ready():
+                return
+            time.sleep(0.25)
+        raise RuntimeError(f"timed out waiting for {what}")
+
+    def check_alive(self, when: str) -> None:
+        for name, popen, log in self.processes:
+            if popen.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited with {popen.returncode} while {when}:\n"
+                    + log.read_text(errors="replace")[-4000:]
+                )
+
+    def get_status(self, path: str) -> int:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+        except OSError:
+            return 0
+
+    def start_web(self) -> None:
+        self.start(
+            "uvicorn",
+            str(ROOT / "bin" / "serve"),
+            env={
+                "ARENA_PYTHON": str(BIN / "python"),
+                "ARENA_HOST": "127.0.0.1",
+                "ARENA_PORT": str(self.port),
+                "ARENA_WEB_WORKERS": str(self.web_workers),
+            },
+        )
+        self.wait_for("the web server", lambda: self.get_status("/about") == 200)
+
+    def start_worker(self) -> None:
+        log = self.start(
+            "celery-worker",
+            str(BIN / "celery"),
+            "-A",
+            "config",
+            "worker",
+            "-Q",
+            "default,ratings",
+            "--loglevel",
+            "INFO",
+            "--concurrency",
+            "2",
+            "--hostname",
+            f"bench-{self.port}@%h",
+        )
+        self.wait_for("the worker", lambda: " ready." in log.read_text(errors="replace"))
+
+    def stop(self) -> None:
+        for _, popen, _ in self.processes:
+            if popen.poll() is None:
+                os.killpg(popen.pid, signal.SIGTERM)
+        for _, popen, _ in self.processes:
+            try:
+                popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(popen.pid, signal.SIGKILL)
+                popen.wait(timeout=10)
+            try:
+                os.killpg(popen.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

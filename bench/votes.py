@@ -1,0 +1,279 @@
+"""Load benchmark of pool battles and votes against the production shape (not a timed test).
+
+    .venv/bin/python bench/votes.py [--levels 1,10,50] [--seconds 30] [--quick] [--keep-logs]
+
+1. Starts the production shape natively (bench/shape.py): ``config.settings.production``,
+   ``migrate``, ``collectstatic``, ``load_demo``, ``rate_snapshot``, ``bin/serve`` (uvicorn, two workers) and a
+   Celery worker on both queues, on a PostgreSQL database and an empty Redis db of the run's own.
+2. For each concurrency level, N closed-loop clients (asyncio + aiohttp, one cookie jar each,
+   a browser user-agent): each opens the page once (session and CSRF cookies), accepts the terms
+   (``POST /api/terms`` with ``X-CSRFToken``, as static/js/battle.js does), then repeats
+   ``POST /api/battles`` -> ``POST /api/battles/<id>/vote`` for the level's duration.
+3. Prints per level: sustained votes/s (acknowledged votes over the level's wall time), p50/p99
+   vote and battle-start latency, errors, and whether every acknowledged vote (201) is in the
+   database (rows of arena_vote counted by the acknowledged battles' ids).
+
+The environment turns off what would refuse or flag a load generator that real visitors would
+not trip: per-IP rate limits (every client here is 127.0.0.1; ARENA_RATELIMIT_ENABLE=false),
+the minimum seconds before a vote (ARENA_MIN_VOTE_SECONDS=0), the proof-of-work challenge
+(ARENA_CHALLENGE=off) and the daily vote caps (ARENA_VOTES_PER_SESSION_DAY /
+ARENA_VOTES_PER_IP_DAY set very high). Everything else is production's.
+
+The client runs on the same machine as the server (2 cores shared): its CPU is charged to the
+server's budget, so the figures are a floor for what the server alone would do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.shape import Database, RedisDb, Shape  # noqa: E402
+
+TARGET_VOTES_PER_S = 500.0
+TARGET_P99_MS = 200.0
+USER_AGENT = (
+    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/131.0 Safari/537.36"
+)
+BENCH_ENV = {
+    "ARENA_RATELIMIT_ENABLE": "false",
+    "ARENA_MIN_VOTE_SECONDS": "0",
+    "ARENA_CHALLENGE": "off",
+    "ARENA_VOTES_PER_SESSION_DAY": "100000000",
+    "ARENA_VOTES_PER_IP_DAY": "100000000",
+    "RATINGS_REFRESH_DEBOUNCE_SECONDS": "5",
+}
+
+
+@dataclass
+class Level:
+    sessions: int
+    seconds: float = 0.0
+    stop_at: float = float("inf")
+    signed_up: int = 0
+    go: asyncio.Event = field(default_factory=asyncio.Event)
+    vote_ms: list[float] = field(default_factory=list)
+    start_ms: list[float] = field(default_factory=list)
+    acknowledged: list[str] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def error(self, what: str) -> None:
+        self.errors[what] = self.errors.get(what, 0) + 1
+
+
+def _pct(values: list[float], q: int) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+async def _client(base: str, level: Level, index: int) -> None:
+    """One visitor: the page, the terms, then battle -> vote until the level's clock stops."""
+    import aiohttp
+
+    jar = aiohttp.CookieJar(unsafe=True)  # cookies of 127.0.0.1 (an address) kept
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(
+        base_url=base, cookie_jar=jar, timeout=timeout, headers={"User-Agent": USER_AGENT}
+    ) as http:
+        try:
+            async with http.get("/") as response:
+                await response.read()
+                page = response.status
+            csrf = next((c.value for c in jar if c.key == "csrftoken"), "")
+            headers = {"X-CSRFToken": csrf, "Content-Type": "application/json"}
+            async with http.post(
+                "/api/terms", data=json.dumps({"accept": True}), headers=headers
+            ) as response:
+                await response.read()
+                terms = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            level.error(f"sign-up {type(exc).__name__}")
+            level.signed_up += 1
+            return
+        level.signed_up += 1
+        if page != 200 or terms != 200:
+            level.error(f"sign-up page {page} terms {terms}")
+            return
+        await level.go.wait()
+        n = index
+        while time.monotonic() < level.stop_at:
+            t0 = time.perf_counter()
+            try:
+                async with http.post("/api/battles", data="{}", headers=headers) as response:
+                    body = await response.read()
+                    status = response.status
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                level.error(f"battle {type(exc).__name__}")
+                continue
+            t1 = time.perf_counter()
+            if status != 201:
+                level.error(f"battle {status}")
+                await asyncio.sleep(0.05)
+                continue
+            level.start_ms.append((t1 - t0) * 1000)
+            battle_id = json.loads(body)["id"]
+            winner = ("model_a", "model_b", "tie", "model_a")[n % 4]
+            n += 1
+            t2 = time.perf_counter()
+            try:
+                async with http.post(
+                    f"/api/battles/{battle_id}/vote",
+                    data=json.dumps({"winner": winner}),
+                    headers=headers,
+                ) as response:
+                    await response.read()
+                    status = response.status
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                level.error(f"vote {type(exc).__name__}")
+                continue
+            t3 = time.perf_counter()
+            if status != 201:
+                level.error(f"vote {status}")
+                continue
+            level.vote_ms.append((t3 - t2) * 1000)
+            level.acknowledged.append(battle_id)
+
+
+async def _run_level(base: str, sessions: int, seconds: float) -> Level:
+    """Sign every session up (not timed), then run them all for ``seconds``."""
+    level = Level(sessions)
+    tasks = [asyncio.create_task(_client(base, level, i)) for i in range(sessions)]
+    deadline = time.monotonic() + 120
+    while level.signed_up < sessions and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    started = time.monotonic()
+    level.stop_at = started + seconds
+    level.go.set()
+    await asyncio.gather(*tasks)
+    level.seconds = time.monotonic() - started
+    return level
+
+
+def _stored(database: Database, battle_ids: list[str]) -> int:
+    if not battle_ids:
+        return 0
+    rows = database.query(
+        "SELECT count(*) FROM arena_vote WHERE battle_id = ANY(%s::uuid[])", battle_ids
+    )
+    return int(rows[0][0])
+
+
+def _row(level: Level, stored: int) -> dict[str, object]:
+    votes_per_s = len(level.acknowledged) / level.seconds if level.seconds else 0.0
+    return {
+        "sessions": level.sessions,
+        "seconds": round(level.seconds, 1),
+        "votes": len(level.acknowledged),
+        "votes_per_s": votes_per_s,
+        "vote_p50": _pct(level.vote_ms, 50),
+        "vote_p99": _pct(level.vote_ms, 99),
+        "start_p50": _pct(level.start_ms, 50),
+        "start_p99": _pct(level.start_ms, 99),
+        "errors": sum(level.errors.values()),
+        "error_kinds": dict(level.errors),
+        "stored": stored,
+        "lost": len(level.acknowledged) - stored,
+    }
+
+
+def _table(rows: list[dict[str, object]]) -> str:
+    lines = [
+        "| sessions | votes | votes/s | vs 500/s | vote p50 ms | vote p99 ms "
+        "| start p50 ms | start p99 ms | errors | acknowledged in db |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['sessions']} | {r['votes']} | {r['votes_per_s']:.1f} "
+            f"| {float(r['votes_per_s']) / TARGET_VOTES_PER_S:.3f}x "  # type: ignore[arg-type]
+            f"| {r['vote_p50']:.0f} | {r['vote_p99']:.0f} "
+            f"| {r['start_p50']:.0f} | {r['start_p99']:.0f} | {r['errors']} "
+            f"| {r['stored']}/{r['votes']}{' (LOST ' + str(r['lost']) + ')' if r['lost'] else ''} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--levels", default="1,10,50", help="concurrent sessions per level")
+    parser.add_argument("--seconds", type=float, default=30.0, help="duration of each level")
+    parser.add_argument("--quick", action="store_true", help="levels 1,10 for 8 s each")
+    parser.add_argument("--web-workers", type=int, default=2)
+    parser.add_argument("--keep-logs", action="store_true", help="print the process logs' paths")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    args = parser.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    seconds = args.seconds
+    if args.quick:
+        levels, seconds = [1, 10], 8.0
+
+    redis_db = RedisDb()
+    database = Database("arena_bench_votes")
+    shape = Shape(database.url, redis_db.url, BENCH_ENV, web_workers=args.web_workers)
+    rows: list[dict[str, object]] = []
+    try:
+        print(f"database {database.name}, redis {redis_db.url}, logs {shape.tmp}", flush=True)
+        shape.manage("migrate", "--noinput")
+        shape.manage("collectstatic", "--noinput")
+        shape.manage("load_demo")
+        shape.manage("rate_snapshot")
+        shape.start_web()
+        shape.start_worker()
+        asyncio.run(_run_level(shape.url, 2, 2.0))  # warm-up: imports, connections, caches
+        for sessions in levels:
+            level = asyncio.run(_run_level(shape.url, sessions, seconds))
+            shape.check_alive(f"level {sessions}")
+            row = _row(level, _stored(database, level.acknowledged))
+            row["load_avg_1m"] = os.getloadavg()[0]
+            rows.append(row)
+            print(
+                f"{sessions:>4} sessions: {row['votes_per_s']:.1f} votes/s, "
+                f"vote p50/p99 {row['vote_p50']:.0f}/{row['vote_p99']:.0f} ms, "
+                f"start p50/p99 {row['start_p50']:.0f}/{row['start_p99']:.0f} ms, "
+                f"errors {row['error_kinds'] or 0}, in db {row['stored']}/{row['votes']}, "
+                f"machine load (1 min) {row['load_avg_1m']:.1f}",
+                flush=True,
+            )
+    finally:
+        shape.stop()
+        database.drop()
+        redis_db.release()
+        if args.keep_logs:
+            print(f"process logs kept in {shape.tmp}")
+    print()
+    print(
+        f"Target (2 cores): >= {TARGET_VOTES_PER_S:.0f} votes/s with vote p99 < "
+        f"{TARGET_P99_MS:.0f} ms, none lost."
+    )
+    print(_table(rows))
+    best = max(rows, key=lambda r: float(r["votes_per_s"]))  # type: ignore[arg-type]
+    met = (
+        float(best["votes_per_s"]) >= TARGET_VOTES_PER_S  # type: ignore[arg-type]
+        and float(best["vote_p99"]) < TARGET_P99_MS  # type: ignore[arg-type]
+        and all(r["lost"] == 0 for r in rows)
+    )
+    print(
+        f"Best level: {best['sessions']} sessions, {best['votes_per_s']:.1f} votes/s "
+        f"= {float(best['votes_per_s']) / TARGET_VOTES_PER_S:.3f}x the target; "  # type: ignore[arg-type]
+        f"target {'met' if met else 'NOT met'}; lost votes: {sum(int(r['lost']) for r in rows)}."  # type: ignore[call-overload]
+    )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
