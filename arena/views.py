@@ -15,6 +15,7 @@ from django_ratelimit.decorators import ratelimit
 
 from arena.api import api_view, client_ip, error_json, json_body, session_identity
 from arena.env.serve import env_work_available
+from arena.env.tokens import BEARER_CHALLENGE, token_for_request
 from arena.errors import ArenaError, ErrorCode
 from arena.exports import (
     ExportRow,
@@ -24,6 +25,7 @@ from arena.exports import (
     jsonl_line,
     voted_battles,
 )
+from arena.models import ApiToken
 from arena.payloads import BattlePayload
 from arena.selectors import (
     battle_for_session,
@@ -183,19 +185,35 @@ def about_page(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @api_view
-def votes_export(request: HttpRequest) -> StreamingHttpResponse:
-    """Votes as JSONL in a trainer's format (``arena.exports``), for staff who may view votes.
+def votes_export(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    """Votes as JSONL in a trainer's format (``arena.exports``), for staff who may view votes
+    or an API token with the ``export`` scope.
 
     Query: ``format`` (arena, trl, openai, hh-rlhf, kto), ``include_named``,
     ``include_flagged``, ``since``, ``until``, ``model`` (repeatable), ``category``,
     ``language``. The manage.py command ``export_votes`` writes the same rows (and Parquet, and
     a folder with a dataset card) and reports what it skipped.
+
+    A request with an ``Authorization`` header is the token's alone (a bad token is a 401, one
+    without the scope a 403, whoever is signed in); without one, the staff session's.
     """
-    if not (request.user.is_authenticated and request.user.is_staff):
+    authorization = request.headers.get("Authorization")
+    if authorization is not None:
+        try:
+            token_for_request(authorization=authorization, scope=ApiToken.Scope.EXPORT)
+        except ArenaError as exc:
+            denied = error_json(exc)
+            if exc.status == 401:
+                denied["WWW-Authenticate"] = BEARER_CHALLENGE
+            return denied
+    elif not (request.user.is_authenticated and request.user.is_staff):
         raise ArenaError(
-            ErrorCode.FORBIDDEN, "Exports are for staff: sign in to the admin first.", status=403
+            ErrorCode.FORBIDDEN,
+            "Exports are for staff (sign in to the admin first) or an API token with the "
+            "export scope (Authorization: Bearer <token>).",
+            status=403,
         )
-    if not request.user.has_perm("arena.view_vote"):
+    elif not request.user.has_perm("arena.view_vote"):
         raise ArenaError(
             ErrorCode.FORBIDDEN, "Exports need the permission to view votes.", status=403
         )

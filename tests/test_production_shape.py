@@ -385,7 +385,7 @@ def _api_token(shape: ProductionShape) -> str:
     printed = shape.manage("api_token", "create", "--name", "trainer", "--scope", "env")
     tokens = re.findall(r"^arena_[-\w]{43}$", printed, flags=re.MULTILINE)
     assert len(tokens) == 1, printed
-    return tokens[0]
+    return str(tokens[0])
 
 
 def _env_call(
@@ -601,13 +601,13 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
         )
         records = _rewards(shape, token, run["id"])
         assert set(records) == completion_ids
-        winner = next(r for r in records.values() if r["wins"] == 1)
-        loser = next(r for r in records.values() if r["losses"] == 1)
-        assert winner is not loser
+        won = next(r for r in records.values() if r["wins"] == 1)
+        lost = next(r for r in records.values() if r["losses"] == 1)
+        assert won is not lost
         assert all(r["status"] == "complete" and r["score"] is not None for r in records.values())
-        assert winner["score"] > loser["score"]
-        assert winner["meta"] == {"step": 1, "index": ENV_COMPLETIONS.index(shown_a)}
-        assert loser["meta"] == {"step": 1, "index": ENV_COMPLETIONS.index(shown_b)}
+        assert won["score"] > lost["score"]
+        assert won["meta"] == {"step": 1, "index": ENV_COMPLETIONS.index(shown_a)}
+        assert lost["meta"] == {"step": 1, "index": ENV_COMPLETIONS.index(shown_b)}
         page.goto(shape.url + "/leaderboard")
         assert f"· {new_votes} votes" in page.get_by_test_id("last-updated").inner_text()
 

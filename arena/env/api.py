@@ -44,11 +44,7 @@ from arena.env.selectors import (
     env_run_payload,
     env_submission_payload,
 )
-from arena.env.tokens import (
-    UNAUTHORIZED_MESSAGE,
-    token_authenticate,
-    token_require_scope,
-)
+from arena.env.tokens import BEARER_CHALLENGE, token_for_request
 from arena.errors import ArenaError, ErrorCode, not_found
 from arena.inputs import json_parse
 from arena.models import ApiToken, EnvRun
@@ -87,14 +83,9 @@ class BearerToken(HttpBearer):
     checked in that order before the body is parsed."""
 
     def __call__(self, request: HttpRequest) -> ApiToken:
-        scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not raw.strip():
-            raise ArenaError(ErrorCode.UNAUTHORIZED, UNAUTHORIZED_MESSAGE, status=401)
-        return self.authenticate(request, raw.strip())
-
-    def authenticate(self, request: HttpRequest, token: str) -> ApiToken:
-        api_token = token_authenticate(token)
-        token_require_scope(token=api_token, scope=ApiToken.Scope.ENV)
+        api_token = token_for_request(
+            authorization=request.headers.get("Authorization", ""), scope=ApiToken.Scope.ENV
+        )
         usage = get_usage(
             request,
             group=RATE_GROUP,
@@ -106,6 +97,10 @@ class BearerToken(HttpBearer):
             raise RateLimited(retry_after=max(1, int(usage["time_left"])))
         _body_size_check(request)
         return api_token
+
+    def authenticate(self, request: HttpRequest, token: str) -> ApiToken:
+        # HttpBearer's hook, unused: __call__ reads the header itself (token_for_request).
+        return self(request)
 
 
 def _body_size_check(request: HttpRequest) -> None:
@@ -154,7 +149,7 @@ def _arena_error(request: HttpRequest, exc: object) -> HttpResponse:
     assert isinstance(exc, ArenaError)
     response = error_json(exc)
     if exc.status == 401:
-        response["WWW-Authenticate"] = 'Bearer realm="arena"'
+        response["WWW-Authenticate"] = BEARER_CHALLENGE
     if isinstance(exc, RateLimited):
         response["Retry-After"] = str(exc.retry_after)
     return response

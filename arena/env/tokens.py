@@ -26,6 +26,8 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 SCOPES: frozenset[str] = frozenset(ApiToken.Scope.values)
 
 UNAUTHORIZED_MESSAGE = "Send a valid API token: Authorization: Bearer <token>."
+# The ``WWW-Authenticate`` header of every 401 the tokens' endpoints answer.
+BEARER_CHALLENGE = 'Bearer realm="arena"'
 
 
 def token_hash(raw: str) -> str:
@@ -91,10 +93,23 @@ def _token_touch(token: ApiToken) -> None:
 
 def token_require_scope(*, token: ApiToken, scope: str) -> None:
     """A 403 unless ``token`` carries ``scope``."""
-    if scope not in token.scopes:
+    name = str(scope)  # an ApiToken.Scope member is named by its value ('env', not Scope.ENV)
+    if name not in token.scopes:
         raise ArenaError(
-            ErrorCode.FORBIDDEN, f"This API token does not have the {scope!r} scope.", status=403
+            ErrorCode.FORBIDDEN, f"This API token does not have the {name!r} scope.", status=403
         )
+
+
+def token_for_request(*, authorization: str, scope: str) -> ApiToken:
+    """The live token an ``Authorization: Bearer <token>`` header sends, if it carries
+    ``scope``: a 401 for a missing, malformed, unknown or revoked token, a 403 without the
+    scope. The one check of every endpoint a token opens (the environment API, the export)."""
+    scheme, _, raw = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not raw.strip():
+        raise ArenaError(ErrorCode.UNAUTHORIZED, UNAUTHORIZED_MESSAGE, status=401)
+    token = token_authenticate(raw.strip())
+    token_require_scope(token=token, scope=scope)
+    return token
 
 
 def token_find(*, prefix_or_id: str) -> ApiToken:
