@@ -357,10 +357,16 @@ def test_fast_bootstrap_replicate_equals_an_exact_refit_of_the_same_resample(rew
 @pytest.mark.parametrize("reweight", [False, True])
 def test_grouped_bootstrap_replicate_is_a_multinomial_resample_of_the_battles(reweight):
     """Without style a replicate draws n battles with replacement over the grouped rows; its
-    fit equals the fit of the same counts put on the full rows (rows drawn 0 times weigh 0)."""
-    encoded = data.encode(
-        battles(n=400, p=5, seed=2, style=False), style_control=False, reweight=reweight
+    fit equals the fit of the same counts put on the full rows (rows drawn 0 times weigh 0).
+    m0 and m1 meet far more often than the rest, so the inverse pair-frequency weights vary."""
+    df = pd.concat(
+        [battles(n=400, p=5, seed=2, style=False), battles(n=300, p=2, seed=3, style=False)],
+        ignore_index=True,
     )
+    encoded = data.encode(df, style_control=False, reweight=reweight)
+    assert (encoded.pair_weight is not None) == reweight
+    if reweight:
+        assert encoded.pair_weight.max() > 2 * encoded.pair_weight.min()
     rows = bt.rows_from_battles(encoded, 0.0)
     full = bt.fit(rows)
     counts = np.random.default_rng(11).multinomial(
@@ -509,3 +515,68 @@ def test_two_models_whose_styles_never_change_are_rated_with_every_style_element
     want = [(m["model"], m["rating"], m["rating_lower"]) for m in plain["models"]]
     assert [g[0] for g in got] == [w[0] for w in want]
     assert [g[1:] for g in got] == [pytest.approx(w[1:], abs=1e-6) for w in want]
+
+
+def test_replicate_check_refuses_a_model_that_won_every_battle_on_either_side():
+    """The check a bootstrap replicate passes before it is fitted: ``champ`` beat m0 as side A
+    and m1 as side B and never lost, so its rating is unbounded; one tie makes it ratable."""
+    beaten = pd.DataFrame(
+        {"model_a": ["champ", "m1"], "model_b": ["m0", "champ"], "winner": ["model_a", "model_b"]}
+    )
+    df = pd.concat([identified_battles([], 3), beaten], ignore_index=True)
+    encoded = data.encode(df, style_control=False, reweight=False)
+    with pytest.raises(EngineError, match="maximum-likelihood ratings do not exist"):
+        bt.check_identified(bt.rows_from_battles(encoded, 0.0), encoded.models)
+
+    tied = pd.DataFrame({"model_a": ["m2"], "model_b": ["champ"], "winner": ["tie (bothbad)"]})
+    encoded = data.encode(
+        pd.concat([df, tied], ignore_index=True), style_control=False, reweight=False
+    )
+    bt.check_identified(bt.rows_from_battles(encoded, 0.0), encoded.models)  # does not raise
+
+
+def a_model_with_two(outcomes: str, style: bool) -> pd.DataFrame:
+    """Four models with plenty of battles, and m9 with only 2 wins (or 2 losses) in 80 battles
+    against them, one on each side; it plays 40 as model_a and 40 as model_b."""
+    df = battles(n=300, p=4, seed=1, style=style)
+    opponents = [f"m{i}" for i in np.random.default_rng(5).integers(0, 4, 80)]
+    m9_won = np.zeros(80, dtype=bool) if outcomes == "wins" else np.ones(80, dtype=bool)
+    m9_won[[3, 50]] = outcomes == "wins"
+    m9_is_a = np.arange(80) % 2 == 0
+    fragile = pd.DataFrame(
+        {
+            "model_a": np.where(m9_is_a, "m9", opponents),
+            "model_b": np.where(m9_is_a, opponents, "m9"),
+            "winner": np.where(m9_won == m9_is_a, "model_a", "model_b"),
+        }
+    )
+    for column in df.columns[3:]:
+        fragile[column] = df[column].iloc[:80].to_numpy()
+    return pd.concat([df, fragile], ignore_index=True)
+
+
+@pytest.mark.parametrize(("outcomes", "style"), [("wins", True), ("losses", True), ("wins", False)])
+def test_bootstrap_redraws_replicates_that_lose_a_models_only_wins_or_losses(outcomes, style):
+    """About one replicate in seven draws neither of m9's 2 wins (or losses); m9 then has no
+    finite rating in it, and fitting it anyway puts m9 thousands of points away (and moves
+    everyone else). Such replicates are redrawn, so each bootstrap interval stays of the
+    sandwich interval's order."""
+    df = a_model_with_two(outcomes, style)
+    sandwich = {m["model"]: m for m in rate(df, style_control=style)["models"]}
+    boot = rate(df, style_control=style, ci="bootstrap", rounds=40, seed=1)
+    for row in boot["models"]:
+        width = sandwich[row["model"]]["rating_upper"] - sandwich[row["model"]]["rating_lower"]
+        assert row["rating_lower"] < row["rating"] < row["rating_upper"]
+        assert row["rating_upper"] - row["rating_lower"] < 2 * width
+
+
+def test_bootstrap_whose_replicates_almost_never_have_ratings_says_so():
+    """20 models in one cycle of 20 battles (each beat the next): a replicate keeps every
+    battle with probability 20!/20^20, so after 100 draws the bootstrap gives up."""
+    models = [f"c{i:02d}" for i in range(20)]
+    df = pd.DataFrame({"model_a": models, "model_b": models[1:] + models[:1], "winner": "model_a"})
+    assert {m["rating"] for m in rate(df, style_control=False)["models"]} == {1000.0}
+    with pytest.raises(
+        EngineError, match=r"^bootstrap replicates keep losing a model's only wins or losses$"
+    ):
+        rate(df, style_control=False, ci="bootstrap", rounds=5, seed=0)
