@@ -529,3 +529,29 @@ class EnvBattle(models.Model):
 
     def __str__(self) -> str:
         return f"Environment battle {self.battle_id}"
+
+
+class RefusedPrompt(models.Model):
+    """A live prompt the moderation hook refused (``arena.live.moderation``) before any model
+    saw it. Kept as its SHA-256, not its text: a refused prompt is in no battle and is never
+    published; the hash still shows one text sent again and again."""
+
+    class Checker(models.TextChoices):
+        BLOCKLIST = "blocklist", "Local blocklist"
+        OPENAI = "openai", "OpenAI moderation endpoint"
+
+    session_hash = models.CharField(max_length=64, blank=True, db_index=True)
+    ip_hash = models.CharField(max_length=64, blank=True, db_index=True)
+    prompt_sha256 = models.CharField(max_length=64)
+    prompt_chars = models.PositiveIntegerField()
+    checker = models.CharField(max_length=20, choices=Checker.choices)
+    reason = models.CharField(
+        max_length=300, help_text="The blocklist entry, or the moderation categories flagged."
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"Refused prompt {self.prompt_sha256[:12]} ({self.get_checker_display()})"

@@ -22,6 +22,7 @@ from arena.inputs import text_storable
 from arena.live.breaker import provider_failure_record, provider_success_record
 from arena.live.draw import draw_pair, named_pair
 from arena.live.limits import check_call_rate, check_concurrency, clean_prompt
+from arena.live.moderation import prompt_moderate
 from arena.live.upstream import Answer, UpstreamTarget
 from arena.models import USER_PROMPT_SOURCE, ArenaModel, Battle, BattleMessage, Prompt
 from arena.payloads import BattlePayload, Side
@@ -84,7 +85,8 @@ def battle_start_live(
         raise ArenaError(ErrorCode.NO_SESSION, "Open the battle page first.", status=403)
     limits = live_limits()
     text = clean_prompt(prompt, limits)
-    check_call_rate(client_ip)
+    check_call_rate(client_ip)  # counted first, so a refused prompt costs a call too
+    prompt_moderate(text=text, session_key=session_key, client_ip=client_ip)
     if mode not in Battle.Mode.values:
         raise ArenaError(ErrorCode.INVALID, "Unknown battle mode.", field="mode")
     if mode == Battle.Mode.NAMED:
@@ -146,7 +148,8 @@ def battle_turn_add(
     """Add a follow-up prompt: the same pair answers it with the whole conversation."""
     limits = live_limits()
     text = clean_prompt(prompt, limits)
-    check_call_rate(client_ip)
+    check_call_rate(client_ip)  # counted first, so a refused prompt costs a call too
+    prompt_moderate(text=text, session_key=session_key, client_ip=client_ip)
     with transaction.atomic():
         battle = _locked_battle(battle_id=battle_id, session_key=session_key)
         _refuse_unless_ready(battle, "ask more")

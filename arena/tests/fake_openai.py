@@ -8,6 +8,10 @@ per upstream model name with :class:`FakeModel`::
     with FakeUpstream({"m-slow": FakeModel(tokens=50, delay=0.05)}) as upstream:
         client = AsyncOpenAI(base_url=upstream.url, api_key="x")
 
+It also speaks ``POST /v1/moderations``: an input holding any of ``flagged_words`` (a
+case-insensitive substring) is flagged (category ``harassment``); the ``model`` of the request
+picks its :class:`FakeModel`, whose ``http_400``/``http_500`` and ``hang`` faults apply.
+
 Faults: ``error_midstream`` (an error event after ``fail_after`` tokens), ``http_500``, ``hang``
 (after ``fail_after`` tokens, nothing more is sent, the connection stays open), ``endless``
 (tokens forever, until the client goes away).
@@ -97,6 +101,7 @@ class FakeUpstream:
         self.port = port
         self.record = record
         self.requests: list[FakeRequest] = []
+        self.flagged_words: tuple[str, ...] = ()
         self._lock = threading.Lock()
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -183,6 +188,13 @@ class FakeUpstream:
                         headers[key.strip().lower()] = value.strip()
                 length = int(headers.get("content-length", "0"))
                 raw = await reader.readexactly(length) if length else b""
+                if method == "POST" and path.rstrip("/").endswith("/moderations"):
+                    request = FakeRequest(body=json.loads(raw or b"{}"), headers=headers)
+                    if self.record:
+                        with self._lock:
+                            self.requests.append(request)
+                    await self._moderate(reader, writer, request)
+                    continue
                 if method != "POST" or not path.rstrip("/").endswith("/chat/completions"):
                     await self._send_json(writer, 404, {"error": {"message": "not found"}})
                     continue
@@ -220,6 +232,35 @@ class FakeUpstream:
             + data
         )
         await writer.drain()
+
+    async def _moderate(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: FakeRequest
+    ) -> None:
+        """One moderation answer (OpenAI's shape), or the model's fault."""
+        spec = self.models.get(request.model, self.default)
+        if spec.fault in ("http_400", "http_500"):
+            status = int(spec.fault[-3:])
+            await self._send_json(writer, status, {"error": {"message": "moderation failed"}})
+            return
+        if spec.fault == "hang":
+            await reader.read(1)  # until the client gives up and closes the connection
+            raise _ClientGone
+        inputs = request.body.get("input", "")
+        texts = inputs if isinstance(inputs, list) else [inputs]
+        results = []
+        for text in texts:
+            flagged = any(word.lower() in str(text).lower() for word in self.flagged_words)
+            results.append(
+                {
+                    "flagged": flagged,
+                    "categories": {"harassment": flagged, "violence": False},
+                    "category_scores": {"harassment": 0.99 if flagged else 0.01, "violence": 0.0},
+                    "category_applied_input_types": {"harassment": ["text"], "violence": ["text"]},
+                }
+            )
+        answer = {"id": "modr-fake", "model": request.model, "results": results}
+        await self._send_json(writer, 200, answer)
+        request.completed = True
 
     async def _answer(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: FakeRequest
