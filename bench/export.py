@@ -127,6 +127,55 @@ def templates() -> tuple[list[dict[str, Any]], dict[str, str], list[dict[str, An
     )
 
 
+def _models_and_prompts(
+    battles: list[dict[str, Any]], categories: dict[str, str], prompts: list[dict[str, Any]]
+) -> tuple[dict[str, int], dict[int, int]]:
+    """The models and prompts, through the ORM (so new model fields keep their defaults)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    import django
+
+    django.setup()
+    from arena.models import ArenaModel, Prompt
+
+    slugs = sorted({b["model_a"] for b in battles} | {b["model_b"] for b in battles})
+    model_ids = {
+        slug: ArenaModel.objects.create(slug=slug, display_name=slug, is_active=False).pk
+        for slug in slugs
+    }
+    prompt_ids = {
+        p["qid"]: Prompt.objects.create(
+            turns=p["turns"],
+            category=categories[str(p["qid"])],
+            language="en",
+            source="mt_bench",
+            external_id=str(p["qid"]),
+        ).pk
+        for p in prompts
+    }
+    return model_ids, prompt_ids
+
+
+def _copy_sql(model: Any, columns: list[str]) -> tuple[str, str]:
+    """``COPY table (columns..., others...) FROM STDIN`` and the COPY text of the others: every
+    other required column the model has, at its field's default (fields added later keep the
+    loader working)."""
+    extra, values = [], []
+    for f in model._meta.concrete_fields:
+        if f.column in columns or f.null or f.primary_key and f.column == "id":
+            continue
+        default = f.get_default()
+        extra.append(f.column)
+        if isinstance(default, bool):
+            values.append("t" if default else "f")
+        elif isinstance(default, dict | list):
+            values.append(_copy_text(json.dumps(default)))
+        else:
+            values.append(_copy_text(str(default)))
+    table = model._meta.db_table
+    sql = f"COPY {table} ({', '.join(columns + extra)}) FROM STDIN"
+    return sql, "".join(f"\t{v}" for v in values)
+
+
 def load(url: str, n: int, seed: int = 7) -> None:
     """N voted battles into the migrated database at ``url``, with COPY."""
     import psycopg
@@ -134,25 +183,24 @@ def load(url: str, n: int, seed: int = 7) -> None:
     battles, categories, prompts = templates()
     rng = random.Random(seed)
     now = datetime(2026, 1, 1, tzinfo=UTC)
+    model_ids, prompt_ids = _models_and_prompts(battles, categories, prompts)
+    from arena.models import Battle, BattleMessage, Vote
+
+    battle_sql, battle_tail = _copy_sql(
+        Battle,
+        "id mode source model_a_id model_b_id prompt_id session_hash state created_at"
+        " updated_at".split(),
+    )
+    message_sql, message_tail = _copy_sql(
+        BattleMessage,
+        "battle_id side turn user_content content status finish_reason error created_at".split(),
+    )
+    vote_sql, vote_tail = _copy_sql(
+        Vote,
+        "battle_id winner voter_id ip_hash user_agent_class flagged flags style created_at".split(),
+    )
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = off")
-        model_ids: dict[str, int] = {}
-        for slug in sorted({b["model_a"] for b in battles} | {b["model_b"] for b in battles}):
-            model_ids[slug] = conn.execute(
-                "INSERT INTO arena_arenamodel (slug, display_name, organization, license,"
-                " upstream_model_id, generation_params, system_prompt, sampling_weight,"
-                " is_active, is_public, created_at, updated_at)"
-                " VALUES (%s, %s, '', '', '', '{}', '', 1, false, true, now(), now())"
-                " RETURNING id",
-                (slug, slug),
-            ).fetchone()[0]  # type: ignore[index]
-        prompt_ids: dict[int, int] = {}
-        for prompt in prompts:
-            prompt_ids[prompt["qid"]] = conn.execute(
-                "INSERT INTO arena_prompt (turns, category, language, source, external_id,"
-                " created_at) VALUES (%s, %s, 'en', 'mt_bench', %s, now()) RETURNING id",
-                (json.dumps(prompt["turns"]), categories[str(prompt["qid"])], str(prompt["qid"])),
-            ).fetchone()[0]  # type: ignore[index]
         start = time.perf_counter()
         done = 0
         while done < n:
@@ -165,33 +213,22 @@ def load(url: str, n: int, seed: int = 7) -> None:
                 battle_lines.append(
                     f"{battle_id}\tanonymous\tpool\t{model_ids[t['model_a']]}\t"
                     f"{model_ids[t['model_b']]}\t{prompt_ids[t['qid']]}\t\tvoted\t{moment}\t"
-                    f"{moment}\n"
+                    f"{moment}{battle_tail}\n"
                 )
                 for turn, side, user, content in t["messages"]:
                     message_lines.append(
-                        f"{battle_id}\t{side}\t{turn}\t{user}\t{content}\tdone\t\t\t{moment}\n"
+                        f"{battle_id}\t{side}\t{turn}\t{user}\t{content}\tdone\t\t\t{moment}"
+                        f"{message_tail}\n"
                     )
                 vote_lines.append(
                     f"{battle_id}\t{t['winner']}\tbench-voter-{rng.randrange(100_000)}\t\t\t"
-                    f"f\t[]\t{t['style']}\t{moment}\n"
+                    f"f\t[]\t{t['style']}\t{moment}{vote_tail}\n"
                 )
             with conn.transaction(), conn.cursor() as cur:
                 for sql, lines in (
-                    (
-                        "COPY arena_battle (id, mode, source, model_a_id, model_b_id, prompt_id,"
-                        " session_hash, state, created_at, updated_at) FROM STDIN",
-                        battle_lines,
-                    ),
-                    (
-                        "COPY arena_battlemessage (battle_id, side, turn, user_content, content,"
-                        " status, finish_reason, error, created_at) FROM STDIN",
-                        message_lines,
-                    ),
-                    (
-                        "COPY arena_vote (battle_id, winner, voter_id, ip_hash,"
-                        " user_agent_class, flagged, flags, style, created_at) FROM STDIN",
-                        vote_lines,
-                    ),
+                    (battle_sql, battle_lines),
+                    (message_sql, message_lines),
+                    (vote_sql, vote_lines),
                 ):
                     with cur.copy(sql) as copy:
                         copy.write("".join(lines))
@@ -287,7 +324,7 @@ def main() -> None:
         # In a child: the parent stays small, and its exports' children start from that size
         # (Linux keeps ru_maxrss across fork and exec).
         loader = [sys.executable, __file__, "--load", str(n), "--url", url]
-        subprocess.run(loader, cwd=ROOT, check=True)
+        subprocess.run(loader, cwd=ROOT, env=env, check=True)
         print(f"loaded in {time.perf_counter() - start:.0f} s")
     with psycopg.connect(url) as conn:
         size = conn.execute("SELECT pg_size_pretty(pg_database_size(current_database()))")
