@@ -11,6 +11,7 @@ from arena.env.runs import env_run_close
 from arena.env.selectors import env_run_counts
 from arena.env.tokens import token_revoke
 from arena.exports import FORMATS
+from arena.leaks import IDENTITY_LEAK
 from arena.live.breaker import provider_breaker_reset
 from arena.models import (
     ApiToken,
@@ -25,6 +26,7 @@ from arena.models import (
     TermsAcceptance,
     Vote,
 )
+from arena.services.flags import ANOMALOUS_VOTER, votes_flag_clear
 
 
 class ReadOnlyAdmin(admin.ModelAdmin[Any]):
@@ -154,11 +156,35 @@ class VoteAdmin(ReadOnlyAdmin):
         "voter_id",
         "user_agent_class",
         "flagged",
+        "flags",
+        "flags_cleared",
     ]
     list_filter = ["winner", "flagged", "user_agent_class", "battle__mode", "battle__source"]
     search_fields = ["battle__id", "voter_id", "battle__model_a__slug", "battle__model_b__slug"]
     date_hierarchy = "created_at"
     change_list_template = "arena/admin/vote_change_list.html"
+    actions = ["clear_anomaly_flag", "clear_identity_leak_flag"]
+
+    def has_flag_permission(self, request: HttpRequest) -> bool:
+        """Clearing a flag is the one change staff make to a vote (``arena.change_vote``)."""
+        return request.user.has_perm("arena.change_vote")
+
+    def _clear(self, request: HttpRequest, queryset: Any, reason: str) -> None:
+        changed = set(
+            votes_flag_clear(vote_ids=queryset.values_list("pk", flat=True), reason=reason)
+        )
+        # Who cleared what stays in the admin's history of each vote.
+        for vote in queryset.filter(pk__in=changed):
+            self.log_change(request, vote, f"Cleared the {reason} flag.")
+        self.message_user(request, f"{len(changed)} vote(s) cleared of {reason}.")
+
+    @admin.action(description="Clear anomaly flag (anomalous_voter)", permissions=["flag"])
+    def clear_anomaly_flag(self, request: HttpRequest, queryset: Any) -> None:
+        self._clear(request, queryset, ANOMALOUS_VOTER)
+
+    @admin.action(description="Clear identity leak flag (identity_leak)", permissions=["flag"])
+    def clear_identity_leak_flag(self, request: HttpRequest, queryset: Any) -> None:
+        self._clear(request, queryset, IDENTITY_LEAK)
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

@@ -326,3 +326,15 @@ def live_models_public() -> list[LiveModel]:
         {"slug": m.slug, "name": m.display_name, "organization": m.organization}
         for m in live_models_available().filter(is_public=True).order_by("display_name")
     ]
+
+
+def votes_for_anomaly() -> QuerySet[Any, Any]:
+    """The votes the anomalous-voter test reads (ratings.voters): every anonymous vote outside
+    environment battles, flagged or not (a flag is a verdict on the vote, not on what the crowd
+    thinks of the pair), by id, with the voter, the winner and both sides' model slugs."""
+    return (
+        Vote.objects.exclude(battle__source=Battle.Source.ENV)
+        .filter(battle__mode=Battle.Mode.ANONYMOUS)
+        .order_by("id")
+        .values("id", "voter_id", "winner", "battle__model_a__slug", "battle__model_b__slug")
+    )

@@ -9,3 +9,7 @@ from django.dispatch import Signal
 # Sent after the transaction that recorded a vote commits. kwargs: vote_id, battle_id, source
 # (the battle's ``Battle.Source``: receivers tell an environment battle's vote without a query).
 vote_recorded = Signal()
+
+# Sent after a transaction that changed votes' flags commits (arena.services.flags: the anomaly
+# run set them, or staff cleared them), so the leaderboard is refitted. kwargs: vote_ids, reason.
+vote_flags_changed = Signal()

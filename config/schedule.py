@@ -10,6 +10,13 @@ BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": crontab(minute="*/10"),
         "options": {"queue": "ratings", "expires": 9 * 60},
     },
+    # Anomalous voters (ratings.voters): voters whose votes disagree with everyone else's beyond
+    # chance are flagged with their votes; a change refits the leaderboard.
+    "ratings-voters-flag": {
+        "task": "ratings.tasks.voters_flag",
+        "schedule": crontab(minute=20, hour="*/6"),
+        "options": {"queue": "ratings", "expires": 5 * 60 * 60},
+    },
     # Live battles a crashed or restarted server left streaming become aborted (and can be
     # regenerated or left); a battle still streaming on a live server is never that old.
     "arena-live-battles-sweep": {

@@ -25,6 +25,7 @@ from arena.env.selectors import env_battle_submission
 from arena.models import Battle
 from ratings import services
 from ratings.env_rewards import env_rewards_fit
+from ratings.voters import voters_flag_run
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +107,37 @@ def _refresh_in_background() -> None:
             connections.close_all()
 
     _background.submit(run)
+
+
+# --- Anomalous voters (ratings.voters): flagged periodically; any flag change refits ---
+
+
+@shared_task(  # type: ignore[untyped-decorator]
+    name="ratings.tasks.voters_flag",
+    soft_time_limit=10 * 60,
+    time_limit=11 * 60,
+    acks_late=True,
+    ignore_result=True,
+)
+def voters_flag() -> dict[str, Any]:
+    """Flag anomalous voters and their votes (``manage.py flag_voters`` without --dry-run)."""
+    run = voters_flag_run()
+    return {"voters": list(run.voters["voter"]), "votes_flagged": len(run.flagged_vote_ids)}
+
+
+def snapshot_refresh_after_flags(**kwargs: Any) -> None:
+    """``arena.signals.vote_flags_changed`` receiver: votes were flagged or cleared, so the
+    leaderboard is refitted. Forced: a flag set and another cleared between two runs could leave
+    the votes' count and high-water mark as they were. Sent after commit; a failure to queue is
+    logged (the sweep's next run still sees a changed count)."""
+    try:
+        eager = bool(getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False))
+        if eager and settings.RATINGS_EAGER_REFRESH_IN_BACKGROUND:
+            _refresh_in_background()  # no broker: not inside the admin's request
+            return
+        snapshot_refresh.apply_async(kwargs={"force": True})
+    except Exception:
+        logger.exception("ratings: could not enqueue a snapshot refresh after flags changed")
 
 
 # --- Environment rewards (arena.env): a group's records refitted after each of its votes ---

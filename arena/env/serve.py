@@ -44,6 +44,7 @@ from django.utils import timezone
 from answer_style import style_counts
 from arena.identity import session_hash
 from arena.inputs import text_storable
+from arena.leaks import answer_names_model
 from arena.models import (
     Battle,
     BattleMessage,
@@ -254,10 +255,17 @@ def _create(run: EnvRun, pair: tuple[_Side, _Side], session_key: str, rng: rando
                 user_content=user,
                 content=(answer := text_storable(text)),
                 style=style if style is not None else style_counts(answer),
+                # A reference model's answer may name it (arena.leaks); a submitted completion
+                # stands for the run's hidden model, whose names mean nothing to a visitor.
+                names_model=reference is not None
+                and answer_names_model(answer, model=reference.model, user_turns=[user]),
                 status=BattleMessage.Status.DONE,
                 finish_reason="stop",
             )
-            for side, text, style in (("a", text_a, style_a), ("b", text_b, style_b))
+            for side, text, style, reference in (
+                ("a", text_a, style_a, side_a.reference),
+                ("b", text_b, style_b, side_b.reference),
+            )
         ]
     )
     EnvBattle.objects.create(

@@ -19,6 +19,7 @@ from answer_style import AnswerStyle, style_counts
 from arena.errors import ArenaError, ErrorCode, not_found, still_streaming
 from arena.identity import session_hash, session_hash_matches
 from arena.inputs import text_storable
+from arena.leaks import answer_names_model
 from arena.live.breaker import provider_failure_record, provider_success_record
 from arena.live.draw import draw_pair, named_pair
 from arena.live.limits import check_call_rate, check_concurrency, clean_prompt
@@ -289,9 +290,16 @@ def message_finish(
         "error": BattleMessage.Status.ERROR,
         "aborted": BattleMessage.Status.ABORTED,
     }.get(answer.status, BattleMessage.Status.ABORTED)  # still streaming when the turn ended
-    message = BattleMessage.objects.get(pk=message_id)
+    message = BattleMessage.objects.select_related("battle__model_a", "battle__model_b").get(
+        pk=message_id
+    )
     message.content = answer.text
     message.style = style if style is not None else style_counts(answer.text)
+    # The user's turn of this answer is what it may repeat a name from (arena.leaks).
+    own_model = message.battle.model_a if message.side == "a" else message.battle.model_b
+    message.names_model = answer_names_model(
+        answer.text, model=own_model, user_turns=[message.user_content]
+    )
     message.status = status
     message.token_count = answer.completion_tokens
     message.prompt_tokens = answer.prompt_tokens

@@ -10,6 +10,7 @@ from arena.env.serve import env_battle_serve
 from arena.errors import ArenaError, ErrorCode
 from arena.identity import session_hash
 from arena.inputs import text_storable
+from arena.leaks import answer_names_model
 from arena.models import ArenaModel, Battle, BattleMessage, Completion, Prompt
 from arena.sampling import draw_pair
 from arena.sampling_stats import pair_probabilities_active, sampling_active
@@ -104,7 +105,7 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
     side_a, side_b = (first, second) if rng.random() < 0.5 else (second, first)
     completions = {
         c.model_id: c
-        for c in Completion.objects.filter(
+        for c in Completion.objects.select_related("model").filter(
             prompt=prompt, model_id__in=[side_a, side_b], source=Completion.Source.POOL
         )
     }
@@ -128,6 +129,11 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
                     user_content=text_storable(prompt.turns[turn]),
                     content=(answer := text_storable(completions[model_id].turns[turn])),
                     style=style_counts(answer),
+                    names_model=answer_names_model(
+                        answer,
+                        model=completions[model_id].model,
+                        user_turns=prompt.turns[: turn + 1],
+                    ),
                     status=BattleMessage.Status.DONE,
                     finish_reason="stop",
                 )

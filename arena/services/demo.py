@@ -11,6 +11,7 @@ from django.db import transaction
 
 from answer_style import conv_metadata, style_counts
 from arena.errors import ArenaError, ErrorCode
+from arena.leaks import IDENTITY_LEAK, answer_names_model
 from arena.models import ArenaModel, Battle, BattleMessage, Prompt, Vote
 from arena.services.pool import PoolLine, Progress, no_progress, pool_write
 
@@ -121,6 +122,10 @@ def demo_load(
             defaults = {"display_name": slug, **model_defaults.get(slug, {})}
             _, created = ArenaModel.objects.get_or_create(slug=slug, defaults=defaults)
             models_created += created
+        # Names an answer may give its model away by (arena.leaks); staff's own are kept.
+        for slug, m in meta.items():
+            if m.get("aliases"):
+                ArenaModel.objects.filter(slug=slug, aliases=[]).update(aliases=m["aliases"])
         battles_created = _write_history(history, progress)
     return DemoLoadResult(
         prompts_created=pool.prompts_created,
@@ -138,7 +143,7 @@ def _write_history(history: list[dict[str, Any]], progress: Progress) -> int:
     todo = [b for b in history if b["id"] not in existing]
     if not todo:
         return 0
-    models = dict(ArenaModel.objects.values_list("slug", "id"))
+    models = {m.slug: m for m in ArenaModel.objects.all()}
     prompts = {int(p.external_id): p for p in Prompt.objects.filter(source=MT_BENCH_SOURCE)}
     battles, messages, votes = [], [], []
     for item in progress(todo, desc="historical votes"):
@@ -148,16 +153,22 @@ def _write_history(history: list[dict[str, Any]], progress: Progress) -> int:
                 id=item["id"],
                 mode=Battle.Mode.ANONYMOUS,
                 source=Battle.Source.IMPORT,
-                model_a_id=models[item["model_a"]],
-                model_b_id=models[item["model_b"]],
+                model_a_id=models[item["model_a"]].pk,
+                model_b_id=models[item["model_b"]].pk,
                 prompt=prompt,
                 session_hash="",
                 state=Battle.State.VOTED,
             )
         )
         counts = {side: [style_counts(text) for text in item[side]] for side in ("a", "b")}
+        leaked = False
         for side in ("a", "b"):
+            model = models[item[f"model_{side}"]]
             for turn, text in enumerate(item[side]):
+                names_model = answer_names_model(
+                    text, model=model, user_turns=prompt.turns[: turn + 1]
+                )
+                leaked = leaked or names_model
                 messages.append(
                     BattleMessage(
                         battle_id=item["id"],
@@ -166,6 +177,7 @@ def _write_history(history: list[dict[str, Any]], progress: Progress) -> int:
                         user_content=prompt.turns[turn],
                         content=text,
                         style=counts[side][turn],
+                        names_model=names_model,
                         status=BattleMessage.Status.DONE,
                     )
                 )
@@ -175,6 +187,8 @@ def _write_history(history: list[dict[str, Any]], progress: Progress) -> int:
                 winner=item["winner"],
                 voter_id=f"mt_bench:{item['judge']}",
                 user_agent_class="import",
+                flagged=leaked,
+                flags=[IDENTITY_LEAK] if leaked else [],
                 style=conv_metadata(counts["a"], counts["b"]),
             )
         )

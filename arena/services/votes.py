@@ -10,6 +10,7 @@ from django.utils import timezone
 from answer_style import AnswerStyle, conv_metadata, style_counts
 from arena.errors import ALREADY_VOTED_MESSAGE, ArenaError, ErrorCode, not_found
 from arena.identity import ip_hash, session_hash_matches, user_agent_class
+from arena.leaks import IDENTITY_LEAK
 from arena.models import Battle, BattleMessage, Vote
 from arena.payloads import WINNERS, is_winner
 from arena.selectors import battle_pk, terms_accepted
@@ -69,6 +70,9 @@ def vote_record(
                 [_answer_style(m) for m in messages if m.side == BattleMessage.Side.B],
             )
             flags = _flags(battle=battle, user_agent=user_agent)
+            # An answer that named its own model, checked when it was saved (arena.leaks).
+            if any(m.names_model for m in messages):
+                flags.append(IDENTITY_LEAK)
             vote = Vote.objects.create(
                 battle=battle,
                 winner=winner,

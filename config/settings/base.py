@@ -279,6 +279,12 @@ from config.schedule import BEAT_SCHEDULE  # noqa: E402
 CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 # A vote cast sooner than this after the answers were complete is kept but flagged.
 ARENA_MIN_VOTE_SECONDS = env.float("ARENA_MIN_VOTE_SECONDS", default=1.0)
+# Anomalous voters (ratings.voters, Chiang et al. 2024 section 5.1): a voter with at least
+# ARENA_ANOMALY_MIN_VOTES tested votes whose combined (Fisher) p-value is below the threshold is
+# flagged with all their votes. Bonferroni: with V voters tested the expected number of honest
+# voters flagged per run is at most V x threshold (0.1 for 1,000 voters at 1e-4).
+ARENA_ANOMALY_MIN_VOTES = env.int("ARENA_ANOMALY_MIN_VOTES", default=10)
+ARENA_ANOMALY_P_THRESHOLD = env.float("ARENA_ANOMALY_P_THRESHOLD", default=1e-4)
 # Active pair sampling (arena.sampling): pairs by how much one more battle narrows their interval,
 # from the latest snapshot, with ARENA_SAMPLING_FLOOR of the draws spread evenly over every pair.
 # Off: models by sampling weight alone.

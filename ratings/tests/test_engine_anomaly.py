@@ -1,0 +1,110 @@
+"""The anomalous-voter test (ratings.engine.anomaly): per-vote p-values against the other voters'
+rates on the pair, Fisher's method per voter, and a scripted attacker among honest voters."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ratings.engine.anomaly import (
+    fisher_log_sf,
+    vote_p_values,
+    voters_anomaly,
+    voters_flagged,
+)
+
+
+def frame(rows):
+    return pd.DataFrame(rows, columns=["voter", "model_a", "model_b", "winner"])
+
+
+def test_a_vote_is_tested_against_the_other_voters_rates_with_one_pseudo_vote_per_outcome():
+    # Others: x beat y 8 times, y never won, one tie. With the prior: (9, 1, 2) / 12.
+    others = [("o", "x", "y", "model_a")] * 8 + [("o", "x", "y", "tie")]
+    upset = vote_p_values(frame([*others, ("u", "x", "y", "model_b")]))[-1]
+    # Outcomes at most as likely as "y wins" (1/12): only itself.
+    assert upset == pytest.approx(1 / 12)
+    expected = vote_p_values(frame([*others, ("u", "x", "y", "model_a")]))[-1]
+    assert expected == pytest.approx(1.0)  # every outcome is at most as likely as the likeliest
+    tie = vote_p_values(frame([*others, ("u", "x", "y", "tie")]))[-1]
+    assert tie == pytest.approx(3 / 12)  # the tie (2/12) and y's win (1/12)
+
+
+def test_orientation_and_both_bad_are_read_relative_to_the_pair():
+    others = [("o", "x", "y", "model_a")] * 8 + [("o", "y", "x", "model_b")] * 2
+    swapped = vote_p_values(frame([*others, ("u", "y", "x", "model_a")]))[-1]
+    same = vote_p_values(frame([*others, ("u", "x", "y", "model_b")]))[-1]
+    # Others: x won all 10 (8 from side A, 2 from side B). Rates (11, 1, 1) / 13: y's win is as
+    # unlikely as a tie, so both count.
+    assert swapped == pytest.approx(same) == pytest.approx(2 / 13)
+    both_bad = vote_p_values(frame([*others, ("u", "x", "y", "tie (bothbad)")]))[-1]
+    tie = vote_p_values(frame([*others, ("u", "x", "y", "tie")]))[-1]
+    assert both_bad == pytest.approx(tie)
+
+
+def test_the_voters_own_votes_never_count_in_the_rates_they_are_tested_against():
+    # Alone on the pair, a voter's 20 identical votes meet the prior only: a third each, p = 1.
+    alone = vote_p_values(frame([("u", "x", "y", "model_b")] * 20))
+    assert np.allclose(alone, 1.0)
+    # Another voter's 20 "x wins" make the same votes unlikely.
+    crowd = frame([("o", "x", "y", "model_a")] * 20 + [("u", "x", "y", "model_b")] * 20)
+    assert np.allclose(vote_p_values(crowd)[20:], 2 / 23)  # rates (21, 1, 1) / 23
+
+
+@pytest.mark.parametrize(("statistic", "k"), [(0.5, 1), (10.0, 3), (80.0, 20), (400.0, 60)])
+def test_fisher_survival_matches_the_closed_form_for_even_degrees_of_freedom(statistic, k):
+    half = statistic / 2
+    closed = math.exp(-half) * sum(half**i / math.factorial(i) for i in range(k))
+    got = math.exp(fisher_log_sf(np.array([statistic]), np.array([k]))[0])
+    assert got == pytest.approx(closed, rel=1e-9)
+
+
+def test_a_voter_below_the_minimum_count_gets_no_combined_p_value():
+    crowd = [("o", "x", "y", "model_a")] * 30
+    result = voters_anomaly(frame([*crowd, *[("u", "x", "y", "model_b")] * 9]), min_votes=10)
+    u = result.voters.set_index("voter").loc["u"]
+    assert u["n_votes"] == 9 and math.isnan(u["p_value"])
+    result = voters_anomaly(frame([*crowd, *[("u", "x", "y", "model_b")] * 10]), min_votes=10)
+    # Ten votes at p = 2/33 each: Fisher gives about 3e-5.
+    assert result.voters.set_index("voter").loc["u", "p_value"] < 1e-4
+
+
+def synthetic_arena(seed, *, honest=20, votes_each=60, attacker_votes=50):
+    """Honest voters follow Bradley-Terry strengths (10% ties); the attacker has identified the
+    weakest model and votes for it in every battle they get, against the consensus."""
+    rng = np.random.default_rng(seed)
+    models = ["m0", "m1", "m2", "m3", "m4"]
+    strength = np.array([0.0, 0.75, 1.5, 2.25, 3.0])
+    rows = []
+    for v in range(honest):
+        for _ in range(votes_each):
+            i, j = rng.choice(5, 2, replace=False)
+            p_a = 1 / (1 + np.exp(strength[j] - strength[i]))
+            if rng.random() < 0.1:
+                winner = "tie"
+            else:
+                winner = "model_a" if rng.random() < p_a else "model_b"
+            rows.append((f"honest-{v}", models[i], models[j], winner))
+    for _ in range(attacker_votes):
+        other = models[rng.integers(1, 5)]
+        if rng.random() < 0.5:
+            rows.append(("attacker", "m0", other, "model_a"))
+        else:
+            rows.append(("attacker", other, "m0", "model_b"))
+    return frame(rows)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_the_scripted_attacker_is_flagged_and_no_honest_voter_is(seed):
+    result = voters_anomaly(synthetic_arena(seed), min_votes=10)
+    flagged = voters_flagged(result, threshold=1e-4)
+    assert list(flagged["voter"]) == ["attacker"]
+    honest = result.voters[result.voters["voter"] != "attacker"]
+    assert len(honest) == 20 and (honest["p_value"] > 1e-2).all()
+
+
+def test_no_votes_give_empty_results():
+    result = voters_anomaly(frame([]), min_votes=10)
+    assert result.votes.empty and result.voters.empty
+    assert voters_flagged(result, threshold=1e-4).empty
