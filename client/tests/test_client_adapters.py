@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
-from arena_env import ArenaEnv
+from arena_env import ArenaEnv, ArenaEnvError
 from arena_env.adapters.atropos import HumanFeedbackEnv
 from arena_env.adapters.trl import group_spans, human_reward
+from arena_env.adapters.verifiers import human_reward as vf_human_reward
 from arena_env.client import completion_text, prompt_messages
 from arena_env_test_server import Answer, ScriptedServer
 
@@ -128,3 +129,43 @@ def test_atropos_env_gives_no_group_when_fewer_than_two_members_were_judged(scri
     )
     group, backlog = asyncio.run(loop_env.collect_trajectories("p"))
     assert group is None and backlog == []
+
+
+def test_verifiers_calls_beyond_group_size_start_a_new_group(scripted_server, env):
+    scripted_server.add(
+        f"/runs/{RUN}/submissions",
+        Answer(201, {"id": "s1", "completions": [{"id": "c0"}, {"id": "c1"}]}),
+        Answer(201, {"id": "s2", "completions": [{"id": "c2"}]}),
+    )
+    done = [record(c, "complete", float(i)) for i, c in enumerate(("c0", "c1", "c2"))]
+    scripted_server.add(
+        f"/runs/{RUN}/rewards",
+        Answer(200, {"records": done, "next_cursor": 3}),
+        *[Answer(200, {"records": [], "next_cursor": 3})] * 10,
+    )
+    reward = vf_human_reward(env, RUN, timeout=5, poll=0.01, group_size=2, window=0.05)
+
+    async def three() -> list[float]:
+        return await asyncio.gather(*(reward(prompt="p", completion=t) for t in "xyz"))
+
+    assert sorted(asyncio.run(three())) == [0.0, 1.0, 2.0]
+    posts = [r for r in scripted_server.received if r.method == "POST"]
+    groups = [[c["text"] for c in r.body["completions"]] for r in posts]
+    assert sorted(groups, key=len) == [["z"], ["x", "y"]]
+
+
+def test_a_refused_verifiers_group_raises_in_every_waiting_call(scripted_server, env):
+    scripted_server.add(
+        f"/runs/{RUN}/submissions",
+        Answer(409, {"error": {"code": "run_closed", "message": "This run is closed."}}),
+    )
+    reward = vf_human_reward(env, RUN, timeout=5, window=0.05)
+
+    async def two() -> list[object]:
+        calls = (reward(prompt="p", completion=t) for t in "xy")
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    results = asyncio.run(two())
+    assert [type(r) for r in results] == [ArenaEnvError, ArenaEnvError]
+    assert {r.code for r in results if isinstance(r, ArenaEnvError)} == {"run_closed"}
+    assert len(scripted_server.received) == 1  # one group submitted, not one per call

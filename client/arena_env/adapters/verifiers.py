@@ -21,7 +21,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from arena_env.adapters.trl import Value, group_spans, reward_value
-from arena_env.client import MAX_GROUP, ArenaEnv, Reward, completion_text, prompt_messages
+from arena_env.client import (
+    MAX_GROUP,
+    ArenaEnv,
+    ArenaEnvError,
+    Reward,
+    completion_text,
+    prompt_messages,
+)
 
 __all__ = ["human_group_reward", "human_reward"]
 
@@ -69,6 +76,12 @@ def human_reward(
             del pending[key]
         try:
             submission = await asyncio.to_thread(env.submit, run_id, batch.prompt, batch.texts)
+            if len(submission.completion_ids) != len(batch.futures):
+                raise ArenaEnvError(
+                    0,
+                    "bad_response",
+                    f"{len(submission.completion_ids)} ids for {len(batch.futures)} completions",
+                )
             records = await asyncio.to_thread(
                 env.wait, run_id, submission.completion_ids, timeout, poll
             )
@@ -100,6 +113,9 @@ def human_reward(
         batch.texts.append(completion_text(completion))
         batch.futures.append(future)
         if len(batch.texts) >= group_size:
+            # Full: the next call with this prompt starts a new group, even before this
+            # group's flush has begun.
+            del pending[key]
             task = asyncio.create_task(flush(key, batch))
             background.add(task)
             task.add_done_callback(background.discard)
