@@ -23,6 +23,7 @@ from arena.models import (
     LiveLimits,
     Prompt,
     Provider,
+    RefusedPrompt,
     TermsAcceptance,
     Vote,
 )
@@ -219,6 +220,16 @@ class LiveLimitsAdmin(admin.ModelAdmin[Any]):
 class TermsAcceptanceAdmin(ReadOnlyAdmin):
     list_display = ["voter_id", "terms_version", "accepted_at"]
     search_fields = ["voter_id"]
+
+
+@admin.register(RefusedPrompt)
+class RefusedPromptAdmin(ReadOnlyAdmin):
+    """Live prompts the moderation hook refused (arena.live.moderation): hashes, not texts."""
+
+    list_display = ["created_at", "checker", "reason", "prompt_chars", "prompt_sha256"]
+    list_filter = ["checker"]
+    search_fields = ["prompt_sha256", "session_hash", "ip_hash", "reason"]
+    date_hierarchy = "created_at"
 
 
 # --- The environment API (arena.env) ----------------------------------------------------------

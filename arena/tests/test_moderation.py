@@ -186,3 +186,14 @@ async def test_a_refused_prompt_gets_an_error_frame_and_no_model_is_called(moder
     assert chat_requests(moderator) == []
     assert await database_sync_to_async(RefusedPrompt.objects.count)() == 1
     assert not await database_sync_to_async(Battle.objects.exists)()
+
+
+@pytest.mark.django_db
+def test_staff_see_refused_prompts_in_the_admin_by_hash_never_by_text(
+    settings, live_models, admin_client
+):
+    settings.ARENA_MODERATION_BLOCKLIST = "badword"
+    refused("a very private badword prompt")
+    page = admin_client.get("/admin/arena/refusedprompt/").content.decode()
+    assert RefusedPrompt.objects.get().prompt_sha256 in page
+    assert "very private" not in page
