@@ -21,6 +21,7 @@ urlpatterns = [
     path(settings.ADMIN_URL, admin.site.urls),
     path("leaderboard/", _canonical("ratings:leaderboard")),
     path("about/", _canonical("arena:about")),
+    path("transparency/", _canonical("ratings:transparency")),
     # The environment API (django-ninja), before the arena's /api/ patterns.
     path("api/env/v1/", env_api.urls),
     path("", include("ratings.urls")),

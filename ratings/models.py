@@ -15,15 +15,17 @@ class SnapshotImmutableError(RuntimeError):
 class LeaderboardSnapshot(models.Model):
     """Everything the leaderboard page and its downloads show, computed once by the task.
 
-    ``payload`` (schema version 2)::
+    ``payload`` (schema version 3)::
 
-        {"schema": 2,
+        {"schema": 3,
          "models": {slug: {"name", "organization", "license", "active"}},
          "categories": [{"key", "label", "description", "n_votes", "status": "ok"|"insufficient",
                          "reason", "results": {"on": <engine result>|null,
                                                "off": <engine result>|null},
                          "reasons": {"on"|"off": why that fit is missing} (only if one is),
-                         "provisional": {"on"|"off": [<provisional>]} (for a missing fit)}]}
+                         "provisional": {"on"|"off": [<provisional>]} (for a missing fit)}],
+         "excluded": {"named", "flagged", "by_reason": {reason: n}} (votes left out),
+         "sampling": {"se": {slug: se}, "counts": [[slug, slug, n]]} (active pair sampling)}
 
     ``<engine result>`` is ``ratings.engine.rate``'s dictionary, restricted to public models;
     its ``provisional`` list, and the category's for a view without a fit, hold

@@ -13,7 +13,8 @@ from typing import Literal, NotRequired, TypedDict
 from ratings.engine import ModelRatingDict, RatingResultDict
 
 # 2: provisional models (``results[style]["provisional"]`` and ``provisional[style]``).
-PAYLOAD_SCHEMA = 2
+# 3: ``excluded`` (votes left out, by reason) and ``sampling`` (the active sampling's inputs).
+PAYLOAD_SCHEMA = 3
 
 #: Why a model is listed as provisional in a snapshot: the engine's reasons, and ``few_votes``
 #: for a model in a view that has too few votes to rate anyone.
@@ -61,7 +62,31 @@ class CategoryEntry(TypedDict):
     provisional: NotRequired[dict[str, list[ProvisionalEntry]]]  # same, every model listed
 
 
+class ExcludedCounts(TypedDict):
+    """Votes left out of the ratings, environment battles aside (they are never counted).
+
+    ``named``: votes on battles whose models were shown before the vote; ``flagged``: anonymous
+    votes carrying a flag; ``by_reason``: flagged anonymous votes per reason (a vote with two
+    reasons counts under both).
+    """
+
+    named: int
+    flagged: int
+    by_reason: dict[str, int]
+
+
+class SamplingInputs(TypedDict):
+    """What active pair sampling reads (``arena.sampling``), from the overall view without
+    style control, every model included (private variants too): standard errors in rating
+    points by slug, and battles per pair ``[slug, slug, n]``."""
+
+    se: dict[str, float]
+    counts: list[tuple[str, str, int]]
+
+
 class SnapshotPayload(TypedDict):
     schema: int
     models: dict[str, ModelMeta]  # by slug: public models that have votes
     categories: list[CategoryEntry]
+    excluded: NotRequired[ExcludedCounts]
+    sampling: NotRequired[SamplingInputs]

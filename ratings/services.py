@@ -43,13 +43,18 @@ from django.db import connection, transaction
 from django.utils.translation import get_language_info
 
 from answer_style import CONV_METADATA_KEYS
+from arena.sampling_stats import sampling_stats_snapshot_id
+from arena.services.sampling import sampling_stats_store
+from arena.transparency import votes_excluded_counts
 from ratings import engine
 from ratings.models import LeaderboardSnapshot
 from ratings.payload import (
     PAYLOAD_SCHEMA,
     CategoryEntry,
+    ExcludedCounts,
     ModelMeta,
     ProvisionalEntry,
+    SamplingInputs,
     SnapshotPayload,
     SnapshotReason,
 )
@@ -239,6 +244,7 @@ def snapshot_build(
     public = {slug for slug, m in models.items() if m.get("public", True)}
     styled = battles["conv_metadata"].map(_style_complete) if len(battles) else battles["winner"]
     categories = []
+    sampling_se: dict[str, float] = {}
     for category in snapshot_categories(battles, long_prompt_chars=params["long_prompt_chars"]):
         subset = battles[category.select(battles)] if len(battles) else battles
         n_models = len(set(subset["model_a"]) | set(subset["model_b"]))
@@ -289,6 +295,8 @@ def snapshot_build(
             except Exception:
                 logger.exception("ratings: %s, style %s failed", category.key, style)
                 raise
+            if category.key == SAMPLING_VIEW[0] and style == SAMPLING_VIEW[1]:
+                sampling_se = _sampling_se(result)
             # JSON at the edge: NaN and infinities (never valid JSON) become None.
             entry["results"][style] = cast(
                 engine.RatingResultDict, _finite(_public_only(result, public).to_dict())
@@ -314,7 +322,68 @@ def snapshot_build(
             if slug in rated and slug in public
         },
         "categories": categories,
+        "sampling": {"se": sampling_se, "counts": _pair_counts(battles)},
     }
+
+
+# The view active pair sampling reads: every rated vote, without style control (the plain
+# Bradley-Terry ratings the pairs' outcomes follow).
+SAMPLING_VIEW = ("overall", "off")
+
+
+def _sampling_se(result: engine.RatingResult) -> dict[str, float]:
+    """Each rated model's standard error (rating points) from its 95% interval, every model
+    included: private variants are drawn too, so their intervals matter to the draw."""
+    se: dict[str, float] = {}
+    for m in result.models:
+        value = (m.rating_upper - m.rating_lower) / (2 * 1.959963984540054)
+        if math.isfinite(value):
+            se[m.model] = value
+    return se
+
+
+def _pair_counts(battles: pd.DataFrame) -> list[tuple[str, str, int]]:
+    """Rated battles per unordered pair of models, ``[slug, slug, n]`` (slugs in order)."""
+    if not len(battles):
+        return []
+    a = battles["model_a"].astype(str)
+    b = battles["model_b"].astype(str)
+    low = a.where(a < b, b)
+    high = b.where(a < b, a)
+    counts = pd.DataFrame({"low": low, "high": high}).value_counts(sort=False)
+    return [(str(x), str(y), int(n)) for (x, y), n in sorted(counts.items())]
+
+
+def sampling_publish(snapshot: LeaderboardSnapshot) -> None:
+    """Hand the snapshot's sampling inputs to the arena (``arena.services.sampling``).
+
+    Called after the snapshot commits, and by a refresh that finds nothing new when the arena's
+    copy is missing or older (a cache flush), so the draw never stays on weights alone for long.
+    A failure is logged: the draw falls back to the sampling weights meanwhile.
+    """
+    inputs: SamplingInputs | None = snapshot_payload_sampling(snapshot)
+    if inputs is None:
+        return
+    try:
+        sampling_stats_store(
+            snapshot_id=snapshot.pk,
+            computed_at=snapshot.created_at,
+            se=inputs["se"],
+            counts=[(str(a), str(b), int(n)) for a, b, n in inputs["counts"]],
+        )
+    except Exception:
+        logger.exception("ratings: could not publish the sampling statistics")
+
+
+def snapshot_payload_sampling(snapshot: LeaderboardSnapshot) -> SamplingInputs | None:
+    payload = cast(SnapshotPayload, snapshot.payload)
+    return payload.get("sampling")
+
+
+def excluded_counts() -> ExcludedCounts:
+    """The votes the leaderboard leaves out, by reason (``arena.transparency``)."""
+    counts = votes_excluded_counts()
+    return {"named": counts.named, "flagged": counts.flagged, "by_reason": counts.by_reason}
 
 
 def _advisory_xact_lock(key: int) -> None:
@@ -341,7 +410,10 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
     "The same votes" is the same high-water mark (largest vote id) and the same count, so a vote
     that commits late with a lower id, or one flagged since, still triggers a run. Runs are
     serialised by a PostgreSQL advisory lock held for the transaction: a second run waits, then
-    sees the first one's snapshot and does nothing. ``force`` writes a snapshot regardless
+    sees the first one's snapshot and does nothing. The counts of excluded votes by reason are
+    part of "the same votes": a flag added, changed or cleared writes a new snapshot. After a
+    snapshot commits, its sampling inputs go to the arena (``sampling_publish``). ``force``
+    writes a snapshot regardless
     (staff's "Recompute now", e.g. after editing a model's name or visibility).
     """
     params = snapshot_params()
@@ -350,6 +422,7 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
         _advisory_xact_lock(SNAPSHOT_LOCK_KEY)
         started = time.monotonic()
         high_water, n_votes = rating_votes_mark()
+        excluded = excluded_counts()
         latest = snapshot_latest()
         if (
             not force
@@ -357,10 +430,14 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
             and latest.vote_high_water == high_water
             and latest.n_votes == n_votes
             and latest.params_digest == digest
+            and cast(SnapshotPayload, latest.payload).get("excluded") == excluded
         ):
+            if sampling_stats_snapshot_id() != latest.pk:
+                sampling_publish(latest)
             return SnapshotRefreshResult(snapshot=latest, created=False)
         battles = rating_battles()
         payload = snapshot_build(battles, models=models_metadata(), params=params)
+        payload["excluded"] = excluded
         snapshot = LeaderboardSnapshot.objects.create(
             vote_high_water=int(battles["vote_id"].max()) if len(battles) else 0,
             n_votes=len(battles),
@@ -369,6 +446,7 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
             duration_seconds=time.monotonic() - started,
             payload=payload,
         )
+        transaction.on_commit(lambda: sampling_publish(snapshot))
     logger.info(
         "ratings: snapshot %s from %s votes in %.2fs",
         snapshot.pk,

@@ -7,4 +7,5 @@ urlpatterns = [
     path("leaderboard", views.leaderboard_page, name="leaderboard"),
     path("leaderboard.csv", views.leaderboard_csv, name="leaderboard-csv"),
     path("leaderboard.json", views.leaderboard_json, name="leaderboard-json"),
+    path("transparency", views.transparency_page, name="transparency"),
 ]

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET
 from ratings import plots
 from ratings.csv_cells import neutralise
 from ratings.selectors import LeaderboardView, leaderboard_view, snapshot_latest
+from ratings.transparency import transparency
 
 RATED_FIELDS = (
     "rank",
@@ -122,6 +123,12 @@ def leaderboard_page(request: HttpRequest) -> HttpResponse:
             other_style="off" if view.style == "on" else "on",
         )
     return render(request, "ratings/leaderboard.html", context)
+
+
+@require_GET
+def transparency_page(request: HttpRequest) -> HttpResponse:
+    """How the arena samples, every model it served, the votes it left out (the data, live)."""
+    return render(request, "ratings/transparency.html", {"t": transparency()})
 
 
 def _filename(view: LeaderboardView, ext: str) -> str:

@@ -82,6 +82,8 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
         )
     # The pair by the active rule (arena.sampling), unless it is switched off.
     probabilities = pair_probabilities_active(dict(candidates)) if sampling_active() else None
+    first: int | None
+    second: int | None
     for _ in range(_PAIR_ATTEMPTS):
         pair = draw_pair(probabilities, rng) if probabilities else None
         if pair is not None:

@@ -1,0 +1,159 @@
+"""The public /transparency page, the link to it on every page, and the leaderboard's count of
+the votes it leaves out, by reason."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from arena.models import Battle, Vote
+from arena.tests.env_helpers import make_run
+from arena.tests.factories import ArenaModelFactory, CompletionFactory
+from ratings import services
+from ratings.transparency import crontab_text
+
+
+@pytest.fixture(autouse=True)
+def small_categories(settings):
+    settings.RATINGS_MIN_CATEGORY_VOTES = 10
+
+
+def _at(vote: Vote, when: datetime) -> None:
+    Battle.objects.filter(pk=vote.battle_id).update(created_at=when)
+
+
+@pytest.fixture
+def arena_history(make_vote, rated_models):
+    """The rated models, a deactivated one, a private variant, flagged and named votes, and an
+    environment run whose hidden model was in a battle."""
+    alpha, beta, gamma = rated_models
+    retired = ArenaModelFactory(slug="retired-one", display_name="Retired One", is_active=False)
+    private = ArenaModelFactory(slug="secret-variant", display_name="Secret", is_public=False)
+    _at(make_vote(retired, alpha, "model_b"), datetime(2026, 3, 1, 12, tzinfo=UTC))
+    _at(make_vote(retired, beta, "model_a"), datetime(2026, 4, 2, 12, tzinfo=UTC))
+    _at(make_vote(private, gamma, "model_a"), datetime(2026, 5, 3, 12, tzinfo=UTC))
+    make_vote(alpha, beta, "model_a", flagged=True)  # flags ["too_fast"]
+    both = make_vote(alpha, gamma, "model_b", flagged=True)
+    Vote.objects.filter(pk=both.pk).update(flags=["bot_user_agent", "too_fast"])
+    leak = make_vote(beta, gamma, "tie", flagged=True)
+    Vote.objects.filter(pk=leak.pk).update(flags=["identity_leak"])
+    make_vote(alpha, gamma, "model_a", mode="named")
+    make_vote(beta, gamma, "model_a", mode="named", flagged=True)  # named: not in by_reason
+    CompletionFactory(model=alpha)  # a pool answer: alpha can be a reference
+    run = make_run(references=[alpha])
+    env_battle = make_vote(run.model, alpha, "model_a")
+    Battle.objects.filter(pk=env_battle.battle_id).update(source=Battle.Source.ENV)
+    Vote.objects.filter(pk=env_battle.pk).update(flagged=True, flags=["env_only_reason"])
+    return {"retired": retired, "private": private, "run": run}
+
+
+def test_the_page_lists_every_model_served_with_dates_and_flag_counts(client, arena_history):
+    services.snapshot_refresh()
+    response = client.get("/transparency")
+    html = response.content.decode()
+    assert response.status_code == 200
+    # A deactivated model and a private variant, with their first and last battle dates.
+    assert 'data-model="retired-one"' in html and 'data-model="secret-variant"' in html
+    retired_row = html.split('data-model="retired-one"', 1)[1].split("</tr>", 1)[0]
+    assert "deactivated" in retired_row
+    assert ">2026-03-01</time>" in retired_row and ">2026-04-02</time>" in retired_row
+    private_row = html.split('data-model="secret-variant"', 1)[1].split("</tr>", 1)[0]
+    assert "private variant" in private_row and ">2026-05-03</time>" in private_row
+    # Flagged votes by reason, environment battles aside (their reason never shows).
+    flagged = html.split('data-testid="flagged-votes"', 1)[1].split("</section>", 1)[0]
+    assert '<li data-reason="too_fast"><code>too_fast</code>: 3</li>' in flagged
+    assert '<li data-reason="bot_user_agent"><code>bot_user_agent</code>: 1</li>' in flagged
+    assert '<li data-reason="identity_leak"><code>identity_leak</code>: 1</li>' in flagged
+    assert "env_only_reason" not in html
+    # The environment run's hidden model is one aggregated line, never listed by slug.
+    run_slug = arena_history["run"].model.slug
+    assert run_slug not in html
+    line = " ".join(html.split('data-testid="trainer-submissions"', 1)[1].split("</p>")[0].split())
+    assert "1 hidden model of environment runs, 1 battle and 1 vote" in line
+    # The policy and the schedule.
+    assert "Active sampling is on" in html
+    assert "<code>*/10 * * * *</code>" in html
+
+
+def test_the_page_says_when_active_sampling_is_off(client, db, settings):
+    settings.ARENA_ACTIVE_SAMPLING = False
+    html = client.get("/transparency").content.decode()
+    assert "Active sampling is off" in html
+    assert "No battle has been served yet." in html
+    assert "No snapshot has been computed yet." in " ".join(html.split())
+
+
+def test_the_page_shares_each_models_battles_and_the_draw_shares(client, arena_history):
+    html = client.get("/transparency").content.decode()
+    # retired-one: 2 of the arena's own battles (env battle aside).
+    total = Battle.objects.exclude(source=Battle.Source.ENV).count()
+    retired_row = html.split('data-model="retired-one"', 1)[1].split("</tr>", 1)[0]
+    assert f"{round(200 / total)}%" in retired_row
+    draws = html.split('data-testid="draw-shares"', 1)[1].split("</table>", 1)[0]
+    # Active, positive-weight models can be drawn (the private variant too), retired ones not.
+    assert "alpha" in draws and "secret-variant" in draws and "retired-one" not in draws
+
+
+def test_the_page_runs_a_fixed_number_of_queries(
+    client, arena_history, django_assert_max_num_queries
+):
+    for i in range(5):
+        ArenaModelFactory(slug=f"extra-{i}")
+    with django_assert_max_num_queries(14):
+        assert client.get("/transparency").status_code == 200
+
+
+def test_trailing_slash_redirects_to_the_page(client, db):
+    response = client.get("/transparency/?x=1")
+    assert response.status_code == 301 and response["Location"] == "/transparency?x=1"
+
+
+@pytest.mark.parametrize("path", ["/", "/leaderboard", "/about", "/transparency"])
+def test_every_page_links_to_the_transparency_page(client, db, path):
+    response = client.get(path)
+    assert response.status_code == 200
+    html = response.content.decode()
+    footer = html.split('<footer class="site-footer">', 1)[1]
+    assert '<a href="/transparency" data-testid="transparency-link">' in footer
+
+
+def test_the_leaderboard_footer_links_to_the_transparency_page(client, rated_models):
+    services.snapshot_refresh()
+    html = client.get("/leaderboard").content.decode()
+    footer = html.split('data-testid="leaderboard-footer"', 1)[1].split("</p>", 1)[0]
+    assert '<a href="/transparency">Transparency</a>' in footer
+
+
+def test_the_leaderboard_shows_the_votes_it_left_out_by_reason(client, arena_history):
+    snapshot = services.snapshot_refresh().snapshot
+    assert snapshot.payload["excluded"] == {
+        "named": 2,
+        "flagged": 3,
+        "by_reason": {"too_fast": 2, "bot_user_agent": 1, "identity_leak": 1},
+    }
+    html = client.get("/leaderboard").content.decode()
+    shown = " ".join(
+        html.split('data-testid="excluded-votes"', 1)[1].split("</span>", 1)[0].split()
+    )
+    assert "left out: 2 named" in shown
+    assert "2 flagged <code>too_fast</code>" in shown
+    assert "1 flagged <code>bot_user_agent</code>" in shown
+    assert "1 flagged <code>identity_leak</code>" in shown
+    assert "env_only_reason" not in html
+
+
+def test_a_changed_flag_writes_a_new_snapshot(arena_history):
+    first = services.snapshot_refresh()
+    assert services.snapshot_refresh().created is False
+    # A flagged vote's reason changes (the count of counted votes does not).
+    vote = Vote.objects.filter(flags=["identity_leak"]).get()
+    Vote.objects.filter(pk=vote.pk).update(flags=["identity_leak", "anomalous_voter"])
+    second = services.snapshot_refresh()
+    assert second.created and second.snapshot.pk != first.snapshot.pk
+    assert second.snapshot.payload["excluded"]["by_reason"]["anomalous_voter"] == 1
+
+
+def test_crontab_text_reads_the_five_fields():
+    from celery.schedules import crontab
+
+    assert crontab_text(crontab(minute="*/10")) == "*/10 * * * *"
+    assert crontab_text(crontab(minute=0, hour=3, day_of_week="mon")) == "0 3 * * mon"

@@ -1,0 +1,124 @@
+"""What the public ``/transparency`` page shows, gathered from the data in a fixed number of queries.
+
+- The sampling policy in force (``arena.sampling_stats``): active or not, the floor, the snapshot
+  its statistics come from, and for each model that can be drawn now its sampling weight and its
+  share of the draws under the policy (the sum of its pairs' probabilities, so shares add to 2).
+- Every model the arena has served (``arena.transparency.models_served``), deactivated ones and
+  private variants (``is_public`` off) included, with first and last battle dates and shares;
+  environment runs' hidden models only as one aggregated line of trainer submissions.
+- Flagged votes by reason, the leaderboard's excluded votes (from the latest snapshot) and when
+  snapshots are written (the beat schedule's sweep, the after-vote refresh, the latest one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from arena.models import ArenaModel
+from arena.sampling_stats import SamplingPolicy, pair_probabilities_now, sampling_policy
+from arena.transparency import ServedSummary, models_served
+from ratings.models import LeaderboardSnapshot
+from ratings.payload import ExcludedCounts, SnapshotPayload
+from ratings.selectors import snapshot_latest
+
+#: The beat entry that writes snapshots (``config/schedule.py``).
+SNAPSHOT_SWEEP = "ratings-snapshot-sweep"
+#: How many of the likeliest pairs the page lists.
+TOP_PAIRS = 10
+
+
+@dataclass(frozen=True)
+class DrawShare:
+    slug: str
+    name: str
+    public: bool
+    weight: float
+    share: float  # probability that the next battle shows this model
+
+
+@dataclass(frozen=True)
+class PairShare:
+    a: str
+    b: str
+    probability: float
+
+
+@dataclass(frozen=True)
+class Transparency:
+    policy: SamplingPolicy
+    draws: list[DrawShare]
+    top_pairs: list[PairShare]
+    n_pairs: int
+    served: ServedSummary
+    snapshot: LeaderboardSnapshot | None
+    excluded: ExcludedCounts | None
+    sweep_crontab: str
+    refresh_on_vote: bool
+    refresh_debounce_seconds: int
+
+
+def crontab_text(schedule: Any) -> str:
+    """A celery ``crontab`` as its five fields (``*/10 * * * *``); ``str()`` of anything else."""
+    fields = (
+        "_orig_minute",
+        "_orig_hour",
+        "_orig_day_of_month",
+        "_orig_month_of_year",
+        "_orig_day_of_week",
+    )
+    if all(hasattr(schedule, f) for f in fields):
+        return " ".join(str(getattr(schedule, f)) for f in fields)
+    return str(schedule)
+
+
+def _draws() -> tuple[list[DrawShare], list[PairShare], int]:
+    drawable = list(
+        ArenaModel.objects.filter(
+            is_active=True, sampling_weight__gt=0, env_run__isnull=True
+        ).order_by("slug")
+    )
+    by_id = {m.pk: m for m in drawable}
+    probabilities = pair_probabilities_now({m.pk: m.sampling_weight for m in drawable})
+    share = dict.fromkeys(by_id, 0.0)
+    for (a, b), p in probabilities.items():
+        share[a] += p
+        share[b] += p
+    draws = [
+        DrawShare(
+            slug=m.slug,
+            name=m.display_name,
+            public=m.is_public,
+            weight=m.sampling_weight,
+            share=share[m.pk],
+        )
+        for m in drawable
+    ]
+    draws.sort(key=lambda d: (-d.share, d.slug))
+    top = sorted(probabilities.items(), key=lambda item: -item[1])[:TOP_PAIRS]
+    pairs = [PairShare(a=by_id[a].slug, b=by_id[b].slug, probability=p) for (a, b), p in top]
+    return draws, pairs, len(probabilities)
+
+
+def transparency() -> Transparency:
+    snapshot = snapshot_latest()
+    excluded = None
+    if snapshot is not None:
+        payload: SnapshotPayload = snapshot.payload
+        excluded = payload.get("excluded")
+    draws, pairs, n_pairs = _draws()
+    sweep = settings.CELERY_BEAT_SCHEDULE.get(SNAPSHOT_SWEEP, {})
+    return Transparency(
+        policy=sampling_policy(),
+        draws=draws,
+        top_pairs=pairs,
+        n_pairs=n_pairs,
+        served=models_served(),
+        snapshot=snapshot,
+        excluded=excluded,
+        sweep_crontab=crontab_text(sweep.get("schedule")) if sweep else "",
+        refresh_on_vote=bool(settings.RATINGS_REFRESH_ON_VOTE),
+        refresh_debounce_seconds=int(settings.RATINGS_REFRESH_DEBOUNCE_SECONDS),
+    )
