@@ -169,3 +169,26 @@ def test_a_refused_verifiers_group_raises_in_every_waiting_call(scripted_server,
     assert [type(r) for r in results] == [ArenaEnvError, ArenaEnvError]
     assert {r.code for r in results if isinstance(r, ArenaEnvError)} == {"run_closed"}
     assert len(scripted_server.received) == 1  # one group submitted, not one per call
+
+
+def test_a_verifiers_group_left_by_a_closed_event_loop_does_not_trap_later_calls(
+    scripted_server, env
+):
+    scripted_server.add(
+        f"/runs/{RUN}/submissions", Answer(201, {"id": "s1", "completions": [{"id": "c0"}]})
+    )
+    scripted_server.add(
+        f"/runs/{RUN}/rewards",
+        Answer(200, {"records": [record("c0", "complete", 4.0)], "next_cursor": 1}),
+        *[Answer(200, {"records": [], "next_cursor": 1})] * 10,
+    )
+    reward = vf_human_reward(env, RUN, timeout=5, poll=0.01, window=0.3)
+
+    async def abandoned() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reward(prompt="p", completion="x"), 0.01)
+
+    asyncio.run(abandoned())  # the loop closes with the group still gathering calls
+    assert asyncio.run(reward(prompt="p", completion="y")) == 4.0
+    posts = [r.body for r in scripted_server.received if r.method == "POST"]
+    assert [[c["text"] for c in body["completions"]] for body in posts] == [["y"]]

@@ -41,6 +41,9 @@ class _Batch:
     flushing: bool = False
 
 
+PendingKey = tuple[asyncio.AbstractEventLoop, str]
+
+
 def _prompt_key(prompt: Any) -> str:
     return json.dumps(prompt, sort_keys=True, default=str)
 
@@ -65,10 +68,11 @@ def human_reward(
     """``async def f(prompt, completion, answer=None, state=None, **kwargs) -> float``."""
     if not 1 <= group_size <= MAX_GROUP:
         raise ValueError(f"group_size is between 1 and {MAX_GROUP}")
-    pending: dict[str, _Batch] = {}
+    # Groups still taking calls, per event loop and prompt.
+    pending: dict[PendingKey, _Batch] = {}
     background: set[asyncio.Task[None]] = set()  # strong references until the tasks finish
 
-    async def flush(key: str, batch: _Batch) -> None:
+    async def flush(key: PendingKey, batch: _Batch) -> None:
         if batch.flushing:
             return
         batch.flushing = True
@@ -94,16 +98,24 @@ def human_reward(
             if not future.done():
                 future.set_result(records.get(cid))
 
-    async def flush_later(key: str, batch: _Batch) -> None:
-        await asyncio.sleep(window)
+    async def flush_later(key: PendingKey, batch: _Batch) -> None:
+        try:
+            await asyncio.sleep(window)
+        except asyncio.CancelledError:  # the loop is closing: no call may join this group
+            if pending.get(key) is batch:
+                del pending[key]
+            for future in batch.futures:
+                future.cancel()
+            raise
         await flush(key, batch)
 
     async def reward(
         prompt: Any, completion: Any, answer: Any = None, state: Any = None, **kwargs: Any
     ) -> float:
         messages = prompt_messages(prompt)
-        key = _prompt_key(messages)
-        future: asyncio.Future[Reward | None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        key = (loop, _prompt_key(messages))
+        future: asyncio.Future[Reward | None] = loop.create_future()
         batch = pending.get(key)
         if batch is None:
             batch = pending[key] = _Batch(prompt=messages)
