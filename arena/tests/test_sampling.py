@@ -150,3 +150,20 @@ def test_the_statistics_are_stored_by_model_id_and_describe_the_policy(db, setti
     assert policy.computed_at == datetime(2026, 11, 30, 12, tzinfo=UTC)
     probabilities = pair_probabilities_now({m.id: 1.0 for m in models})
     assert max(probabilities, key=probabilities.__getitem__) == (models[0].id, models[1].id)
+
+
+def test_live_battles_draw_their_pair_by_the_active_rule(db, settings):
+    from arena.live.draw import draw_pair as live_draw_pair
+    from arena.tests.factories import ArenaModelFactory, ProviderFactory
+
+    settings.ARENA_ACTIVE_SAMPLING = True
+    settings.ARENA_SAMPLING_FLOOR = 0.2
+    provider = ProviderFactory()
+    models = [ArenaModelFactory(provider=provider, upstream_model_id=f"up-{i}") for i in range(4)]
+    _favour_one_pair(models)
+    rng = random.Random(9)
+    pairs = Counter(frozenset(m.pk for m in live_draw_pair(rng)) for _ in range(200))
+    assert pairs[frozenset((models[0].pk, models[1].pk))] > 0.7 * 200
+    settings.ARENA_ACTIVE_SAMPLING = False
+    pairs = Counter(frozenset(m.pk for m in live_draw_pair(rng)) for _ in range(240))
+    assert pairs[frozenset((models[0].pk, models[1].pk))] < 0.3 * 240
