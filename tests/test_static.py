@@ -59,7 +59,13 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
     # The ES modules import each other by their hashed names, so that each is cached for good
     # and a module reached from two pages (or two imports) is one URL, run once.
     imports = {}
-    for name in ("js/live.js", "js/battle.js", "js/render.js", "js/leaderboard.js"):
+    for name in (
+        "js/live.js",
+        "js/battle.js",
+        "js/challenge.js",
+        "js/render.js",
+        "js/leaderboard.js",
+    ):
         text = (tmp_path / "static" / manifest[name]).read_text(encoding="utf-8")
         imports[name] = MODULE_IMPORT.findall(text)
     assert imports == {
@@ -67,7 +73,11 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
             "./" + Path(manifest["js/battle.js"]).name,
             "./" + Path(manifest["js/render.js"]).name,
         ],
-        "js/battle.js": ["./" + Path(manifest["js/render.js"]).name],
+        "js/battle.js": [
+            "./" + Path(manifest["js/challenge.js"]).name,
+            "./" + Path(manifest["js/render.js"]).name,
+        ],
+        "js/challenge.js": [],
         "js/render.js": [],
         "js/leaderboard.js": [],
     }
