@@ -190,6 +190,8 @@ def leaderboard_json(request: HttpRequest) -> JsonResponse:
             "vote_high_water": snapshot.vote_high_water,
             "n_votes": snapshot.n_votes,
             "params": snapshot.params,
+            # Votes left out, by reason (schema 3; None for an older snapshot).
+            "excluded": snapshot.payload.get("excluded"),
         },
         "category": {k: category[k] for k in ("key", "label", "description", "n_votes")},
         "status": "ok" if view.result else "insufficient",

@@ -139,6 +139,8 @@ def test_the_leaderboard_shows_the_votes_it_left_out_by_reason(client, arena_his
     assert "1 flagged <code>bot_user_agent</code>" in shown
     assert "1 flagged <code>identity_leak</code>" in shown
     assert "env_only_reason" not in html
+    body = client.get("/leaderboard.json").json()
+    assert body["snapshot"]["excluded"] == snapshot.payload["excluded"]
 
 
 def test_a_changed_flag_writes_a_new_snapshot(arena_history):
