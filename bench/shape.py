@@ -64,7 +64,7 @@ class Database:
         import psycopg
 
         with psycopg.connect(self.url, autocommit=True) as conn:
-            return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
+            return conn.execute(sql, params).fetchall()
 
     def drop(self) -> None:
         import psycopg

@@ -16,8 +16,8 @@
 The environment turns off what would refuse or flag a load generator that real visitors would
 not trip: per-IP rate limits (every client here is 127.0.0.1; ARENA_RATELIMIT_ENABLE=false),
 the minimum seconds before a vote (ARENA_MIN_VOTE_SECONDS=0), the proof-of-work challenge
-(ARENA_CHALLENGE=off) and the daily vote caps (ARENA_VOTES_PER_SESSION_DAY /
-ARENA_VOTES_PER_IP_DAY set very high). Everything else is production's.
+(ARENA_CHALLENGE=false) and the daily vote caps (ARENA_VOTES_PER_SESSION_PER_DAY /
+ARENA_VOTES_PER_IP_PER_DAY set very high; the caps' cache counters are still kept). Everything else is production's.
 
 The client runs on the same machine as the server (2 cores shared): its CPU is charged to the
 server's budget, so the figures are a floor for what the server alone would do.
@@ -49,9 +49,9 @@ USER_AGENT = (
 BENCH_ENV = {
     "ARENA_RATELIMIT_ENABLE": "false",
     "ARENA_MIN_VOTE_SECONDS": "0",
-    "ARENA_CHALLENGE": "off",
-    "ARENA_VOTES_PER_SESSION_DAY": "100000000",
-    "ARENA_VOTES_PER_IP_DAY": "100000000",
+    "ARENA_CHALLENGE": "false",
+    "ARENA_VOTES_PER_SESSION_PER_DAY": "100000000",
+    "ARENA_VOTES_PER_IP_PER_DAY": "100000000",
     "RATINGS_REFRESH_DEBOUNCE_SECONDS": "5",
 }
 

@@ -1,0 +1,565 @@
+"""Rigging simulation: can an attacker with M sessions lift a model on the leaderboard?
+
+    .venv/bin/python bench/rigging.py [--quick] [--seed 12] [--keep]
+
+A synthetic arena through the real services, no HTTP: battles are served by
+``arena.services.battles.battle_start_pool`` (the demo's real models and their real MT-bench pool
+answers, ``manage.py load_demo``), votes recorded by ``arena.services.votes.vote_record``, the
+daily caps taken as the vote view takes them (``arena.services.vote_guards.vote_caps_take``),
+anomalous voters flagged by ``ratings.voters.voters_flag_run`` (what ``manage.py flag_voters``
+and its periodic task run), and the leaderboard fitted by the real engine from the votes the
+snapshot reads (``ratings.selectors.rating_battles``: unflagged votes).
+
+1. A database of its own (``arena_bench_rigging_*`` on the server ``DATABASE_URL`` names) is
+   migrated and loaded with the demo; the demo's imported human votes are deleted so that the
+   outcomes follow the seeded true ratings alone.
+2. Honest voters: H sessions (each its own address and a browser user-agent), each voting K pool
+   battles with Bradley-Terry outcomes from seeded true ratings (Elo scale, 10% ties).
+   This state is saved as a template database.
+3. For each attacker strategy, with the defences off and on, a copy of the template gets the
+   attacker's M sessions (from a few addresses: A sessions per address), each trying V votes:
+   - ``style``: identify the target from an answer naming it (what the identity-leak flag
+     catches), else from its answers' text (the attacker has collected the target's answers to
+     the pool's prompts: the demo's are published MT-bench answers, and a pool answer is a
+     stored text every visitor of that prompt sees), else from their style (a Gaussian
+     naive-Bayes classifier on the style counts and length of every model's pool answers;
+     weak on these models: it picks out only a few per cent of vicuna-13b's answers), then
+     vote for it; in battles
+     where neither side looks like the target, vote as the public leaderboard predicts (blend in).
+   - ``omnipresent`` (Min et al. 2025): as ``style`` where the target is seen; in battles without
+     it, vote against whichever side is rated just above the target (its upper neighbours),
+     for the other side.
+   Defences OFF: no caps, no anomaly run, every recorded vote rated (identity-leak flags
+   ignored). Defences ON: the daily caps (ARENA_VOTES_PER_SESSION_PER_DAY,
+   ARENA_VOTES_PER_IP_PER_DAY at their defaults), identity-leak flags (set when the answer is
+   saved, applied to the vote), and ``voters_flag_run`` (ARENA_ANOMALY_* defaults) before
+   rating. The proof-of-work challenge is not simulated: it costs a scripted attacker a few
+   hundred milliseconds of CPU per session and stops none of these votes.
+4. Prints, per scenario: attacker votes tried / accepted / flagged, honest votes wrongly
+   flagged, the target's rank and rating with and without the attacker (the honest-only fit on
+   the same defences), and the shift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.shape import server_url  # noqa: E402
+
+BROWSER_UA = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0"
+TIE_SHARE = 0.10
+STRATEGIES = ("style", "omnipresent")
+
+
+@dataclass
+class Config:
+    seed: int
+    honest_sessions: int
+    honest_votes: int
+    attacker_sessions: int
+    attacker_votes: int
+    sessions_per_address: int
+    target: str
+
+
+@dataclass
+class Outcome:
+    strategy: str
+    defences: str
+    tried: int = 0
+    accepted: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
+    seen_target: int = 0
+    voted_target_right: int = 0
+    voted_target_wrong: int = 0
+    attacker_flagged: int = 0
+    attacker_flag_reasons: dict[str, int] = field(default_factory=dict)
+    honest_flagged: int = 0
+    honest_flag_reasons: dict[str, int] = field(default_factory=dict)
+    honest_total: int = 0
+    rating: dict[str, Any] = field(default_factory=dict)
+
+
+# --- database -------------------------------------------------------------------------------
+
+
+def _admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(server_url("postgres"), autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def _use_database(name: str) -> None:
+    from django.db import connections
+
+    connections.close_all()
+    connections["default"].settings_dict["NAME"] = name
+
+
+def _setup_django(base: str) -> None:
+    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings.test"
+    os.environ["DATABASE_URL"] = server_url(base)
+    os.environ.pop("REDIS_URL", None)  # the caps count in this process's memory cache
+    os.environ["ARENA_ACTIVE_SAMPLING"] = "false"  # pairs by sampling weight (no snapshot here)
+    import django
+
+    django.setup()
+    from arena.signals import vote_recorded
+
+    # No after-vote snapshot refresh: the simulation fits once per scenario, at the end.
+    vote_recorded.receivers = []
+
+
+# --- the arena ------------------------------------------------------------------------------
+
+
+def _true_ratings(slugs: list[str], rng: random.Random, target: str) -> dict[str, float]:
+    """Seeded true ratings (Elo scale), spread like a real arena's top dozen; the target is put
+    in the lower middle so that there is room to lift it."""
+    ratings = sorted((rng.gauss(1000, 80) for _ in slugs), reverse=True)
+    others = [s for s in slugs if s != target]
+    rng.shuffle(others)
+    order = others[:]
+    order.insert(len(slugs) * 2 // 3, target)
+    return dict(zip(order, ratings, strict=True))
+
+
+def _bt_outcome(ra: float, rb: float, rng: random.Random) -> str:
+    if rng.random() < TIE_SHARE:
+        return "tie"
+    p_a = 1.0 / (1.0 + 10 ** ((rb - ra) / 400))
+    return "model_a" if rng.random() < p_a else "model_b"
+
+
+@dataclass
+class Voter:
+    session_key: str
+    voter_id: str
+    ip: str
+
+
+def _voter(tag: str, ip: str) -> Voter:
+    from arena.identity import voter_id_new
+    from arena.services.terms import terms_accept
+
+    voter_id = voter_id_new()
+    terms_accept(voter_id=voter_id, ip=ip)
+    return Voter(session_key=f"{tag}-{voter_id}"[:40], voter_id=voter_id, ip=ip)
+
+
+def _battle(voter: Voter, rng: random.Random) -> tuple[Any, str, str, list[Any]]:
+    from arena.services.battles import battle_start_pool
+
+    battle = battle_start_pool(session_key=voter.session_key, rng=rng)
+    messages = list(battle.messages.all())
+    return battle, battle.model_a.slug, battle.model_b.slug, messages
+
+
+def _vote(voter: Voter, battle_id: Any, winner: str, *, caps: bool) -> tuple[int, bool]:
+    """The vote view's steps without HTTP: the daily caps (when ``caps``), then vote_record.
+
+    A vote the caps refuse is still recorded here and reported as refused (True), so that one
+    run serves both the defences-off fit (every vote) and the defences-on fit (the refused
+    votes deleted before flagging and rating: exactly what the view would have left)."""
+    from arena.errors import ArenaError, ErrorCode
+    from arena.services.vote_guards import vote_caps_take
+    from arena.services.votes import vote_record
+
+    refused = False
+    if caps:
+        try:
+            vote_caps_take(session_key=voter.session_key, ip=voter.ip)
+        except ArenaError as exc:
+            if exc.code != ErrorCode.VOTE_CAP:
+                raise
+            refused = True
+    vote = vote_record(
+        battle_id=battle_id,
+        session_key=voter.session_key,
+        voter_id=voter.voter_id,
+        winner=winner,
+        ip=voter.ip,
+        user_agent=BROWSER_UA,
+    )
+    return int(vote.pk), refused
+
+
+def honest_votes(cfg: Config, truth: dict[str, float], rng: random.Random) -> int:
+    n = 0
+    for i in range(cfg.honest_sessions):
+        voter = _voter("honest", f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}")
+        for _ in range(cfg.honest_votes):
+            battle, a, b, _ = _battle(voter, rng)
+            _vote(voter, battle.pk, _bt_outcome(truth[a], truth[b], rng), caps=False)
+            n += 1
+    return n
+
+
+# --- the attacker ---------------------------------------------------------------------------
+
+
+def _fold(text: str) -> str:
+    return " ".join(text.split())[:400]
+
+
+def _features(style: dict[str, Any]) -> list[float]:
+    return [
+        math.log1p(style.get("tokens", 0)),
+        math.log1p(sum(style.get("header_count", {}).values())),
+        math.log1p(sum(style.get("list_count", {}).values())),
+        math.log1p(sum(style.get("bold_count", {}).values())),
+    ]
+
+
+class StyleClassifier:
+    """Gaussian naive Bayes over every model's pool answers (turn by turn): P(model | answer)."""
+
+    def __init__(self) -> None:
+        from answer_style import style_counts
+        from arena.models import Completion
+
+        samples: dict[str, list[list[float]]] = {}
+        self.texts: dict[str, set[str]] = {}
+        for slug, turns in Completion.objects.filter(source="pool").values_list(
+            "model__slug", "turns"
+        ):
+            for text in turns:
+                samples.setdefault(slug, []).append(_features(dict(style_counts(text))))
+                self.texts.setdefault(slug, set()).add(_fold(text))
+        self.stats: dict[str, list[tuple[float, float]]] = {}
+        for slug, rows in samples.items():
+            cols = list(zip(*rows, strict=True))
+            self.stats[slug] = [
+                (sum(c) / len(c), max(1e-2, sum((x - sum(c) / len(c)) ** 2 for x in c) / len(c)))
+                for c in cols
+            ]
+
+    def log_likelihood(self, slug: str, answers: list[list[float]]) -> float:
+        total = 0.0
+        for features in answers:
+            for x, (mean, var) in zip(features, self.stats[slug], strict=True):
+                total += -0.5 * math.log(2 * math.pi * var) - (x - mean) ** 2 / (2 * var)
+        return total
+
+    def p_target(self, target: str, answers: list[list[float]]) -> float:
+        logs = {slug: self.log_likelihood(slug, answers) for slug in self.stats}
+        top = max(logs.values())
+        z = sum(math.exp(v - top) for v in logs.values())
+        return math.exp(logs[target] - top) / z
+
+
+def _side_target(
+    messages: list[Any], target: str, target_names: list[str], clf: StyleClassifier
+) -> str | None:
+    """The side the attacker takes for the target: an answer naming it, else an answer it knows
+    as the target's (the same text), else the classifier's more likely side when its probability exceeds three times the prior; None when neither looks like it."""
+    from arena.leaks import names_in_answer
+
+    for side in ("a", "b"):
+        for m in messages:
+            if m.side == side and names_in_answer(
+                m.content, names=target_names, user_turns=[m.user_content]
+            ):
+                return side
+    # The pool's answers are stored texts: an attacker who has collected the target's answers
+    # to the pool's prompts (published, or asked of the target's API) recognises them.
+    known = clf.texts.get(target, set())
+    for m in messages:
+        if _fold(m.content) in known:
+            return str(m.side)
+    probs = {
+        side: clf.p_target(
+            target, [_features(dict(m.style or {})) for m in messages if m.side == side]
+        )
+        for side in ("a", "b")
+    }
+    side = max(probs, key=lambda s: probs[s])
+    # Present when the target is three times likelier than a model chosen at random.
+    return side if probs[side] > 3 / len(clf.stats) else None
+
+
+def attacker_votes(
+    cfg: Config,
+    strategy: str,
+    *,
+    caps: bool,
+    public: dict[str, float],
+    clf: StyleClassifier,
+    rng: random.Random,
+    out: Outcome,
+) -> tuple[list[int], list[int]]:
+    """The attacker's votes: (ids recorded, ids of those the daily caps refused)."""
+    from arena.leaks import model_names
+    from arena.models import ArenaModel
+
+    target_names = model_names(ArenaModel.objects.get(slug=cfg.target))
+    above = sorted((s for s in public if public[s] > public[cfg.target]), key=lambda s: public[s])
+    neighbours = set(above[:3])  # the three rated just above the target
+    ids: list[int] = []
+    refused: list[int] = []
+    voters = [
+        _voter("attacker", f"203.0.113.{i // cfg.sessions_per_address}")
+        for i in range(cfg.attacker_sessions)
+    ]
+    for voter in voters:
+        for _ in range(cfg.attacker_votes):
+            battle, a, b, messages = _battle(voter, rng)
+            side = _side_target(messages, cfg.target, target_names, clf)
+            truly = {"a": a, "b": b}
+            if side is not None:
+                out.seen_target += 1
+                if truly[side] == cfg.target:
+                    out.voted_target_right += 1
+                else:
+                    out.voted_target_wrong += 1
+                winner = f"model_{side}"
+            elif strategy == "omnipresent" and (a in neighbours or b in neighbours):
+                # Push the target's upper neighbours down: vote for the other side.
+                if a in neighbours and b in neighbours:
+                    winner = "model_a" if public[a] < public[b] else "model_b"
+                else:
+                    winner = "model_b" if a in neighbours else "model_a"
+            else:
+                # Blend in: vote as the public leaderboard predicts.
+                winner = _bt_outcome(public[a], public[b], rng)
+            out.tried += 1
+            vote_id, capped = _vote(voter, battle.pk, winner, caps=caps)
+            ids.append(vote_id)
+            if capped:
+                refused.append(vote_id)
+    return ids, refused
+
+
+# --- rating ---------------------------------------------------------------------------------
+
+
+def fit(*, include_flagged: bool, exclude_ids: set[int] | None = None) -> dict[str, Any]:
+    """The leaderboard's plain Bradley-Terry fit (overall, no style control) of the votes the
+    snapshot would read; ``include_flagged`` rates every vote (defences off)."""
+    import pandas as pd
+
+    from arena.selectors import votes_for_rating
+    from ratings import engine
+
+    rows = list(
+        votes_for_rating(include_flagged=include_flagged).values_list(
+            "id", "battle__model_a__slug", "battle__model_b__slug", "winner"
+        )
+    )
+    frame = pd.DataFrame(rows, columns=["id", "model_a", "model_b", "winner"])
+    if exclude_ids:
+        frame = frame[~frame["id"].isin(exclude_ids)]
+    result = engine.rate(
+        frame[["model_a", "model_b", "winner"]].reset_index(drop=True),
+        style_control=False,
+        with_online_elo=False,
+    )
+    ordered = sorted(result.models, key=lambda m: -m.rating)
+    return {
+        "ratings": {m.model: m.rating for m in result.models},
+        "position": {m.model: i + 1 for i, m in enumerate(ordered)},
+        "n": len(frame),
+    }
+
+
+def _flag_counts(out: Outcome, attacker_ids: set[int]) -> None:
+    """Flagged votes of the attacker and of the honest voters, with their reasons."""
+    from arena.models import Vote
+
+    out.attacker_flagged = out.honest_flagged = out.honest_total = 0
+    for pk, flagged, flags in Vote.objects.values_list("id", "flagged", "flags"):
+        attacker = pk in attacker_ids
+        out.honest_total += not attacker
+        if not flagged:
+            continue
+        reasons = out.attacker_flag_reasons if attacker else out.honest_flag_reasons
+        for reason in flags or []:
+            reasons[reason] = reasons.get(reason, 0) + 1
+        if attacker:
+            out.attacker_flagged += 1
+        else:
+            out.honest_flagged += 1
+
+
+def scenario(
+    cfg: Config, strategy: str, template: str, clf: StyleClassifier
+) -> tuple[Outcome, Outcome]:
+    """One attacker run on a copy of the honest arena, fitted with the defences off, then on."""
+    from arena.models import Vote
+    from ratings.voters import voters_flag_run
+
+    name = f"{template}_{strategy}"
+    _use_database("postgres")
+    _admin(f'DROP DATABASE IF EXISTS "{name}"')
+    _admin(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    _use_database(name)
+    from django.core.cache import cache
+
+    cache.clear()
+    off, on = Outcome(strategy, "off"), Outcome(strategy, "on")
+    # The attacker reads the public leaderboard (honest votes only at this point).
+    public = dict.fromkeys(clf.stats, 1000.0) | fit(include_flagged=False)["ratings"]
+    rng = random.Random(f"{cfg.seed}-{strategy}")
+    ids, refused = attacker_votes(
+        cfg, strategy, caps=True, public=public, clf=clf, rng=rng, out=off
+    )
+    t = cfg.target
+
+    def rating(out: Outcome, attack: set[int], include_flagged: bool) -> None:
+        with_attack = fit(include_flagged=include_flagged)
+        without = fit(include_flagged=include_flagged, exclude_ids=attack)
+        out.rating = {
+            "rating_without": without["ratings"].get(t),
+            "rating_with": with_attack["ratings"].get(t),
+            "rank_without": without["position"].get(t),
+            "rank_with": with_attack["position"].get(t),
+            "n_models": len(with_attack["ratings"]),
+        }
+
+    # Defences off: every vote recorded is rated, flags ignored, no cap.
+    off.accepted = len(ids)
+    _flag_counts(off, set(ids))
+    rating(off, set(ids), include_flagged=True)
+    # Defences on: the votes the caps refused never existed; flag_voters; unflagged votes rated.
+    Vote.objects.filter(id__in=refused).delete()
+    kept = set(ids) - set(refused)
+    on.tried, on.seen_target = off.tried, off.seen_target
+    on.voted_target_right, on.voted_target_wrong = off.voted_target_right, off.voted_target_wrong
+    on.accepted = len(kept)
+    if refused:
+        on.refused = {"vote_cap": len(refused)}
+    voters_flag_run()
+    _flag_counts(on, kept)
+    rating(on, kept, include_flagged=False)
+    _use_database("postgres")
+    _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return off, on
+
+
+def _reasons(counts: dict[str, int]) -> str:
+    return f" ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})" if counts else ""
+
+
+def _table(outcomes: list[Outcome]) -> str:
+    lines = [
+        "| strategy | defences | attacker votes tried | counted | attacker votes flagged "
+        "| honest votes flagged | target rank without -> with | target rating without -> with "
+        "| shift |",
+        "|---|---|---:|---:|---|---|---|---|---:|",
+    ]
+    for o in outcomes:
+        r = o.rating
+        shift = (r["rating_with"] or 0) - (r["rating_without"] or 0)
+        if o.defences == "off":
+            # Flags are set all the same (identity leaks, when the answer is saved): ignored here.
+            attacker = f"ignored ({o.attacker_flagged} set)"
+            honest = f"ignored ({o.honest_flagged} of {o.honest_total} set)"
+            counted = f"{o.accepted}"
+        else:
+            attacker = f"{o.attacker_flagged}{_reasons(o.attacker_flag_reasons)}"
+            honest = f"{o.honest_flagged} of {o.honest_total}{_reasons(o.honest_flag_reasons)}"
+            counted = (
+                f"{o.accepted - o.attacker_flagged}{_reasons(o.refused).replace('(', '(refused: ')}"
+            )
+        lines.append(
+            f"| {o.strategy} | {o.defences} | {o.tried} | {counted} | {attacker} | {honest} "
+            f"| {r['rank_without']} -> {r['rank_with']} of {r['n_models']} "
+            f"| {r['rating_without']:.0f} -> {r['rating_with']:.0f} | {shift:+.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument("--quick", action="store_true", help="fewer voters and votes")
+    parser.add_argument("--target", default="vicuna-13b-v1.3")
+    parser.add_argument("--honest-sessions", type=int, default=120)
+    parser.add_argument("--honest-votes", type=int, default=10)
+    parser.add_argument("--attacker-sessions", type=int, default=10)
+    parser.add_argument("--attacker-votes", type=int, default=110)
+    parser.add_argument("--sessions-per-address", type=int, default=10)
+    parser.add_argument("--keep", action="store_true", help="keep the template database")
+    args = parser.parse_args()
+    cfg = Config(
+        seed=args.seed,
+        honest_sessions=args.honest_sessions,
+        honest_votes=args.honest_votes,
+        attacker_sessions=args.attacker_sessions,
+        attacker_votes=args.attacker_votes,
+        sessions_per_address=args.sessions_per_address,
+        target=args.target,
+    )
+    if args.quick:
+        cfg.honest_sessions, cfg.honest_votes = 40, 10
+        cfg.attacker_sessions, cfg.attacker_votes = 4, 50
+    template = f"arena_bench_rigging_{cfg.seed}"
+    _admin(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
+    _admin(f'CREATE DATABASE "{template}"')
+    started = time.monotonic()
+    try:
+        _setup_django(template)
+        from django.core.management import call_command
+
+        from arena.models import ArenaModel, Battle, Vote
+
+        call_command("migrate", verbosity=0)
+        call_command("load_demo", verbosity=0)
+        # The demo's imported human votes out: outcomes follow the seeded true ratings alone.
+        Vote.objects.all().delete()
+        Battle.objects.all().delete()
+        rng = random.Random(cfg.seed)
+        slugs = sorted(
+            ArenaModel.objects.filter(is_active=True, completions__source="pool")
+            .distinct()
+            .values_list("slug", flat=True)
+        )
+        if cfg.target not in slugs:
+            sys.exit(f"--target {cfg.target} is not among the demo's pool models: {slugs}")
+        truth = _true_ratings(slugs, rng, cfg.target)
+        clf = StyleClassifier()
+        n_honest = honest_votes(cfg, truth, rng)
+        print(
+            f"{len(slugs)} models, {n_honest} honest votes from {cfg.honest_sessions} sessions "
+            f"({time.monotonic() - started:.0f} s); target {cfg.target}, true rating "
+            f"{truth[cfg.target]:.0f} (true rank "
+            f"{sorted(truth, key=lambda s: -truth[s]).index(cfg.target) + 1})",
+            flush=True,
+        )
+        outcomes = []
+        for strategy in STRATEGIES:
+            for outcome in scenario(cfg, strategy, template, clf):
+                outcomes.append(outcome)
+                print(
+                    f"{strategy}, defences {outcome.defences}: seen the target "
+                    f"{outcome.seen_target} times ({outcome.voted_target_right} right, "
+                    f"{outcome.voted_target_wrong} wrong); {outcome.rating}",
+                    flush=True,
+                )
+    finally:
+        _use_database("postgres")
+        if not args.keep:
+            _admin(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
+    print()
+    print(
+        f"Attacker: {cfg.attacker_sessions} sessions, {cfg.sessions_per_address} per address, "
+        f"{cfg.attacker_votes} votes tried each; honest: {cfg.honest_sessions} sessions x "
+        f"{cfg.honest_votes} votes; seed {cfg.seed}; {time.monotonic() - started:.0f} s."
+    )
+    print(_table(outcomes))
+
+
+if __name__ == "__main__":
+    main()
