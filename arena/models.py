@@ -5,6 +5,7 @@ Business rules live in ``arena.services``; these classes hold data and database 
 
 import uuid
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -12,6 +13,12 @@ from django.db.models import Q
 ENV_VAR_NAME = RegexValidator(
     r"^[A-Za-z_][A-Za-z0-9_]*$", "An environment variable name: letters, digits and _."
 )
+
+
+def aliases_valid(value: object) -> None:
+    """``ArenaModel.aliases``: a JSON list of non-empty names."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ValidationError('A list of names, e.g. ["ChatGPT", "GPT-4"].')
 
 
 class Provider(models.Model):
@@ -80,6 +87,7 @@ class ArenaModel(models.Model):
     aliases = models.JSONField(
         default=list,
         blank=True,
+        validators=[aliases_valid],
         help_text='Other names that identify the model in its answers, e.g. ["ChatGPT"].',
     )
     created_at = models.DateTimeField(auto_now_add=True)

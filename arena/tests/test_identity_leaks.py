@@ -205,3 +205,36 @@ def test_an_env_reference_answer_naming_its_model_is_marked_and_the_submitted_si
     ref_side = "a" if env.completion_a_id is None else "b"
     marked = {m.side: m.names_model for m in battle.messages.all()}
     assert marked == {ref_side: True, ("b" if ref_side == "a" else "a"): False}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("aliases", ["ChatGPT", [""], ["ok", 3], {"a": "b"}])
+def test_aliases_must_be_a_list_of_names(aliases):
+    from django.core.exceptions import ValidationError
+
+    model = ArenaModelFactory.build(aliases=aliases)
+    with pytest.raises(ValidationError) as exc:
+        model.full_clean()
+    assert "aliases" in exc.value.message_dict
+
+
+@pytest.mark.django_db
+def test_staff_clear_an_identity_leak_flag_and_the_vote_counts_again():
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    pool_pair("Made by OpenAI.", "Hi!")
+    vote = vote_on(battle_start_pool(session_key="s1", rng=random.Random(3)))
+    assert vote.flags == ["identity_leak"]
+    staff = get_user_model().objects.create_superuser("staff", "s@example.org", "pw-1234!")
+    client = Client()
+    client.force_login(staff)
+    response = client.post(
+        "/admin/arena/vote/",
+        {"action": "clear_identity_leak_flag", "_selected_action": [vote.pk]},
+    )
+    assert response.status_code == 302
+    vote.refresh_from_db()
+    assert (vote.flagged, vote.flags, vote.flags_cleared) == (False, [], ["identity_leak"])
+    assert votes_for_rating().filter(pk=vote.pk).exists()
+    assert votes_for_export().filter(pk=vote.pk).exists()
