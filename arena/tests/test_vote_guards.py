@@ -17,6 +17,7 @@ from arena.models import Vote
 from arena.services.terms import terms_accept
 from arena.services.vote_guards import _hmac_key
 from arena.tests.factories import pool_of
+from arena.tests.redis_server import own_redis  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.django_db
 
@@ -278,3 +279,33 @@ def test_a_missing_or_malformed_payload_is_a_400_naming_it(pool, payload):
 def test_with_the_challenge_off_votes_need_none(settings, pool):
     settings.ARENA_CHALLENGE = False
     assert battle_and_vote(new_visitor()).status_code == 201
+
+
+# --- Redis down -----------------------------------------------------------------------------------
+@pytest.fixture
+def cache_on_own_redis(own_redis, settings):  # noqa: F811
+    """Production's cache (FallbackRedisCache) on a Redis of this test's own."""
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "arena.cache.FallbackRedisCache",
+            "LOCATION": own_redis.url,
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+        }
+    }
+    return own_redis
+
+
+@pytest.mark.redis
+@pytest.mark.usefixtures("challenge_on")
+def test_with_redis_down_the_caps_and_the_replay_guard_still_hold_per_process(
+    cache_on_own_redis, settings, pool
+):
+    settings.ARENA_VOTES_PER_SESSION_PER_DAY = 1
+    visitor, other = new_visitor(), new_visitor()
+    payload = payload_of(visitor.get("/api/challenge").json())
+    cache_on_own_redis.stop()
+    assert verify(visitor, payload).status_code == 200
+    assert verify(other, payload).status_code == 400  # replayed: refused without Redis too
+    assert battle_and_vote(visitor).status_code == 201
+    assert battle_and_vote(visitor).status_code == 429  # the cap counted in this process
+    assert Vote.objects.count() == 1
