@@ -53,6 +53,8 @@ def test_battle_leaderboard_about_and_admin_pages_raise_no_csp_violation(
     page.goto(asgi_server.url + "/leaderboard")
     assert page.get_by_test_id("winrate-heatmap").locator("svg text").first.is_visible()
     page.goto(asgi_server.url + "/about")
+    page.goto(asgi_server.url + "/transparency")
+    assert page.get_by_test_id("models-served").is_visible()
 
     page.goto(asgi_server.url + "/" + settings.ADMIN_URL)
     page.fill("#id_username", "staff")
