@@ -215,6 +215,14 @@ def main() -> None:
     parser.add_argument("--web-workers", type=int, default=2)
     parser.add_argument("--keep-logs", action="store_true", help="print the process logs' paths")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an extra setting for the server processes (repeatable), e.g. "
+        "DATABASE_CONN_MAX_AGE=60 to compare persistent connections",
+    )
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     seconds = args.seconds
@@ -223,10 +231,12 @@ def main() -> None:
 
     redis_db = RedisDb()
     database = Database("arena_bench_votes")
-    shape = Shape(database.url, redis_db.url, BENCH_ENV, web_workers=args.web_workers)
+    extra = dict(item.split("=", 1) for item in args.env)
+    shape = Shape(database.url, redis_db.url, BENCH_ENV | extra, web_workers=args.web_workers)
     rows: list[dict[str, object]] = []
     try:
         print(f"database {database.name}, redis {redis_db.url}, logs {shape.tmp}", flush=True)
+        print(f"settings for the bench: {BENCH_ENV | extra}", flush=True)
         shape.manage("migrate", "--noinput")
         shape.manage("collectstatic", "--noinput")
         shape.manage("load_demo")
