@@ -19,12 +19,14 @@ ifneq ($(shell cat $(VENV)/.installed 2>/dev/null),$(PY_VERSION))
 $(VENV)/.installed: FORCE
 endif
 
-$(VENV)/.installed: requirements/runtime.txt requirements/dev.txt
+# The trainers' package (client/) is installed too, so that README's loop runs in this virtualenv.
+$(VENV)/.installed: requirements/runtime.txt requirements/dev.txt client/pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 11) <= v < (3, 14) else "Python 3.11, 3.12 or 3.13 is required, found %d.%d at $(PYTHON); install one or name it: make PYTHON=/path/to/python3.13" % v)'
 	@if [ -x $(BIN)/python ] && [ "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" != "$(PY_VERSION)" ]; then \
 		echo "$(VENV) was built with another Python; rebuilding it with Python $(PY_VERSION)"; rm -rf $(VENV); fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -e ./client
 	echo $(PY_VERSION) > $@
 
 FORCE:
@@ -41,7 +43,7 @@ test: install
 	mkdir -p var
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy answer_style arena ratings config
+	$(BIN)/mypy answer_style arena ratings config client/arena_env
 	$(BIN)/lint-imports
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest
@@ -52,7 +54,7 @@ test-engine: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy answer_style arena ratings config
+	$(BIN)/mypy answer_style arena ratings config client/arena_env
 	$(BIN)/lint-imports
 
 format: install
