@@ -7,6 +7,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from answer_style import conv_metadata, style_counts
 from arena.errors import ALREADY_VOTED_MESSAGE, ArenaError
 from arena.models import Battle, Vote
 from arena.services.terms import terms_accept
@@ -48,6 +49,19 @@ def test_vote_is_stored_with_style_counts_of_both_sides_and_closes_the_battle(vo
     assert style["bold_count_a"]["**"] == 1
     assert style["header_count_b"]["h1"] == 0
     assert style["sum_assistant_a_tokens"] > 0 and style["sum_assistant_b_tokens"] > 0
+
+
+def test_vote_sums_the_style_counts_saved_with_each_answer(voter):
+    """Answers keep their counts when saved; the vote sums those (A's and B's apart)."""
+    battle = BattleFactory(messages={"a": "# One\n\n## Two\n\n1. x", "b": "- x\n- y\n\n__u__"})
+    for message in battle.messages.all():
+        message.style = style_counts(message.content)
+        message.save(update_fields=["style"])
+    [a] = battle.messages.filter(side="a")
+    [b] = battle.messages.filter(side="b")
+    vote = record(battle, voter)
+    assert vote.style == conv_metadata([a.style], [b.style])
+    assert vote.style["header_count_a"]["h2"] == 1 and vote.style["list_count_b"]["unordered"] == 2
 
 
 def test_vote_stores_a_salted_ip_hash_never_the_ip(voter, settings):
@@ -101,6 +115,15 @@ def test_a_vote_refused_by_the_one_vote_constraint_is_the_same_409(voter, monkey
     assert exc.value.message == ALREADY_VOTED_MESSAGE
     battle.refresh_from_db()
     assert battle.state == Battle.State.READY
+
+
+def test_a_battle_marked_voted_is_already_voted_even_without_its_vote_row(voter):
+    """The battle's state alone refuses a second vote (say its vote was deleted by staff)."""
+    battle = BattleFactory(state=Battle.State.VOTED)
+    with pytest.raises(ArenaError) as exc:
+        record(battle, voter)
+    assert (exc.value.status, exc.value.code) == (409, "already_voted")
+    assert not Vote.objects.exists()
 
 
 def test_vote_from_another_session_is_a_403(voter):
