@@ -81,6 +81,8 @@ class Outcome:
     accepted: int = 0
     refused: dict[str, int] = field(default_factory=dict)
     seen_target: int = 0
+    target_battles: int = 0
+    by_method: dict[str, int] = field(default_factory=dict)
     voted_target_right: int = 0
     voted_target_wrong: int = 0
     attacker_flagged: int = 0
@@ -262,7 +264,7 @@ class StyleClassifier:
 
 def _side_target(
     messages: list[Any], target: str, target_names: list[str], clf: StyleClassifier
-) -> str | None:
+) -> tuple[str | None, str]:
     """The side the attacker takes for the target: an answer naming it, else an answer it knows
     as the target's (the same text), else the classifier's more likely side when its probability exceeds three times the prior; None when neither looks like it."""
     from arena.leaks import names_in_answer
@@ -272,13 +274,13 @@ def _side_target(
             if m.side == side and names_in_answer(
                 m.content, names=target_names, user_turns=[m.user_content]
             ):
-                return side
+                return side, "named"
     # The pool's answers are stored texts: an attacker who has collected the target's answers
     # to the pool's prompts (published, or asked of the target's API) recognises them.
     known = clf.texts.get(target, set())
     for m in messages:
         if _fold(m.content) in known:
-            return str(m.side)
+            return str(m.side), "text"
     probs = {
         side: clf.p_target(
             target, [_features(dict(m.style or {})) for m in messages if m.side == side]
@@ -287,7 +289,7 @@ def _side_target(
     }
     side = max(probs, key=lambda s: probs[s])
     # Present when the target is three times likelier than a model chosen at random.
-    return side if probs[side] > 3 / len(clf.stats) else None
+    return (side, "style") if probs[side] > 3 / len(clf.stats) else (None, "")
 
 
 def attacker_votes(
@@ -316,10 +318,12 @@ def attacker_votes(
     for voter in voters:
         for _ in range(cfg.attacker_votes):
             battle, a, b, messages = _battle(voter, rng)
-            side = _side_target(messages, cfg.target, target_names, clf)
+            side, method = _side_target(messages, cfg.target, target_names, clf)
             truly = {"a": a, "b": b}
+            out.target_battles += cfg.target in (a, b)
             if side is not None:
                 out.seen_target += 1
+                out.by_method[method] = out.by_method.get(method, 0) + 1
                 if truly[side] == cfg.target:
                     out.voted_target_right += 1
                 else:
@@ -436,6 +440,7 @@ def scenario(
     Vote.objects.filter(id__in=refused).delete()
     kept = set(ids) - set(refused)
     on.tried, on.seen_target = off.tried, off.seen_target
+    on.target_battles, on.by_method = off.target_battles, off.by_method
     on.voted_target_right, on.voted_target_wrong = off.voted_target_right, off.voted_target_wrong
     on.accepted = len(kept)
     if refused:
@@ -543,9 +548,11 @@ def main() -> None:
             for outcome in scenario(cfg, strategy, template, clf):
                 outcomes.append(outcome)
                 print(
-                    f"{strategy}, defences {outcome.defences}: seen the target "
+                    f"{strategy}, defences {outcome.defences}: the target in "
+                    f"{outcome.target_battles} of the attacker's battles; taken for it "
                     f"{outcome.seen_target} times ({outcome.voted_target_right} right, "
-                    f"{outcome.voted_target_wrong} wrong); {outcome.rating}",
+                    f"{outcome.voted_target_wrong} wrong; by {outcome.by_method}); "
+                    f"{outcome.rating}",
                     flush=True,
                 )
     finally:
