@@ -583,3 +583,22 @@ def test_bootstrap_whose_replicates_almost_never_have_ratings_says_so():
         EngineError, match=r"^bootstrap replicates keep losing a model's only wins or losses$"
     ):
         rate(df, style_control=False, ci="bootstrap", rounds=5, seed=0)
+
+
+def test_a_single_varying_style_element_is_fitted():
+    """Only the answers' lengths vary: length is the one style element left, and it is fitted
+    (statsmodels' coefficient on the z-scored length difference), not dropped."""
+    df = battles().assign(header_count_a=0, header_count_b=0, list_count_a=0, list_count_b=0)
+    df = df.assign(bold_count_a=0, bold_count_b=0)
+    result = rate(df)
+    assert result["method"]["degenerate_style_elements"] == ["header", "list", "bold"]
+    models = sorted(set(df.model_a) | set(df.model_b))
+    raw, _ = data.style_differences(df)
+    length = (raw[0] - raw[0].mean()) / raw[0].std()
+    design = np.zeros((len(df), len(models)))
+    index = {m: i for i, m in enumerate(models)}
+    design[np.arange(len(df)), df.model_a.map(index)] = 1
+    design[np.arange(len(df)), df.model_b.map(index)] = -1
+    y = df.winner.map(data.OUTCOMES).to_numpy()
+    logit = sm.Logit(y, np.column_stack([design[:, 1:], length])).fit(disp=0, tol=1e-12)
+    assert result["style_coefficients"]["length"] == pytest.approx(logit.params[-1], abs=1e-8)
