@@ -220,6 +220,25 @@ class Shape:
         )
         self.wait_for("the worker", lambda: " ready." in log.read_text(errors="replace"))
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) so far of every live process in each started process's
+        group (uvicorn's workers, the worker's pool), by the started process's name. Processes
+        that exited are not counted; PostgreSQL's and Redis's are not ours."""
+        tick = os.sysconf("SC_CLK_TCK")
+        groups = {popen.pid: name for name, popen, _ in self.processes}
+        totals = dict.fromkeys(groups.values(), 0.0)
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            pgid = int(fields[2])
+            if pgid in groups:
+                totals[groups[pgid]] += (int(fields[11]) + int(fields[12])) / tick
+        return totals
+
     def stop(self) -> None:
         for _, popen, _ in self.processes:
             if popen.poll() is None:

@@ -20,7 +20,10 @@ the minimum seconds before a vote (ARENA_MIN_VOTE_SECONDS=0), the proof-of-work 
 ARENA_VOTES_PER_IP_PER_DAY set very high; the caps' cache counters are still kept). Everything else is production's.
 
 The client runs on the same machine as the server (2 cores shared): its CPU is charged to the
-server's budget, so the figures are a floor for what the server alone would do.
+server's budget, so the figures are a floor for what the server alone would do. The CPU time
+the uvicorn processes spend per acknowledged vote (its battle start included; PostgreSQL's
+own CPU not counted) is printed too: it depends far less on what else the machine runs, and
+2 cores / that time bounds the votes/s two workers could reach.
 """
 
 from __future__ import annotations
@@ -193,8 +196,9 @@ def _row(level: Level, stored: int) -> dict[str, object]:
 def _table(rows: list[dict[str, object]]) -> str:
     lines = [
         "| sessions | votes | votes/s | vs 500/s | vote p50 ms | vote p99 ms "
-        "| start p50 ms | start p99 ms | errors | acknowledged in db |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| start p50 ms | start p99 ms | errors | acknowledged in db "
+        "| uvicorn CPU ms per vote | load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for r in rows:
         lines.append(
@@ -202,7 +206,8 @@ def _table(rows: list[dict[str, object]]) -> str:
             f"| {float(r['votes_per_s']) / TARGET_VOTES_PER_S:.3f}x "  # type: ignore[arg-type]
             f"| {r['vote_p50']:.0f} | {r['vote_p99']:.0f} "
             f"| {r['start_p50']:.0f} | {r['start_p99']:.0f} | {r['errors']} "
-            f"| {r['stored']}/{r['votes']}{' (LOST ' + str(r['lost']) + ')' if r['lost'] else ''} |"
+            f"| {r['stored']}/{r['votes']}{' (LOST ' + str(r['lost']) + ')' if r['lost'] else ''} "
+            f"| {r['web_cpu_ms_per_vote']:.0f} | {r['load_avg_1m']:.1f} |"
         )
     return "\n".join(lines)
 
@@ -245,9 +250,16 @@ def main() -> None:
         shape.start_worker()
         asyncio.run(_run_level(shape.url, 2, 2.0))  # warm-up: imports, connections, caches
         for sessions in levels:
+            cpu_before = shape.cpu_seconds()
             level = asyncio.run(_run_level(shape.url, sessions, seconds))
+            cpu_after = shape.cpu_seconds()
             shape.check_alive(f"level {sessions}")
             row = _row(level, _stored(database, level.acknowledged))
+            web_cpu = cpu_after["uvicorn"] - cpu_before["uvicorn"]
+            worker_cpu = cpu_after["celery-worker"] - cpu_before["celery-worker"]
+            n = max(1, len(level.acknowledged))
+            row["web_cpu_ms_per_vote"] = web_cpu * 1000 / n
+            row["worker_cpu_ms_per_vote"] = worker_cpu * 1000 / n
             row["load_avg_1m"] = os.getloadavg()[0]
             rows.append(row)
             print(
@@ -255,7 +267,9 @@ def main() -> None:
                 f"vote p50/p99 {row['vote_p50']:.0f}/{row['vote_p99']:.0f} ms, "
                 f"start p50/p99 {row['start_p50']:.0f}/{row['start_p99']:.0f} ms, "
                 f"errors {row['error_kinds'] or 0}, in db {row['stored']}/{row['votes']}, "
-                f"machine load (1 min) {row['load_avg_1m']:.1f}",
+                f"machine load (1 min) {row['load_avg_1m']:.1f}, CPU per vote (battle start "
+                f"included): uvicorn {row['web_cpu_ms_per_vote']:.0f} ms, "
+                f"worker {row['worker_cpu_ms_per_vote']:.0f} ms",
                 flush=True,
             )
     finally:
