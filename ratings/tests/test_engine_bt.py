@@ -602,3 +602,21 @@ def test_a_single_varying_style_element_is_fitted():
     y = df.winner.map(data.OUTCOMES).to_numpy()
     logit = sm.Logit(y, np.column_stack([design[:, 1:], length])).fit(disp=0, tol=1e-12)
     assert result["style_coefficients"]["length"] == pytest.approx(logit.params[-1], abs=1e-8)
+
+
+def test_style_bootstrap_whose_replicates_almost_never_have_ratings_says_so():
+    """The Poisson (style) bootstrap gives up the same way: 30 models in one cycle, 10 of its
+    battles played twice, answer lengths varying; a replicate keeps the cycle with probability
+    about 1e-5."""
+    models = [f"c{i:02d}" for i in range(30)]
+    df = pd.DataFrame({"model_a": models, "model_b": models[1:] + models[:1], "winner": "model_a"})
+    df = pd.concat([df, df.iloc[:10]], ignore_index=True)
+    lengths = np.random.default_rng(0).integers(10, 1000, (2, len(df)))
+    df["sum_assistant_a_tokens"], df["sum_assistant_b_tokens"] = lengths
+    for element in ("header_count", "list_count", "bold_count"):
+        df[f"{element}_a"] = df[f"{element}_b"] = 0
+    assert rate(df)["style_coefficients"]["length"] is not None
+    with pytest.raises(
+        EngineError, match=r"^bootstrap replicates keep losing a model's only wins or losses$"
+    ):
+        rate(df, ci="bootstrap", rounds=5, seed=0)
