@@ -6,8 +6,7 @@ class ArenaConfig(AppConfig):
     verbose_name = "Arena"
 
     def ready(self) -> None:
-        from arena import checks  # noqa: F401  (registers the system checks)
-
-        # Registers the arena's Celery tasks in every process, not only in a worker: the env
-        # services queue theirs by name (arena.tasks imports them, so they cannot import it).
-        from arena import tasks  # noqa: F401
+        # ``checks`` registers the system checks. ``tasks`` registers the arena's Celery tasks in
+        # every process, not only in a worker: the env services queue theirs by name (arena.tasks
+        # imports them, so they cannot import it).
+        from arena import checks, tasks  # noqa: F401
