@@ -20,17 +20,17 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx2
-import openai
 from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from arena.inputs import text_storable
-from arena.live.upstream import UpstreamTarget, request_body, request_kwargs
 from arena.models import ArenaModel, Completion, EnvSubmission
+
+if TYPE_CHECKING:
+    from arena.live.upstream import UpstreamTarget
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +119,11 @@ def _enqueue(submission_id: uuid.UUID, model_id: int) -> None:
 
 
 def _target(model: ArenaModel) -> UpstreamTarget:
+    # The upstream module and the openai client are imported where an answer is generated (in
+    # the worker's task), not when a web process imports this module to queue it: they add over
+    # a second to every process's start-up.
+    from arena.live.upstream import UpstreamTarget
+
     provider = model.provider
     assert provider is not None  # noqa: S101  (only live models get here)
     return UpstreamTarget(
@@ -135,6 +140,11 @@ def _target(model: ArenaModel) -> UpstreamTarget:
 
 
 def _call(target: UpstreamTarget, messages: list[dict[str, str]]) -> str:
+    import httpx2
+    import openai
+
+    from arena.live.upstream import request_body, request_kwargs
+
     api_key = _NO_KEY
     if target.api_key_env:
         api_key = os.environ.get(target.api_key_env, "")

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.stats import chi2
 
 # Outcome codes, relative to the pair's alphabetical order.
 FIRST_WINS, SECOND_WINS, TIE = 0, 1, 2
@@ -84,6 +83,10 @@ def vote_p_values(votes: pd.DataFrame) -> np.ndarray:
 
 def fisher_log_sf(statistic: np.ndarray, n_votes: np.ndarray) -> np.ndarray:
     """ln P(X >= statistic) for X chi-squared with ``2 n_votes`` degrees of freedom."""
+    # scipy.stats is imported when voters are tested, not with the module: ratings.tasks imports
+    # it, and scipy.stats adds over a second to the start-up of every process that loads tasks.
+    from scipy.stats import chi2
+
     return np.asarray(chi2.logsf(statistic, 2 * n_votes), dtype=float)
 
 
