@@ -124,19 +124,8 @@ def _target(model: ArenaModel) -> UpstreamTarget:
     # a second to every process's start-up.
     from arena.live.upstream import UpstreamTarget
 
-    provider = model.provider
-    assert provider is not None  # noqa: S101  (only live models get here)
-    return UpstreamTarget(
-        base_url=provider.base_url,
-        api_key_env=provider.api_key_env,
-        upstream_model=model.upstream_model_id,
-        params=dict(model.generation_params or {}),
-        system_prompt=model.system_prompt,
-        connect_timeout=provider.connect_timeout,
-        read_timeout=provider.read_timeout,
-        max_retries=0,
-        provider_id=provider.pk,
-    )
+    # One attempt per task run: the task's own retries (with back-off) are the retries.
+    return UpstreamTarget.for_model(model, max_retries=0)
 
 
 def _call(target: UpstreamTarget, messages: list[dict[str, str]]) -> str:

@@ -25,7 +25,7 @@ from arena.live.draw import draw_pair, named_pair
 from arena.live.limits import check_call_rate, check_concurrency, clean_prompt
 from arena.live.moderation import prompt_moderate
 from arena.live.upstream import Answer, UpstreamTarget
-from arena.models import USER_PROMPT_SOURCE, ArenaModel, Battle, BattleMessage, Prompt
+from arena.models import USER_PROMPT_SOURCE, Battle, BattleMessage, Prompt
 from arena.payloads import BattlePayload, Side
 from arena.selectors import Limits, battle_payload, battle_pk, live_limits
 
@@ -50,22 +50,6 @@ class TurnPlan:
     max_tokens: int
     sides: dict[Side, SidePlan]
     battle: BattlePayload  # battle_payload at the start of the turn (no names unless named)
-
-
-def _target(model: ArenaModel) -> UpstreamTarget:
-    provider = model.provider
-    assert provider is not None
-    return UpstreamTarget(
-        base_url=provider.base_url,
-        api_key_env=provider.api_key_env,
-        upstream_model=model.upstream_model_id,
-        params=dict(model.generation_params or {}),
-        system_prompt=model.system_prompt,
-        connect_timeout=provider.connect_timeout,
-        read_timeout=provider.read_timeout,
-        max_retries=provider.max_retries,
-        provider_id=provider.pk,
-    )
 
 
 def battle_start_live(
@@ -241,7 +225,9 @@ def _plan_turn(
             history.append({"role": "assistant", "content": earlier_message.content})
         history.append({"role": "user", "content": text})
         assert message.pk is not None
-        sides[side] = SidePlan(message_id=message.pk, target=_target(model), history=history)
+        sides[side] = SidePlan(
+            message_id=message.pk, target=UpstreamTarget.for_model(model), history=history
+        )
     return TurnPlan(
         battle_id=battle.pk,
         turn=turn,

@@ -19,13 +19,16 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 import openai
 
 from arena.inputs import text_storable
 from arena.payloads import MessageStatus
+
+if TYPE_CHECKING:
+    from arena.models import ArenaModel
 
 # Parameters the chat-completions call takes by name; anything else goes in the request body
 # as is (e.g. vLLM's top_k), so a provider's own extensions keep working.
@@ -71,6 +74,24 @@ class UpstreamTarget:
     read_timeout: float
     max_retries: int
     provider_id: int | None = None
+
+    @classmethod
+    def for_model(cls, model: ArenaModel, *, max_retries: int | None = None) -> UpstreamTarget:
+        """The target of a live model (one with a provider); ``max_retries`` defaults to the
+        provider's."""
+        provider = model.provider
+        assert provider is not None  # noqa: S101  (only live models get here)
+        return cls(
+            base_url=provider.base_url,
+            api_key_env=provider.api_key_env,
+            upstream_model=model.upstream_model_id,
+            params=dict(model.generation_params or {}),
+            system_prompt=model.system_prompt,
+            connect_timeout=provider.connect_timeout,
+            read_timeout=provider.read_timeout,
+            max_retries=provider.max_retries if max_retries is None else max_retries,
+            provider_id=provider.pk,
+        )
 
 
 @dataclass
