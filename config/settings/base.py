@@ -272,7 +272,14 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
     # django-axes logs every start and sign-in at INFO; its warnings (repeated failures, locks)
     # are what an operator needs.
-    "loggers": {"axes": {"level": "WARNING"}},
+    # The openai client's HTTP layer (httpx2; httpx where that is the transport) logs every
+    # request at INFO: a line, and the loop's time to format and write it, per live answer.
+    # Failed answers are logged by arena.live with their cause.
+    "loggers": {
+        "axes": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
+    },
 }
 
 from config.schedule import BEAT_SCHEDULE  # noqa: E402
