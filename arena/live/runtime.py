@@ -21,10 +21,9 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from arena.errors import ArenaError, ErrorCode
-from arena.live.turns import TurnPlan, battle_turn_finish, messages_progress
+from arena.live.turns import TurnPlan, battle_turn_finish_payload, messages_progress
 from arena.live.upstream import Answer
 from arena.payloads import BattlePayload, Frame, Side
-from arena.selectors import battle_payload_by_id
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,9 +57,8 @@ def db(func: Callable[..., T]) -> Callable[..., Any]:
 
 
 def turn_finish(battle_id: uuid.UUID, answers: dict[Side, tuple[int, Answer]]) -> BattlePayload:
-    """Save the turn's end and read the battle as the page is shown it, in one thread hop."""
-    battle_turn_finish(battle_id=battle_id, answers=answers)
-    return battle_payload_by_id(battle_id=battle_id)
+    """Save the turn's end and the battle as the page is shown it, in one thread hop."""
+    return battle_turn_finish_payload(battle_id=battle_id, answers=answers)
 
 
 _SAVE_SLICE = 25  # messages per partial save

@@ -25,9 +25,16 @@ from arena.live.draw import draw_pair, named_pair
 from arena.live.limits import check_call_rate, check_concurrency, clean_prompt
 from arena.live.moderation import prompt_moderate
 from arena.live.upstream import Answer, UpstreamTarget
-from arena.models import USER_PROMPT_SOURCE, Battle, BattleMessage, Prompt
+from arena.models import USER_PROMPT_SOURCE, ArenaModel, Battle, BattleMessage, Prompt
 from arena.payloads import BattlePayload, Side
-from arena.selectors import Limits, battle_payload, battle_pk, live_limits
+from arena.selectors import (
+    Limits,
+    battle_current_messages,
+    battle_payload,
+    battle_payload_by_id,
+    battle_pk,
+    live_limits,
+)
 
 SIDES: tuple[Side, Side] = ("a", "b")
 
@@ -265,24 +272,32 @@ def messages_progress(*, contents: dict[int, str]) -> None:
         cursor.executemany(sql, rows)
 
 
-def message_finish(
-    *, message_id: int, answer: Answer, style: AnswerStyle | None = None
-) -> BattleMessage:
-    """Save an answer as it ended: text, style counts, tokens, timings, finish reason and error.
+_FINISHED_FIELDS = [
+    "content",
+    "style",
+    "names_model",
+    "status",
+    "token_count",
+    "prompt_tokens",
+    "time_to_first_token_ms",
+    "latency_ms",
+    "finish_reason",
+    "error",
+]
 
-    ``style`` is the answer's counts when the caller took them already (outside its lock)."""
+
+def _message_settle(
+    message: BattleMessage, *, own_model: ArenaModel, answer: Answer, style: AnswerStyle | None
+) -> None:
+    """Save an answer as it ended into its message (read already, with its battle's models)."""
     status = {
         "done": BattleMessage.Status.DONE,
         "error": BattleMessage.Status.ERROR,
         "aborted": BattleMessage.Status.ABORTED,
     }.get(answer.status, BattleMessage.Status.ABORTED)  # still streaming when the turn ended
-    message = BattleMessage.objects.select_related("battle__model_a", "battle__model_b").get(
-        pk=message_id
-    )
     message.content = answer.text
     message.style = style if style is not None else style_counts(answer.text)
     # The user's turn of this answer is what it may repeat a name from (arena.leaks).
-    own_model = message.battle.model_a if message.side == "a" else message.battle.model_b
     message.names_model = answer_names_model(
         answer.text, model=own_model, user_turns=[message.user_content]
     )
@@ -294,8 +309,80 @@ def message_finish(
     message.finish_reason = answer.finish_reason if status == BattleMessage.Status.DONE else ""
     error = text_storable(answer.error)  # an upstream's words may hold anything
     message.error = error or ("aborted" if status == BattleMessage.Status.ABORTED else "")
-    message.save()
+    # Only what the end of an answer changes: not the prompt's text again, nor the keys.
+    message.save(update_fields=_FINISHED_FIELDS)
+
+
+def message_finish(
+    *, message_id: int, answer: Answer, style: AnswerStyle | None = None
+) -> BattleMessage:
+    """Save an answer as it ended: text, style counts, tokens, timings, finish reason and error.
+
+    ``style`` is the answer's counts when the caller took them already (outside its lock)."""
+    message = BattleMessage.objects.select_related("battle__model_a", "battle__model_b").get(
+        pk=message_id
+    )
+    battle = message.battle
+    own_model = battle.model_a if message.side == "a" else battle.model_b
+    _message_settle(message, own_model=own_model, answer=answer, style=style)
     return message
+
+
+def _turn_settle(
+    *, battle_id: uuid.UUID, answers: dict[Side, tuple[int, Answer]]
+) -> tuple[Battle, list[BattleMessage] | None]:
+    """``battle_turn_finish``, with the battle's current messages as saved (None when the turn
+    was settled before this call and nothing was saved)."""
+    # Counted before the battle's row is locked: the first count in a process loads the
+    # tokenizer (about 0.4 s), which no lock should wait for.
+    styles = {message_id: style_counts(answer.text) for message_id, answer in answers.values()}
+    with transaction.atomic():
+        # The models come along for the leak check and their providers for the breakers
+        # below; only the battle's row is locked.
+        battle = (
+            Battle.objects.select_related("model_a__provider", "model_b__provider")
+            .select_for_update(of=("self",))
+            .get(pk=battle_id)
+        )
+        if battle.state != Battle.State.STREAMING:
+            return battle, None
+        # All the current messages in one read: this turn's (still streaming unless settled or
+        # regenerated since) and the earlier turns' (for the page's payload).
+        current = battle_current_messages(battle=battle)
+        by_id = {m.pk: m for m in current}
+        unsettled = [
+            by_id[message_id]
+            for message_id, _ in answers.values()
+            if message_id in by_id and by_id[message_id].status == BattleMessage.Status.STREAMING
+        ]
+        if len(unsettled) != len(answers):
+            return battle, None
+        statuses = set()
+        for side, (message_id, answer) in answers.items():
+            own_model = battle.model_a if side == "a" else battle.model_b
+            message = by_id[message_id]
+            _message_settle(message, own_model=own_model, answer=answer, style=styles[message_id])
+            statuses.add(message.status)
+        if BattleMessage.Status.ERROR in statuses:
+            battle.state = Battle.State.ERRORED
+        elif statuses == {BattleMessage.Status.DONE}:
+            battle.state = Battle.State.READY
+        else:
+            battle.state = Battle.State.ABORTED
+        battle.save(update_fields=["state", "updated_at"])
+    for side, (_, answer) in answers.items():
+        provider = (battle.model_a if side == "a" else battle.model_b).provider
+        if provider is None:
+            continue
+        if answer.provider_failed:
+            provider_failure_record(provider_id=provider.pk)
+        elif answer.status == "done" and (
+            provider.breaker_failures or provider.breaker_open_until is not None
+        ):
+            # A closed breaker with no failures (as read with the battle) needs no write: one
+            # UPDATE per answer saved, nearly always of nothing, otherwise.
+            provider_success_record(provider_id=provider.pk)
+    return battle, current
 
 
 def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[Side, tuple[int, Answer]]) -> Battle:
@@ -308,44 +395,18 @@ def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[Side, tuple[int, A
     database connection, or by ``live_battles_sweep``) or whose answers were regenerated since
     is left as it is, so a save retried after a database outage never undoes later changes.
     """
-    # Counted before the battle's row is locked: the first count in a process loads the
-    # tokenizer (about 0.4 s), which no lock should wait for.
-    styles = {message_id: style_counts(answer.text) for message_id, answer in answers.values()}
-    with transaction.atomic():
-        # The models come along for their provider ids (the breakers below); only the battle's
-        # row is locked.
-        battle = (
-            Battle.objects.select_related("model_a", "model_b")
-            .select_for_update(of=("self",))
-            .get(pk=battle_id)
-        )
-        message_ids = {message_id for message_id, _ in answers.values()}
-        unsettled = BattleMessage.objects.filter(
-            pk__in=message_ids,
-            battle=battle,
-            superseded_at__isnull=True,
-            status=BattleMessage.Status.STREAMING,
-        ).count()
-        if battle.state != Battle.State.STREAMING or unsettled != len(message_ids):
-            return battle
-        statuses = set()
-        for message_id, answer in answers.values():
-            saved = message_finish(message_id=message_id, answer=answer, style=styles[message_id])
-            statuses.add(saved.status)
-        if BattleMessage.Status.ERROR in statuses:
-            battle.state = Battle.State.ERRORED
-        elif statuses == {BattleMessage.Status.DONE}:
-            battle.state = Battle.State.READY
-        else:
-            battle.state = Battle.State.ABORTED
-        battle.save(update_fields=["state", "updated_at"])
-    targets = {"a": battle.model_a.provider_id, "b": battle.model_b.provider_id}
-    for side, (_, answer) in answers.items():
-        provider_id = targets[side]
-        if provider_id is None:
-            continue
-        if answer.provider_failed:
-            provider_failure_record(provider_id=provider_id)
-        elif answer.status == "done":
-            provider_success_record(provider_id=provider_id)
-    return battle
+    return _turn_settle(battle_id=battle_id, answers=answers)[0]
+
+
+def battle_turn_finish_payload(
+    *, battle_id: uuid.UUID, answers: dict[Side, tuple[int, Answer]]
+) -> BattlePayload:
+    """``battle_turn_finish``, then the battle as the page is shown it.
+
+    Built from what was just saved (the battle was streaming, so it has no vote yet) instead of
+    read back; read back only when the turn had been settled before.
+    """
+    battle, current = _turn_settle(battle_id=battle_id, answers=answers)
+    if current is None:
+        return battle_payload_by_id(battle_id=battle_id)
+    return battle_payload(battle=battle, new_messages=current)
