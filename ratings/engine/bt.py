@@ -83,6 +83,10 @@ class Rows:
     def k(self) -> int:
         return 0 if self.features is None else self.features.shape[0]
 
+    @property
+    def n_pairs(self) -> int:
+        return len(self.pair_a)
+
 
 @dataclass(frozen=True)
 class Fit:
@@ -135,16 +139,34 @@ def _pair_block(rows: Rows, per_pair: FloatArray) -> FloatArray:
 
 def _outer_sum(rows: Rows, v: FloatArray) -> FloatArray:
     """sum_i v_i x_i x_i^T with x_i = (e_a - e_b, f_i), assembled per pair."""
-    p, k = rows.n_models, rows.k
+    k = rows.k
+    per_pair = np.add.reduceat(v, rows.starts)
+    if rows.features is None:
+        return outer_from_sums(rows, per_pair, None, None)
+    cross = np.empty((k, rows.n_pairs))
+    gram = np.empty((k, k))
+    # Feature by feature: n-long temporaries are reused by the allocator, where a k x n
+    # one is a fresh mapping (page faults) each time; reduceat along axis 1 is slower too.
+    for j in range(k):
+        vf = rows.features[j] * v
+        cross[j] = np.add.reduceat(vf, rows.starts)
+        gram[:, j] = rows.features @ vf
+    return outer_from_sums(rows, per_pair, cross, gram)
+
+
+def outer_from_sums(
+    rows: Rows, per_pair: FloatArray, cross: FloatArray | None, gram: FloatArray | None
+) -> FloatArray:
+    """sum_i v_i x_i x_i^T from its sums: ``per_pair`` = sum of v over each pair's battles,
+    ``cross[j]`` = sum of v f_j over each pair's battles, ``gram`` = sum_i v_i f_i f_i^T."""
+    p = rows.n_models
+    k = 0 if gram is None else gram.shape[0]
     out = np.zeros((p + k, p + k))
-    out[:p, :p] = _pair_block(rows, np.add.reduceat(v, rows.starts))
-    if rows.features is not None:
-        # Feature by feature: n-long temporaries are reused by the allocator, where a k x n
-        # one is a fresh mapping (page faults) each time; reduceat along axis 1 is slower too.
+    out[:p, :p] = _pair_block(rows, per_pair)
+    if cross is not None and gram is not None:
         for j in range(k):
-            vf = rows.features[j] * v
-            out[:p, p + j] = _to_models(rows, np.add.reduceat(vf, rows.starts))
-            out[p:, p + j] = rows.features @ vf
+            out[:p, p + j] = _to_models(rows, cross[j])
+        out[p:, p:] = gram
         out[p:, :p] = out[:p, p:].T
     return out
 
@@ -205,11 +227,16 @@ def identified_features(rows: Rows, tol: float = 1e-8) -> NDArray[np.bool_]:
     The Gram matrix ``sum_i c_i x_i x_i^T`` is assembled per pair like the Hessian; its model
     block, without the reference model, is invertible whenever the models are connected.
     """
-    p, k = rows.n_models, rows.k
+    if rows.k == 0:
+        return np.zeros(0, dtype=bool)
+    return identified_in_gram(_outer_sum(rows, rows.c), rows.n_models, tol)
+
+
+def identified_in_gram(gram: FloatArray, n_models: int, tol: float = 1e-8) -> NDArray[np.bool_]:
+    """``identified_features`` from the Gram matrix ``sum_i c_i x_i x_i^T`` ((p + k) square)."""
+    p = n_models
+    k = gram.shape[0] - p
     keep = np.zeros(k, dtype=bool)
-    if k == 0:
-        return keep
-    gram = _outer_sum(rows, rows.c)
     basis = list(range(1, p))  # model 0 is the reference: contrasts identify differences only
     for j in range(k):
         column = p + j
@@ -263,6 +290,19 @@ def check_identified(rows: Rows, models: list[str]) -> None:
         )
 
 
+def reference_model(n_models: int, pair_a: IntArray, pair_b: IntArray, per_pair: FloatArray) -> int:
+    """The best-connected model (most weight in its pairs): as the reference held at 0 it
+    keeps the reduced Hessian well conditioned."""
+    return int(
+        np.argmax(np.bincount(pair_a, per_pair, n_models) + np.bincount(pair_b, per_pair, n_models))
+    )
+
+
+#: ``evaluate(theta)`` returns the gradient of ``l`` at ``theta`` and a function giving the
+#: Hessian of ``-l`` there (called at most once, after the gradient).
+Evaluate = Callable[[FloatArray], tuple[FloatArray, Callable[[], FloatArray]]]
+
+
 def fit(
     rows: Rows,
     *,
@@ -270,40 +310,54 @@ def fit(
     tol: float = TOL,
     max_iter: int = MAX_ITER,
 ) -> Fit:
-    """Maximise ``l`` by Newton's method until max|grad| < tol.
+    """Maximise ``l`` by Newton's method until max|grad| < tol (see ``newton``)."""
+    p = rows.n_models
+    ref = reference_model(p, rows.pair_a, rows.pair_b, np.add.reduceat(rows.c, rows.starts))
+    theta = np.zeros(p + rows.k) if theta0 is None else theta0.copy()
+
+    def evaluate(at: FloatArray) -> tuple[FloatArray, Callable[[], FloatArray]]:
+        prob = expit(_logits(rows, at))
+        return _gradient(rows, at, prob), lambda: _hessian(rows, prob)
+
+    return newton(evaluate, theta, p, ref, tol=tol, max_iter=max_iter)
+
+
+def newton(
+    evaluate: Evaluate,
+    theta: FloatArray,
+    n_models: int,
+    ref: int,
+    *,
+    tol: float = TOL,
+    max_iter: int = MAX_ITER,
+) -> Fit:
+    """Newton's method from ``theta`` (shifted so that model ``ref`` is at 0) until max|grad| < tol.
 
     ``l`` is concave, so along a Newton step ``s`` the slope ``grad(theta + t s) . s`` only
     decreases; a step whose end slope is still >= 0 cannot have decreased ``l``. Steps that
     overshoot (end slope < 0) are halved, except tiny ones (max |t s| < 1e-3 logits), which are
     in Newton's quadratic regime. This needs only the gradient at the candidate, which the
-    next iteration uses anyway, so the likelihood itself is never evaluated.
+    next iteration uses anyway, so the likelihood itself is never evaluated. The last
+    ``evaluate`` call is always at the returned ``theta``.
     """
-    p = rows.n_models
-    per_pair = np.add.reduceat(rows.c, rows.starts)
-    # The best-connected model as the reference keeps the reduced Hessian well conditioned.
-    ref = int(
-        np.argmax(np.bincount(rows.pair_a, per_pair, p) + np.bincount(rows.pair_b, per_pair, p))
-    )
-    theta = np.zeros(p + rows.k) if theta0 is None else theta0.copy()
-    theta[:p] -= theta[ref]
-    prob = expit(_logits(rows, theta))
-    g = _gradient(rows, theta, prob)
+    theta = theta.copy()
+    theta[:n_models] -= theta[ref]
+    g, hessian = evaluate(theta)
     for iteration in range(max_iter + 1):
         gmax = float(np.max(np.abs(g)))
-        hess = _hessian(rows, prob)
+        hess = hessian()
         if gmax < tol:
             return Fit(theta, hess, iteration, gmax, ref)
         step = _newton_step(hess, g, ref)
         t = 1.0
         while True:
             candidate = theta + t * step
-            prob = expit(_logits(rows, candidate))
-            g_new = _gradient(rows, candidate, prob)
+            g_new, hessian_new = evaluate(candidate)
             small = t * float(np.max(np.abs(step))) < 1e-3
             if float(np.dot(g_new, step)) >= 0.0 or small:
                 break
             t *= 0.5
-        theta, g = candidate, g_new
+        theta, g, hessian = candidate, g_new, hessian_new
     raise CannotRateError(
         f"the fit did not converge in {max_iter} Newton iterations "
         f"(gradient max-norm {gmax:.3g}); the ratings may not exist for these battles"
@@ -316,23 +370,31 @@ def sandwich(rows: Rows, result: Fit) -> FloatArray:
     ``M = sum_i (s_i - u)(s_i - u)^T`` with ``s_i = c_i (y_i - p_i) x_i`` the battle's score and
     ``u`` its share of the penalty gradient (0 without L2), i.e. the HC0 estimator.
     """
-    p = rows.n_models
     prob = expit(_logits(rows, result.theta))
     meat = _outer_sum(rows, rows.c2 * (rows.y - prob) ** 2)
-    if rows.penalty:
+    return robust_covariance(result, meat, rows.n_models, penalty=rows.penalty, l2=rows.l2)
+
+
+def robust_covariance(
+    result: Fit, meat: FloatArray, n_models: int, *, penalty: float, l2: float
+) -> FloatArray:
+    """``H^-1 M H^-1`` from the fit's Hessian and ``meat = sum_i s_i s_i^T`` (see ``sandwich``)."""
+    p = n_models
+    size = len(result.theta)
+    if penalty:
         # sum_i s_i = n u at the optimum, so sum (s_i - u)(s_i - u)^T = sum s s^T - n u u^T.
-        u = np.zeros(p + rows.k)
-        u[p:] = rows.l2 * result.theta[p:]
-        meat -= (rows.penalty / rows.l2) * np.outer(u, u)
+        u = np.zeros(size)
+        u[p:] = l2 * result.theta[p:]
+        meat = meat - (penalty / l2) * np.outer(u, u)
     ref = result.reference
-    keep = np.arange(p + rows.k) != ref
+    keep = np.arange(size) != ref
     try:
         inv = np.linalg.inv(_reduced(result.hessian, ref))
     except np.linalg.LinAlgError as exc:
         raise CannotRateError(
             "the rating intervals are not identified: the information matrix is singular"
         ) from exc
-    cov = np.zeros((p + rows.k, p + rows.k))
+    cov = np.zeros((size, size))
     cov[np.ix_(keep, keep)] = inv @ _reduced(meat, ref) @ inv
     return cov
 

@@ -285,7 +285,11 @@ def _independent_rows(features: FloatArray, tol: float = 1e-8) -> NDArray[np.boo
     is below ``tol`` (of 1); its coefficient is then not identified. Small arenas, where a few
     answer styles repeat, hit this.
     """
-    gram = features @ features.T / features.shape[1]
+    return independent_in_gram(features @ features.T / features.shape[1], tol)
+
+
+def independent_in_gram(gram: FloatArray, tol: float = 1e-8) -> NDArray[np.bool_]:
+    """``_independent_rows`` from the z-scored features' mean products ``F F^T / n``."""
     kept: list[int] = []
     for j in range(gram.shape[0]):
         left = gram[j, j]
@@ -347,18 +351,85 @@ def encode(
         # Identical (a, b, outcome) battles share a row; the likelihood only sees their count.
         y_code = (y * 2).astype(np.int64)  # 0, 1, 2
         counts = np.bincount(pair_code.astype(np.int64) * 3 + y_code, minlength=p * p * 3)
-        group = np.flatnonzero(counts)
-        row_code = group // 3
-        row_y = (group % 3).astype(np.float64) / 2.0
-        mult = counts[group].astype(np.float64)
-        codes_sorted = row_code
-    else:
-        order = np.argsort(pair_code, kind="stable")
-        codes_sorted = pair_code[order].astype(np.int64)
-        row_y = y[order]
-        mult = np.ones(n, dtype=np.float64)
-        features = np.take(features, order, axis=1)
+        return battles_from_counts(
+            models,
+            counts.astype(np.float64),
+            reweight=reweight,
+            min_pair_count=min_pair_count,
+            file_a=a,
+            file_b=b,
+            file_y=y,
+        )
+    order = np.argsort(pair_code, kind="stable")
+    return _pair_sorted(
+        models,
+        pair_code[order].astype(np.int64),
+        y[order],
+        np.ones(n, dtype=np.float64),
+        np.take(features, order, axis=1),
+        names,
+        degenerate,
+        reweight=reweight,
+        min_pair_count=min_pair_count,
+        file_a=a,
+        file_b=b,
+        file_y=y,
+    )
 
+
+def battles_from_counts(
+    models: list[str],
+    counts: FloatArray,
+    *,
+    reweight: bool,
+    min_pair_count: int = 50,
+    file_a: IntArray | None = None,
+    file_b: IntArray | None = None,
+    file_y: FloatArray | None = None,
+) -> Battles:
+    """Grouped ``Battles`` (no style features) from battle counts indexed by
+    ``(a * p + b) * 3 + 2 * y`` (what ``encode`` builds without style control).
+
+    Without the per-battle ``file_*`` arrays (the online Elo's input) they are left empty.
+    """
+    group = np.flatnonzero(counts)
+    empty = np.zeros(0, dtype=np.int64)
+    return _pair_sorted(
+        models,
+        group // 3,
+        (group % 3).astype(np.float64) / 2.0,
+        counts[group].astype(np.float64),
+        None,
+        (),
+        (),
+        reweight=reweight,
+        min_pair_count=min_pair_count,
+        file_a=empty if file_a is None else file_a,
+        file_b=empty if file_b is None else file_b,
+        file_y=np.zeros(0) if file_y is None else file_y,
+        n=int(round(float(counts.sum()))),
+    )
+
+
+def _pair_sorted(
+    models: list[str],
+    codes_sorted: IntArray,
+    row_y: FloatArray,
+    mult: FloatArray,
+    features: FloatArray | None,
+    names: tuple[str, ...],
+    degenerate: tuple[str, ...],
+    *,
+    reweight: bool,
+    min_pair_count: int,
+    file_a: IntArray,
+    file_b: IntArray,
+    file_y: FloatArray,
+    n: int | None = None,
+) -> Battles:
+    """``Battles`` from rows sorted by pair code ``a * p + b``."""
+    p = len(models)
+    n = len(file_y) if n is None else n
     boundary = np.empty(len(codes_sorted), dtype=bool)
     boundary[0] = True
     np.not_equal(codes_sorted[1:], codes_sorted[:-1], out=boundary[1:])
@@ -389,9 +460,9 @@ def encode(
         feature_names=names,
         degenerate=degenerate,
         n_battles=n,
-        file_a=a,
-        file_b=b,
-        file_y=y,
+        file_a=file_a,
+        file_b=file_b,
+        file_y=file_y,
     )
 
 
