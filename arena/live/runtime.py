@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 import uuid
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
-from channels.db import database_sync_to_async
+from asgiref.sync import SyncToAsync
 from django.conf import settings
+from django.db import close_old_connections, connections
 
 from arena.errors import ArenaError, ErrorCode
 from arena.live.turns import TurnPlan, battle_turn_finish_payload, messages_progress
@@ -41,6 +44,45 @@ class FrameSender(Protocol):
 _DB_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="arena-db")
 
 
+# How long a database thread keeps a connection it opened when the settings keep none
+# (``CONN_MAX_AGE`` 0, production's default, right for request threads that come and go).
+_KEEP_CONNECTION_SECONDS = 60.0
+_kept = threading.local()  # per database thread: alias -> the connection given a longer life
+
+
+def _keep_new_connections() -> None:
+    """Give a connection this thread opened with no life (``CONN_MAX_AGE`` 0) one of
+    ``_KEEP_CONNECTION_SECONDS``.
+
+    The pool's threads are few and live as long as the process, so the connections they keep
+    are few too (two per process); otherwise every start, turn end and partial save would open
+    a PostgreSQL connection (a forked backend, a few ms of CPU on each side) and close it.
+    Django's upkeep still closes a kept connection that failed or reached that age; a pooled
+    connection (``OPTIONS["pool"]``) goes back to its pool after each call as Django does it.
+    """
+    kept: dict[str, object] = _kept.__dict__.setdefault("connections", {})
+    for conn in connections.all(initialized_only=True):
+        raw = conn.connection
+        if raw is None or conn.settings_dict.get("CONN_MAX_AGE") != 0:
+            continue
+        if (conn.settings_dict.get("OPTIONS") or {}).get("pool") or kept.get(conn.alias) is raw:
+            continue
+        conn.close_at = time.monotonic() + _KEEP_CONNECTION_SECONDS
+        kept[conn.alias] = raw
+
+
+class _DatabaseCall(SyncToAsync):  # type: ignore[type-arg]
+    """``database_sync_to_async`` whose threads keep their connections (``_keep_new_connections``)."""
+
+    def thread_handler(self, loop: Any, *args: Any, **kwargs: Any) -> Any:
+        close_old_connections()  # a kept connection that failed or is too old is closed first
+        try:
+            return super().thread_handler(loop, *args, **kwargs)  # type: ignore[no-untyped-call]
+        finally:
+            _keep_new_connections()
+            close_old_connections()
+
+
 def db(func: Callable[..., T]) -> Callable[..., Any]:
     """``func`` run in a small pool of database threads, with Django's connection upkeep.
 
@@ -48,11 +90,9 @@ def db(func: Callable[..., T]) -> Callable[..., Any]:
     hundreds of battles, starting one waits behind every other battle's saves, and that thread's
     queue holds the GIL against the token relay. Nothing here needs thread affinity (each call
     is one self-contained service call, its transaction opened and closed inside it), so the
-    calls run side by side, each thread on its own connection.
+    calls run side by side, each thread on its own connection, which it keeps between calls.
     """
-    wrapped: Callable[..., Any] = database_sync_to_async(
-        func, thread_sensitive=False, executor=_DB_POOL
-    )
+    wrapped: Callable[..., Any] = _DatabaseCall(func, thread_sensitive=False, executor=_DB_POOL)
     return wrapped
 
 

@@ -1,0 +1,70 @@
+"""What a live battle costs the database, pinned so that a regression fails: the queries of a
+start and of a turn's end, and the consumer's database threads keeping their connections."""
+
+import pytest
+from django.db import connection
+from django.db.backends import utils as db_utils
+
+from arena.live.runtime import db
+from arena.tests.fake_openai import FakeModel
+from arena.tests.test_consumer_live import frames_until, open_socket, serve
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("upstream_clients")]
+
+# A start: the limits, the draw's models, the session's lock and its streaming count, then the
+# prompt, the battle and both messages (one INSERT).
+START_QUERIES = 7
+# A turn's end: the locked battle with its models, the current messages, each answer, the
+# battle's state (the page's payload is built from what was saved, not read back).
+FINISH_QUERIES = 5
+
+
+@pytest.fixture
+def statements(monkeypatch) -> list[str]:
+    """Every SQL statement run from now on, in any thread (the consumer's database pool)."""
+    seen: list[str] = []
+    run = db_utils.CursorWrapper._execute_with_wrappers
+
+    def counted(self, sql, params, many, executor):
+        seen.append(sql)
+        return run(self, sql, params, many, executor)
+
+    monkeypatch.setattr(db_utils.CursorWrapper, "_execute_with_wrappers", counted)
+    return seen
+
+
+async def test_a_live_battle_starts_and_ends_in_a_fixed_number_of_queries(
+    fake_upstream, live_models, statements
+):
+    words = [f"word{i} " for i in range(27)]
+    serve(
+        fake_upstream,
+        live_models,
+        m1=FakeModel(tokens=words, delay=0.001),
+        m2=FakeModel(tokens=words, delay=0.001),
+    )
+    comm = await open_socket()
+    before = len(statements)
+    await comm.send_json_to({"type": "start", "prompt": "Say something"})
+    await frames_until(comm, "turn_start")
+    started = len(statements)
+    frames = await frames_until(comm, "turn_end")
+    ended = len(statements)
+    await comm.disconnect()
+    assert frames[-1]["battle"]["state"] == "ready"
+    assert started - before == START_QUERIES, statements[before:started]
+    assert ended - started == FINISH_QUERIES, statements[started:ended]
+
+
+@pytest.mark.postgres
+async def test_the_database_threads_keep_their_connections_between_calls():
+    assert connection.settings_dict["CONN_MAX_AGE"] == 0  # production's default, and the tests'
+
+    def backend_pid() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return int(cursor.fetchone()[0])
+
+    pids = {await db(backend_pid)() for _ in range(8)}
+    # Two threads, one connection each (closed after every call, eight calls made eight).
+    assert 1 <= len(pids) <= 2
