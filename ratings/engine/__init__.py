@@ -3,7 +3,8 @@
 Public API: ``rate`` (returns a ``RatingResult``; ``to_dict()`` for JSON), ``identify_table`` (which models can be rated, without fitting),
 ``flatten_conv_metadata``, ``EngineError`` and ``CannotRateError`` (valid battles that do not
 determine ratings), ``Provisional``, ``read_battles`` (files in the public arena schema),
-``online_elo`` and the schema constants.
+``online_elo`` and the schema constants; ``rate_parquet`` fits a Parquet file too large for
+memory from sums over batches (same results as ``rate``, sandwich intervals only).
 """
 
 from .api import ELO_PER_LOGIT, identify_table, rate, upper_bound_ranks
@@ -29,6 +30,7 @@ from .result import (
     RatingResult,
     RatingResultDict,
 )
+from .stream import rate_parquet
 
 __all__ = [
     "BattleTable",
@@ -56,6 +58,7 @@ __all__ = [
     "identify_table",
     "online_elo",
     "rate",
+    "rate_parquet",
     "read_battles",
     "upper_bound_ranks",
 ]

@@ -1,0 +1,738 @@
+"""``rate_parquet``: the ratings of a Parquet file too large to hold in memory.
+
+The fit is ``rate``'s, computed from sums. Every quantity the fit needs is a sum over battles:
+the Newton step's gradient ``sum_i c_i (y_i - p_i) x_i`` and Hessian
+``sum_i c_i p_i (1 - p_i) x_i x_i^T``, the sandwich's ``sum_i c_i^2 (y_i - p_i)^2 x_i x_i^T``,
+the style features' means, variances and Gram matrices. With ``x_i = (e_a - e_b, f_i)`` each
+splits into a per-pair part (``p x p`` from one ``np.bincount`` over pair ids), a pairs x
+features part and a features x features part, so a batch of battles adds its share and is
+dropped. Memory is bounded by the batch size and the number of pairs, not by the battles.
+
+Passes:
+
+1. Parquet, one batch at a time (columns, validation and row numbers as ``read_battles``;
+   the ``where`` mask first): model ids, battle counts per (ordered pair, outcome), per-pair
+   sums of the raw style differences and of their products. With style control each battle's
+   pair id (int32), outcome (int8) and raw differences (4 x float64) are appended to a
+   temporary spill file (37 bytes a battle), so later passes read compact binary, not
+   Parquet.
+2. From the counts alone: the rated set (``identify``), the pair weights, the no-style fit
+   (which is ``rate``'s exactly: without style identical battles are one row there too), the
+   style z-scoring over the rated battles, and which style elements are identified.
+3. With style control, one pass over the spill per Newton evaluation (``bt.newton``, the
+   in-memory fit's iteration), each giving the gradient, the Hessian and the sandwich's meat
+   at one ``theta``; the last is at the optimum.
+
+The results equal ``rate``'s on the same battles up to floating-point summation order
+(``test_engine_stream`` checks 1e-6 Elo). The bootstrap needs every battle per replicate
+and stays in memory (``rate``); the online Elo (a sequential replay) is not computed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import BinaryIO, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
+from threadpoolctl import threadpool_limits
+
+from . import bt
+from .api import (
+    CENTRE,
+    Z_95,
+    _anchor_index,
+    _check_options,
+    _Fit,
+    _fit,
+    _identified_rows,
+    _matrices,
+    _model_ratings,
+    _rating_transform,
+    _style,
+)
+from .data import (
+    CONV_METADATA_KEYS,
+    OUTCOMES,
+    STYLE_COLUMNS,
+    STYLE_ELEMENTS,
+    Battles,
+    FloatArray,
+    IntArray,
+    battles_from_counts,
+    flatten_conv_metadata,
+    independent_in_gram,
+)
+from .errors import CannotRateError, EngineError
+from .identify import Identification, identify
+from .io import REQUIRED, _as_numpy, _first_line
+from .result import Method, RatingResult
+
+K = len(STYLE_ELEMENTS)
+FLAT_COLUMNS = tuple(CONV_METADATA_KEYS)
+#: Index pairs (j, l), j <= l, of the style products summed per pair in the first pass.
+_PRODUCTS = [(j, m) for j in range(K) for m in range(j, K)]
+
+Where = Callable[[pa.RecordBatch], NDArray[np.bool_]]
+
+
+def rate_parquet(
+    path: str | os.PathLike[str],
+    *,
+    style_control: bool,
+    ci: Literal["sandwich", "none"] = "sandwich",
+    where: Where | None = None,
+    where_columns: Sequence[str] | None = None,
+    anchor: tuple[str, float] | None = None,
+    reweight: bool = False,
+    style_l2: float = 0.0,
+    batch_rows: int = 1_000_000,
+    spill_dir: str | os.PathLike[str] | None = None,
+) -> RatingResult:
+    """``rate`` on the battles of a Parquet file, read ``batch_rows`` rows at a time.
+
+    The file is in the public arena schema that ``read_battles`` reads (``model_a``,
+    ``model_b``, ``winner``; style counts as the flat count columns or a ``conv_metadata``
+    struct or JSON text). ``where(batch)`` returns a boolean mask of the batch's rows to rate
+    (rows it drops are not validated, as if they were not in the file); the batch holds the
+    columns ``where_columns`` (default: every top-level column that is not a list or a struct).
+    Options mean what they mean for ``rate``; ``ci="none"`` skips the intervals (they are then
+    the rating itself). ``ci="bootstrap"`` raises ``EngineError``: the bootstrap resamples
+    every battle each round and is ``rate``'s only. The result is ``rate``'s on the same
+    battles (to floating-point summation order), without the online Elo (``online_elo`` is
+    ``None``). Rows are numbered 1, 2, ... in file order in error messages. With style
+    control a spill file of 37 bytes per battle lives in ``spill_dir`` (default: the system's
+    temporary directory) during the call.
+    """
+    choice: str = ci  # callers without a type checker may pass anything
+    if choice == "bootstrap":
+        raise EngineError(
+            "bootstrap intervals need every battle in memory: use rate() (read_battles) for "
+            "them; rate_parquet gives sandwich intervals"
+        )
+    if choice not in ("sandwich", "none"):
+        raise EngineError(f"ci must be 'sandwich' or 'none', not {choice!r}")
+    _check_options("sandwich", 100, style_l2, None)
+    if batch_rows < 1:
+        raise EngineError(f"batch_rows must be at least 1, not {batch_rows}")
+    with threadpool_limits(limits=1, user_api="blas"):
+        with tempfile.TemporaryDirectory(prefix="arena-rate-", dir=spill_dir) as folder:
+            scan = _Scan(Path(folder) / "battles.bin" if style_control else None)
+            try:
+                for offset, batch in _batches(
+                    path, style_control, where, where_columns, batch_rows
+                ):
+                    scan.add(batch, offset, where, style_control)
+            finally:
+                scan.close()
+            return _rate_scanned(
+                scan,
+                style_control=style_control,
+                ci=ci,
+                anchor=anchor,
+                reweight=reweight,
+                style_l2=style_l2,
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Pass 1: Parquet to counts, sums and the spill
+
+
+def _style_source(schema: pa.Schema) -> Literal["flat", "struct", "json", "none"]:
+    names = schema.names
+    if all(c in names for c in FLAT_COLUMNS):
+        return "flat"
+    if "conv_metadata" in names:
+        return "struct" if pa.types.is_struct(schema.field("conv_metadata").type) else "json"
+    return "none"
+
+
+def _batches(
+    path: str | os.PathLike[str],
+    style_control: bool,
+    where: Where | None,
+    where_columns: Sequence[str] | None,
+    batch_rows: int,
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """``(first row's 0-based position, batch)`` over the file; unreadable files are one line."""
+    source = Path(path)
+    if not source.exists():
+        raise EngineError(f"{source}: no such file")
+    try:
+        parquet = pq.ParquetFile(source, read_dictionary=list(REQUIRED))
+    except (OSError, pa.ArrowException) as exc:
+        raise EngineError(f"{source}: cannot read it ({_first_line(exc)})") from exc
+    schema = parquet.schema_arrow
+    for column in REQUIRED:
+        if column not in schema.names:
+            raise EngineError(f"missing column {column!r}", column=column)
+    columns = list(REQUIRED)
+    if style_control:
+        source_kind = _style_source(schema)
+        if source_kind == "none":
+            first = next(c for pair in STYLE_COLUMNS.values() for c in pair)
+            raise EngineError(f"missing column {first!r}", column=first)
+        columns += list(FLAT_COLUMNS) if source_kind == "flat" else ["conv_metadata"]
+    if where is not None:
+        if where_columns is None:
+            where_columns = [
+                f.name for f in schema if not pa.types.is_nested(f.type) and f.name not in columns
+            ]
+        for column in where_columns:
+            if column not in schema.names:
+                raise EngineError(f"where_columns: no column {column!r} in {source}")
+        columns += [c for c in where_columns if c not in columns]
+    offset = 0
+    try:
+        for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
+            yield offset, batch
+            offset += batch.num_rows
+    except pa.ArrowException as exc:
+        raise EngineError(f"{source}: cannot read it ({_first_line(exc)})") from exc
+
+
+def _codes(column: pa.Array) -> tuple[IntArray, list[str]]:
+    """Codes (-1 for null) into the names of a string column (dictionary-encoded or not)."""
+    if not pa.types.is_dictionary(column.type):
+        import pyarrow.compute as pc
+
+        column = pc.dictionary_encode(column)
+    indices = column.indices
+    if indices.null_count:
+        raw = np.asarray(indices.to_numpy(zero_copy_only=False), dtype=np.float64)
+        codes = np.where(np.isnan(raw), -1, np.nan_to_num(raw)).astype(np.int64)
+    else:
+        codes = np.asarray(_as_numpy(indices), dtype=np.int64)
+    names = [str(v) for v in column.dictionary.to_pylist()]
+    return codes, names
+
+
+def _first_row(labels: IntArray, bad: NDArray[np.bool_]) -> tuple[int, int]:
+    position = int(np.flatnonzero(bad)[0])
+    return position, int(labels[position])
+
+
+class _Scan:
+    """What pass 1 keeps: model ids, pair ids, per-pair counts and style sums, the spill."""
+
+    def __init__(self, spill: Path | None) -> None:
+        self.ids: dict[str, int] = {}
+        self.lut = np.full((16, 16), -1, dtype=np.int64)  # (a id, b id) -> pair id
+        self.pair_a: list[IntArray] = []
+        self.pair_b: list[IntArray] = []
+        self.n_pairs = 0
+        self.counts = np.zeros((0, 3))  # battles per (pair id, 2 y)
+        self.sf = np.zeros((K, 0))  # per pair: sum of each raw style difference
+        self.sff = np.zeros((len(_PRODUCTS), 0))  # per pair: sums of their products
+        self.segments: list[int] = []  # battles in each spilled batch, in order
+        self.spill_path = spill
+        self.spill: BinaryIO | None = open(spill, "wb") if spill is not None else None  # noqa: SIM115
+
+    def close(self) -> None:
+        if self.spill is not None:
+            self.spill.close()
+            self.spill = None
+
+    def _model_ids(self, names: list[str]) -> IntArray:
+        out = np.empty(len(names) + 1, dtype=np.int64)
+        for i, name in enumerate(names):
+            out[i] = self.ids.setdefault(name, len(self.ids))
+        out[-1] = -1  # code -1 (null)
+        return out
+
+    def _pair_ids(self, a: IntArray, b: IntArray) -> IntArray:
+        size = self.lut.shape[0]
+        if len(self.ids) > size:
+            grown = np.full((2 * len(self.ids), 2 * len(self.ids)), -1, dtype=np.int64)
+            grown[:size, :size] = self.lut
+            self.lut = grown
+        pid = self.lut[a, b]
+        new = pid < 0
+        if new.any():
+            size = self.lut.shape[0]
+            combos = np.unique(a[new] * size + b[new])
+            ua, ub = combos // size, combos % size
+            self.lut[ua, ub] = np.arange(self.n_pairs, self.n_pairs + len(combos))
+            self.pair_a.append(ua)
+            self.pair_b.append(ub)
+            self.n_pairs += len(combos)
+            grow = self.n_pairs - self.counts.shape[0]
+            self.counts = np.vstack([self.counts, np.zeros((grow, 3))])
+            self.sf = np.hstack([self.sf, np.zeros((K, grow))])
+            self.sff = np.hstack([self.sff, np.zeros((len(_PRODUCTS), grow))])
+            pid = self.lut[a, b]
+        return pid
+
+    def add(
+        self, batch: pa.RecordBatch, offset: int, where: Where | None, style_control: bool
+    ) -> None:
+        n = batch.num_rows
+        keep: IntArray | None = None
+        if where is not None:
+            mask = np.asarray(where(batch))
+            if mask.dtype != np.bool_ or mask.shape != (n,):
+                raise EngineError(
+                    f"where must return a boolean array of the batch's length ({n}), "
+                    f"not {mask.dtype} of shape {mask.shape}"
+                )
+            keep = np.flatnonzero(mask)
+        labels = np.arange(offset + 1, offset + n + 1) if keep is None else offset + 1 + keep
+        if len(labels) == 0:
+            return
+        sides = []
+        for column in ("model_a", "model_b"):
+            codes, names = _codes(batch.column(column))
+            ids = self._model_ids(names)[codes if keep is None else codes[keep]]
+            missing = ids < 0
+            if missing.any():
+                _, row = _first_row(labels, missing)
+                raise EngineError(f"row {row}: {column} is empty", column=column, row=row)
+            sides.append(ids)
+        a, b = sides
+        same = a == b
+        if same.any():
+            first, row = _first_row(labels, same)
+            name = next(k for k, v in self.ids.items() if v == a[first])
+            raise EngineError(
+                f"row {row}: model_a and model_b are the same model ({name})",
+                column="model_b",
+                row=row,
+            )
+        codes, names = _codes(batch.column("winner"))
+        scores = np.array([OUTCOMES.get(c, np.nan) for c in names] + [np.nan])
+        picked = codes if keep is None else codes[keep]
+        y = scores[picked]
+        bad = np.isnan(y)
+        if bad.any():
+            first, row = _first_row(labels, bad)
+            code = int(picked[first])
+            value = None if code < 0 else names[code]
+            raise EngineError(
+                f"row {row}: winner {value!r} is not one of {', '.join(OUTCOMES)}",
+                column="winner",
+                row=row,
+            )
+        y2 = (y * 2).astype(np.int8)
+        pid = self._pair_ids(a, b)
+        self.counts += np.bincount(pid * 3 + y2, minlength=3 * self.n_pairs).reshape(-1, 3)
+        if not style_control:
+            return
+        raw = _style_differences(batch, keep, labels)
+        for j in range(K):
+            self.sf[j] += np.bincount(pid, raw[j], self.n_pairs)
+        for i, (j, m) in enumerate(_PRODUCTS):
+            self.sff[i] += np.bincount(pid, raw[j] * raw[m], self.n_pairs)
+        assert self.spill is not None
+        self.spill.write(pid.astype(np.int32).tobytes())
+        self.spill.write(y2.tobytes())
+        self.spill.write(np.ascontiguousarray(raw).tobytes())
+        self.segments.append(len(pid))
+
+    @property
+    def n_models(self) -> int:
+        return len(self.ids)
+
+
+def _kept_numbers(
+    values: pa.Array, column: str, keep: IntArray | None, labels: IntArray
+) -> FloatArray:
+    """The kept rows of a count column as float64; a null among them names its row."""
+    out = np.asarray(_as_numpy(values), dtype=np.float64)
+    if keep is not None:
+        out = out[keep]
+    if values.null_count:
+        missing = np.isnan(out)
+        if missing.any():
+            _, row = _first_row(labels, missing)
+            raise EngineError(f"row {row}: {column} is missing", column=column, row=row)
+    return out
+
+
+def _flat_counts(
+    batch: pa.RecordBatch, keep: IntArray | None, labels: IntArray
+) -> dict[str, FloatArray]:
+    """The kept rows' flat style counts, read as ``read_battles`` reads them."""
+    names = batch.schema.names
+    if all(c in names for c in FLAT_COLUMNS):
+        return {c: _kept_numbers(batch.column(c), c, keep, labels) for c in FLAT_COLUMNS}
+    column = batch.column("conv_metadata")
+    if not pa.types.is_struct(column.type):
+        import pandas as pd
+
+        if keep is not None:
+            column = column.take(pa.array(keep))
+        frame = pd.DataFrame({"conv_metadata": column.to_pylist()}, index=labels)
+        flat = flatten_conv_metadata(frame)
+        return {c: np.asarray(flat[c], dtype=np.float64) for c in FLAT_COLUMNS}
+    out: dict[str, FloatArray] = {}
+    for key, parts in CONV_METADATA_KEYS.items():
+        name = f"conv_metadata.{key}"
+        try:
+            field = column.field(key)
+            if parts is None:
+                out[key] = _kept_numbers(field, name, keep, labels)
+            else:
+                out[key] = sum(
+                    (
+                        _kept_numbers(field.field(part), f"{name}.{part}", keep, labels)
+                        for part in parts
+                    ),
+                    start=np.zeros(len(labels)),
+                )
+        except (KeyError, AttributeError, TypeError, pa.ArrowInvalid) as exc:
+            raise EngineError(f"{name} is missing or not a count", column=name) from exc
+    return out
+
+
+def _style_differences(
+    batch: pa.RecordBatch, keep: IntArray | None, labels: IntArray
+) -> FloatArray:
+    """``data.style_differences`` of the kept rows, shape (4, n)."""
+    counts = _flat_counts(batch, keep, labels)
+    out = np.empty((K, len(labels)), dtype=np.float64)
+    for i, element in enumerate(STYLE_ELEMENTS):
+        sides = []
+        for column in STYLE_COLUMNS[element]:
+            values = counts[column]
+            bad = ~np.isfinite(values) | (values < 0)
+            if bad.any():
+                _, row = _first_row(labels, bad)
+                raise EngineError(
+                    f"row {row}: {column} must be a non-negative count", column=column, row=row
+                )
+            sides.append(values)
+        np.divide(sides[0] - sides[1], sides[0] + sides[1] + 1.0, out=out[i])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# From the counts: identification, the no-style fit, the style statistics
+
+
+@dataclass(frozen=True)
+class _Rated:
+    """The battles among the rated models, as grouped ``Battles``, and where each pair is."""
+
+    battles: Battles  # grouped rows, sorted like ``encode``'s, feature names set with style
+    split: Identification
+    n_input: int
+    index: IntArray  # scan pair id -> pair index in ``battles`` (n_pairs when not rated)
+
+
+def _rated(scan: _Scan, reweight: bool) -> _Rated:
+    n_input = int(round(float(scan.counts.sum())))
+    if n_input == 0:
+        raise CannotRateError("no battles to rate")
+    pair_a = np.concatenate(scan.pair_a)
+    pair_b = np.concatenate(scan.pair_b)
+    by_id = {i: name for name, i in scan.ids.items()}
+    present = np.unique(np.concatenate([pair_a, pair_b]))
+    models = sorted(by_id[int(i)] for i in present)
+    if len(models) < 2:
+        raise EngineError("at least 2 models are needed to rate, found " + str(len(models)))
+    rank = np.full(scan.n_models, -1, dtype=np.int64)
+    rank[[scan.ids[m] for m in models]] = np.arange(len(models))
+    a, b = rank[pair_a], rank[pair_b]
+    battles = _grouped(models, a, b, scan.counts, reweight)
+    split = identify(battles)
+    if not split.ratable:
+        raise CannotRateError(split.reason_text(), split.provisional)
+    if not split.everyone_rated:
+        kept = [m for m, k in zip(models, split.rated_mask, strict=True) if k]
+        inside = split.rated_mask[a] & split.rated_mask[b]
+        sub = np.full(len(models), -1, dtype=np.int64)
+        sub[split.rated_mask] = np.arange(len(kept))
+        a, b = np.where(inside, sub[a], -1), np.where(inside, sub[b], -1)
+        battles = _grouped(kept, a, b, scan.counts * inside[:, None], reweight)
+    p = battles.n_models
+    code = np.where(a >= 0, a * p + b, -1)
+    present_codes = battles.pair_a * p + battles.pair_b
+    index = np.searchsorted(present_codes, code)
+    index = np.where(code >= 0, index, battles.n_pairs)
+    return _Rated(battles=battles, split=split, n_input=n_input, index=index)
+
+
+def _grouped(
+    models: list[str], a: IntArray, b: IntArray, counts: FloatArray, reweight: bool
+) -> Battles:
+    p = len(models)
+    inside = a >= 0
+    full = np.zeros(p * p * 3)
+    for y2 in range(3):
+        full[(a[inside] * p + b[inside]) * 3 + y2] = counts[inside, y2]
+    return battles_from_counts(models, full, reweight=reweight)
+
+
+@dataclass(frozen=True)
+class _Style:
+    """The z-scoring and the elements kept (in ``STYLE_ELEMENTS`` order)."""
+
+    kept: IntArray  # raw element indices kept
+    mean: FloatArray  # (len(kept),)
+    std: FloatArray
+    degenerate: tuple[str, ...]
+
+
+def _style_statistics(scan: _Scan, rated: _Rated, style_l2: float) -> tuple[_Style, bt.Rows]:
+    """``encode``'s z-scoring and element checks, then ``_identified_rows``', from the sums.
+
+    Returns the kept elements and the rows of the grouped battles (for the reference model and
+    the starting point).
+    """
+    battles = rated.battles
+    inside = rated.index < battles.n_pairs
+    n = float(battles.n_battles)
+    mean = scan.sf[:, inside].sum(axis=1) / n
+    products = np.zeros((K, K))
+    for i, (j, m) in enumerate(_PRODUCTS):
+        products[j, m] = products[m, j] = scan.sff[i, inside].sum() / n
+    covariance = products - np.outer(mean, mean)
+    variance = np.diag(covariance).copy()
+    # A constant element has variance 0 up to rounding in these sums (exactly 0 in ``encode``).
+    scale = np.maximum(np.diag(products), 1e-300)
+    varies = variance > 1e-13 * scale
+    std = np.sqrt(np.where(varies, variance, 1.0))
+    candidates = np.flatnonzero(varies)
+    gram = covariance[np.ix_(candidates, candidates)] / np.outer(std[candidates], std[candidates])
+    kept = candidates[independent_in_gram(gram)]
+    # The c-weighted Gram of (e_a - e_b, z-scored features), as ``bt.identified_features``.
+    rows = bt.rows_from_battles(battles, style_l2)
+    weight = np.add.reduceat(rows.c, rows.starts) / np.add.reduceat(battles.mult, battles.starts)
+    if len(kept):
+        mz, sz = mean[kept], std[kept]
+        per_pair_n = np.add.reduceat(battles.mult, battles.starts)
+        sf = _to_rated(scan.sf[kept], rated)
+        cross = weight * (sf - np.outer(mz, per_pair_n)) / sz[:, None]
+        sff = np.zeros((len(kept), len(kept), battles.n_pairs))
+        for i, (j, m) in enumerate(_PRODUCTS):
+            if j in kept and m in kept:
+                jj, mm = int(np.flatnonzero(kept == j)[0]), int(np.flatnonzero(kept == m)[0])
+                sff[jj, mm] = sff[mm, jj] = _to_rated(scan.sff[i : i + 1], rated)[0]
+        raw_gram = np.einsum("jmq,q->jm", sff, weight)
+        raw_sf = sf @ weight
+        total = float(np.dot(weight, per_pair_n))
+        zgram = (
+            raw_gram - np.outer(mz, raw_sf) - np.outer(raw_sf, mz) + total * np.outer(mz, mz)
+        ) / np.outer(sz, sz)
+        full = bt.outer_from_sums(rows, rows_c_per_pair(rows), cross, zgram)
+        identified = bt.identified_in_gram(full, battles.n_models)
+        kept = kept[identified]
+    names = {STYLE_ELEMENTS[j] for j in kept}
+    style = _Style(
+        kept=kept,
+        mean=mean[kept],
+        std=std[kept],
+        degenerate=tuple(e for e in STYLE_ELEMENTS if e not in names),
+    )
+    return style, rows
+
+
+def rows_c_per_pair(rows: bt.Rows) -> FloatArray:
+    return np.add.reduceat(rows.c, rows.starts)
+
+
+def _to_rated(per_scan_pair: FloatArray, rated: _Rated) -> FloatArray:
+    """Per-pair sums over scan pair ids -> per rated pair (``rated.battles`` order)."""
+    out = np.zeros((per_scan_pair.shape[0], rated.battles.n_pairs + 1))
+    for j in range(per_scan_pair.shape[0]):
+        out[j] = np.bincount(rated.index, per_scan_pair[j], rated.battles.n_pairs + 1)
+    return out[:, :-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Pass 3: Newton over the spill
+
+
+class _Spill:
+    """One pass over the spill: gradient, Hessian and meat sums at a given ``theta``."""
+
+    def __init__(self, scan: _Scan, rated: _Rated, style: _Style, rows: bt.Rows) -> None:
+        assert scan.spill_path is not None
+        self.path = scan.spill_path
+        self.segments = scan.segments
+        self.index = rated.index
+        self.rows = rows
+        self.style = style
+        n_pairs = rated.battles.n_pairs
+        # Per scan pair: the battle's likelihood weight c (0 outside the rated set).
+        weight = np.zeros(n_pairs + 1)
+        weight[:n_pairs] = rows_c_per_pair(rows) / np.add.reduceat(
+            rated.battles.mult, rated.battles.starts
+        )
+        self.weight = weight[self.index]
+        self.unit = bool(np.all(self.weight == 1.0))
+        self.meat: FloatArray | None = None
+
+    def evaluate(self, theta: FloatArray) -> tuple[FloatArray, Callable[[], FloatArray]]:
+        rows = self.rows
+        p, k, n_pairs = rows.n_models, len(self.style.kept), rows.n_pairs
+        d = np.zeros(n_pairs + 1)
+        d[:n_pairs] = theta[rows.pair_a] - theta[rows.pair_b]
+        d_scan = d[self.index]
+        beta = theta[p:]
+        sums = {name: np.zeros((1 + k, n_pairs + 1)) for name in ("g", "h", "m")}
+        grams = {name: np.zeros((k, k)) for name in ("g", "h", "m")}
+        g_features = np.zeros(k)
+        kept = self.style.kept
+        mean, std = self.style.mean[:, None], self.style.std[:, None]
+        for pid, y2, raw in self._segments():
+            z = d_scan[pid]
+            features = raw[kept]
+            features -= mean
+            features /= std
+            if k:
+                z += beta @ features
+            prob = bt.expit(z)
+            resid = y2 * 0.5 - prob
+            curv = prob * (1.0 - prob)
+            if not self.unit:
+                c = self.weight[pid]
+                resid *= c
+                curv *= c
+            meat = resid * resid
+            index = self.index[pid]
+            for name, v in (("g", resid), ("h", curv), ("m", meat)):
+                sums[name][0] += np.bincount(index, v, n_pairs + 1)
+                if name == "g":
+                    if k:
+                        g_features += features @ v
+                    continue
+                if k:
+                    for j in range(k):
+                        fv = features[j] * v
+                        sums[name][1 + j] += np.bincount(index, fv, n_pairs + 1)
+                        grams[name][:, j] += features @ fv
+        g = np.empty(p + k)
+        g[:p] = bt._to_models(rows, sums["g"][0, :n_pairs])
+        g[p:] = g_features - rows.penalty * beta
+        hess = self._outer(sums["h"], grams["h"])
+        hess[p:, p:] += rows.penalty * np.eye(k)
+        self.meat = self._outer(sums["m"], grams["m"])
+        return g, lambda: hess
+
+    def _outer(self, sums: FloatArray, gram: FloatArray) -> FloatArray:
+        n_pairs = self.rows.n_pairs
+        if len(self.style.kept) == 0:
+            return bt.outer_from_sums(self.rows, sums[0, :n_pairs], None, None)
+        return bt.outer_from_sums(self.rows, sums[0, :n_pairs], sums[1:, :n_pairs], gram)
+
+    def _segments(self) -> Iterator[tuple[IntArray, NDArray[np.int8], FloatArray]]:
+        size = max(self.segments, default=0)
+        buffer = bytearray(size * (4 + 1 + 8 * K))
+        view = memoryview(buffer)
+        with open(self.path, "rb") as handle:
+            for m in self.segments:
+                nbytes = m * (4 + 1 + 8 * K)
+                if handle.readinto(view[:nbytes]) != nbytes:
+                    raise EngineError("the spill file ended early (was it removed?)")
+                pid = np.frombuffer(buffer, np.int32, m, 0).astype(np.int64)
+                y2 = np.frombuffer(buffer, np.int8, m, 4 * m)
+                raw = np.frombuffer(buffer, np.float64, K * m, 5 * m).reshape(K, m)
+                yield pid, y2, raw
+
+
+# ---------------------------------------------------------------------------------------------
+# The result
+
+
+def _rate_scanned(
+    scan: _Scan,
+    *,
+    style_control: bool,
+    ci: str,
+    anchor: tuple[str, float] | None,
+    reweight: bool,
+    style_l2: float,
+) -> RatingResult:
+    rated = _rated(scan, reweight)
+    battles = rated.battles
+    anchor_index = _anchor_index(anchor, battles.models, rated.split)
+    p = battles.n_models
+    if not style_control:
+        battles, rows = _identified_rows(battles, style_l2)
+        fit = _fit(
+            battles,
+            rows,
+            anchor_index=anchor_index,
+            ci="sandwich",
+            rounds=100,
+            seed=0,
+            progress=None,
+            workers=None,
+        )
+    else:
+        style, rows = _style_statistics(scan, rated, style_l2)
+        k = len(style.kept)
+        rows = replace(rows, penalty=style_l2 * battles.n_battles, l2=style_l2)
+        battles = replace(
+            battles,
+            feature_names=tuple(STYLE_ELEMENTS[j] for j in style.kept),
+            degenerate=style.degenerate,
+        )
+        coarse = bt.fit(bt.pair_rows(rows))
+        start = np.concatenate([coarse.theta, np.zeros(k)])
+        ref = bt.reference_model(p, rows.pair_a, rows.pair_b, rows_c_per_pair(rows))
+        spill = _Spill(scan, rated, style, rows)
+        result = bt.newton(spill.evaluate, start, p, ref)
+        assert spill.meat is not None
+        cov = bt.robust_covariance(result, spill.meat, p, penalty=rows.penalty, l2=style_l2)
+        fit = _sandwich_fit(result, cov, p, anchor_index)
+    if ci == "none":
+        fit = replace(
+            fit, lower=fit.theta, upper=fit.theta, beta_lower=fit.beta, beta_upper=fit.beta
+        )
+    offset = CENTRE if anchor is None else float(anchor[1])
+    order, rated_models = _model_ratings(battles, fit, offset)
+    coefficients, intervals = _style(battles, fit) if style_control else (None, None)
+    return RatingResult(
+        models=rated_models,
+        provisional=rated.split.provisional,
+        style_coefficients=coefficients,
+        style_intervals=intervals,
+        n_battles=battles.n_battles,
+        n_battles_input=rated.n_input,
+        method=Method(
+            style_control=style_control,
+            ci=ci,
+            rounds=None,
+            seed=None,
+            anchor=None if anchor is None else (anchor[0], float(anchor[1])),
+            reweight=reweight,
+            style_l2=style_l2,
+            iterations=fit.iterations,
+            gradient_max_norm=fit.gradient_max_norm,
+            degenerate_style_elements=tuple(battles.degenerate),
+        ),
+        matrices=_matrices(battles, order, fit.logits),
+        online_elo=None,
+    )
+
+
+def _sandwich_fit(result: bt.Fit, cov: FloatArray, p: int, anchor_index: int | None) -> _Fit:
+    """``api._fit``'s sandwich branch from a fit and its covariance."""
+    transform = _rating_transform(p, anchor_index)
+    theta = transform @ result.theta[:p]
+    beta = result.theta[p:]
+    se = np.sqrt(np.maximum(np.diag(transform @ cov[:p, :p] @ transform.T), 0.0))
+    beta_se = np.sqrt(np.maximum(np.diag(cov)[p:], 0.0))
+    return _Fit(
+        theta=theta,
+        lower=theta - Z_95 * se,
+        upper=theta + Z_95 * se,
+        beta=beta,
+        beta_lower=beta - Z_95 * beta_se,
+        beta_upper=beta + Z_95 * beta_se,
+        logits=result.theta[:p],
+        iterations=result.iterations,
+        gradient_max_norm=result.gradient_max_norm,
+    )
+
+
+__all__ = ["rate_parquet"]
