@@ -109,15 +109,19 @@ def model_public_dict(model: ArenaModel) -> ModelPublic:
 
 
 def battle_payload(
-    *, battle: Battle, new_messages: list[BattleMessage] | None = None
+    *,
+    battle: Battle,
+    new_messages: list[BattleMessage] | None = None,
+    vote: Vote | None = None,
 ) -> BattlePayload:
     """What a client is shown of a battle.
 
     Model identities are included only once the battle is voted on, or in named mode where the
     visitor chose the models; nothing else in the payload can identify a model.
 
-    ``new_messages``: for a battle created in the same transaction, its only messages (in
-    memory already); then neither its messages nor its (absent) vote are read back.
+    ``new_messages``: the battle's current messages, in memory already (a battle created or
+    voted on in this request); then neither its messages nor its vote are read back: the vote
+    is ``vote`` (None for a battle just created).
 
     The choice columns are read as the ``Literal``s of ``arena.payloads`` (their choices are
     the same values; the casts say so to the type checker, nothing is converted).
@@ -135,9 +139,8 @@ def battle_payload(
             "status": cast(MessageStatus, message.status),
             "error": bool(message.error),
         }
-    vote = (
-        Vote.objects.filter(battle=battle).only("winner").first() if new_messages is None else None
-    )
+    if new_messages is None:
+        vote = Vote.objects.filter(battle=battle).only("winner").first()
     payload: BattlePayload = {
         "id": str(battle.id),
         "mode": cast(BattleMode, battle.mode),

@@ -30,12 +30,11 @@ from arena.payloads import BattlePayload
 from arena.selectors import (
     battle_for_session,
     battle_payload,
-    battle_payload_by_id,
     live_battles_enabled,
     pool_available,
     terms_accepted,
 )
-from arena.services.battles import battle_start_pool
+from arena.services.battles import battle_start_pool_with_messages
 from arena.services.terms import terms_accept
 from arena.services.vote_guards import (
     CHALLENGE_SESSION_KEY,
@@ -46,7 +45,7 @@ from arena.services.vote_guards import (
     vote_caps_release,
     vote_caps_take,
 )
-from arena.services.votes import vote_record
+from arena.services.votes import vote_record_with_battle
 
 
 def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
@@ -100,8 +99,8 @@ def battle_page(request: HttpRequest) -> HttpResponse:
 def battle_create(request: HttpRequest) -> tuple[BattlePayload, int]:
     json_body(request)  # nothing is read from it, but a form or a malformed body is refused
     session_key, _ = session_identity(request)
-    battle = battle_start_pool(session_key=session_key)
-    return battle_payload(battle=battle), 201
+    started = battle_start_pool_with_messages(session_key=session_key)
+    return battle_payload(battle=started.battle, new_messages=started.messages), 201
 
 
 @require_GET
@@ -122,7 +121,7 @@ def vote_create(request: HttpRequest, battle_id: str) -> tuple[BattlePayload, in
     ip = client_ip(request)
     counted = vote_caps_take(session_key=session_key, ip=ip)
     try:
-        vote = vote_record(
+        recorded = vote_record_with_battle(
             battle_id=battle_id,
             session_key=session_key,
             voter_id=voter_id,
@@ -133,7 +132,9 @@ def vote_create(request: HttpRequest, battle_id: str) -> tuple[BattlePayload, in
     except Exception:
         vote_caps_release(counted)
         raise
-    return battle_payload_by_id(battle_id=vote.battle_id), 201
+    return battle_payload(
+        battle=recorded.battle, new_messages=recorded.messages, vote=recorded.vote
+    ), 201
 
 
 @require_GET

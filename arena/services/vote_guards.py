@@ -27,6 +27,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
+from arena.cache import counters_take
 from arena.errors import ArenaError, ErrorCode
 from arena.identity import ip_hash, session_hash
 
@@ -164,10 +165,11 @@ def vote_caps_take(*, session_key: str, ip: str | None) -> list[str]:
 
     Counted before the vote (``incr`` is atomic), so concurrent votes cannot pass a cap together.
     """
-    taken: list[str] = []
-    for key, cap, what in _cap_keys(session_key=session_key, ip=ip):
-        used = 1 if cache.add(key, 1, timeout=_seconds_to_midnight()) else cache.incr(key)
-        taken.append(key)
+    caps = _cap_keys(session_key=session_key, ip=ip)
+    taken = [key for key, _, _ in caps]
+    # Every counter in one round trip; a count over its cap gives back all of them.
+    counts = counters_take(taken, timeout=_seconds_to_midnight()) if caps else []
+    for (_, cap, what), used in zip(caps, counts, strict=True):
         if used > cap:
             vote_caps_release(taken)
             if what == "session":

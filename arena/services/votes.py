@@ -1,20 +1,32 @@
 """Recording a visitor's vote."""
 
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import cast
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from answer_style import AnswerStyle, conv_metadata, style_counts
 from arena.errors import ALREADY_VOTED_MESSAGE, ArenaError, ErrorCode, not_found
 from arena.identity import ip_hash, session_hash_matches, user_agent_class
 from arena.leaks import IDENTITY_LEAK
-from arena.models import Battle, BattleMessage, Vote
+from arena.models import Battle, BattleMessage, TermsAcceptance, Vote
 from arena.payloads import WINNERS, is_winner
-from arena.selectors import battle_pk, terms_accepted
+from arena.selectors import battle_pk
 from arena.signals import vote_recorded
+
+
+@dataclass(frozen=True)
+class RecordedVote:
+    """A vote just recorded, with its battle (models loaded) and the battle's current messages,
+    so that the answer to the vote reads nothing back."""
+
+    vote: Vote
+    battle: Battle
+    messages: list[BattleMessage]
 
 
 def vote_record(
@@ -26,12 +38,36 @@ def vote_record(
     ip: str | None = None,
     user_agent: str | None = None,
 ) -> Vote:
+    """Record the one vote a battle gets (``vote_record_with_battle``)."""
+    return vote_record_with_battle(
+        battle_id=battle_id,
+        session_key=session_key,
+        voter_id=voter_id,
+        winner=winner,
+        ip=ip,
+        user_agent=user_agent,
+    ).vote
+
+
+def vote_record_with_battle(
+    *,
+    battle_id: object,
+    session_key: str,
+    voter_id: str,
+    winner: object,
+    ip: str | None = None,
+    user_agent: str | None = None,
+) -> RecordedVote:
     """Record the one vote a battle gets, from the session it was served to.
 
     The battle row is locked for the duration, so a double submission sees the first vote; the
     one-vote-per-battle constraint backs this up. The vote keeps the style counts of both sides,
     summed from those their answers got when saved, and downstream listeners hear of the vote
     only after commit.
+
+    Five statements in the transaction: the battle locked (its models, whether it has a vote row
+    and whether the voter accepted the terms read in the same statement), its messages, the
+    vote's insert, the battle's update.
     """
     if not is_winner(winner):
         raise ArenaError(
@@ -42,14 +78,29 @@ def vote_record(
     pk = battle_pk(battle_id)
     try:
         with transaction.atomic():
-            battle = Battle.objects.select_for_update().filter(pk=pk).first()
+            # Only the battle's row is locked (``of``), not its models' rows, which every vote
+            # on a battle of theirs reads.
+            battle = (
+                Battle.objects.select_for_update(of=("self",))
+                .select_related("model_a", "model_b")
+                .annotate(
+                    has_vote=Exists(Vote.objects.filter(battle=OuterRef("pk"))),
+                    terms_accepted=Exists(
+                        TermsAcceptance.objects.filter(
+                            voter_id=voter_id, terms_version=settings.ARENA_TERMS_VERSION
+                        )
+                    ),
+                )
+                .filter(pk=pk)
+                .first()
+            )
             if battle is None:
                 raise not_found("Battle")
             if not session_hash_matches(battle.session_hash, session_key):
                 raise ArenaError(
                     ErrorCode.FORBIDDEN, "This battle was served to another session.", status=403
                 )
-            if battle.state == Battle.State.VOTED or Vote.objects.filter(battle=battle).exists():
+            if battle.state == Battle.State.VOTED or battle.has_vote:
                 raise ArenaError(ErrorCode.ALREADY_VOTED, ALREADY_VOTED_MESSAGE, status=409)
             if battle.state != Battle.State.READY:
                 raise ArenaError(
@@ -57,14 +108,16 @@ def vote_record(
                     f"This battle cannot be voted on (it is {battle.get_state_display().lower()}).",
                     status=409,
                 )
-            if not terms_accepted(voter_id=voter_id):
+            if not battle.terms_accepted:
                 raise ArenaError(
                     ErrorCode.TERMS_REQUIRED,
                     "Accept the terms before voting.",
                     status=403,
                     field="terms",
                 )
-            messages = list(battle.messages.filter(superseded_at__isnull=True).order_by("turn"))
+            messages = list(
+                battle.messages.filter(superseded_at__isnull=True).order_by("turn", "side")
+            )
             style = conv_metadata(
                 [_answer_style(m) for m in messages if m.side == BattleMessage.Side.A],
                 [_answer_style(m) for m in messages if m.side == BattleMessage.Side.B],
@@ -92,7 +145,7 @@ def vote_record(
             )
     except IntegrityError:
         raise ArenaError(ErrorCode.ALREADY_VOTED, ALREADY_VOTED_MESSAGE, status=409) from None
-    return vote
+    return RecordedVote(vote=vote, battle=battle, messages=messages)
 
 
 def _answer_style(message: BattleMessage) -> AnswerStyle:

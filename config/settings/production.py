@@ -22,6 +22,30 @@ if _missing:
         "Production settings need these environment variables: " + ", ".join(_missing)
     )
 
+# --- Database connection pool ---------------------------------------------------------------
+# Django's psycopg pool, one per process: a request borrows a connection and gives it back when
+# it ends, instead of opening one (a forked PostgreSQL backend, tens of ms on a loaded machine)
+# per request. Kept connections (DATABASE_CONN_MAX_AGE) are no substitute under ASGI: each
+# request's sync code runs in a thread of its own, a kept connection belongs to its thread, so
+# they pile up until PostgreSQL refuses clients. At most DATABASE_POOL_MAX_SIZE connections per
+# process (uvicorn worker, Celery process): requests beyond it wait up to
+# DATABASE_POOL_TIMEOUT_SECONDS for one, then fail. 0 turns the pool off (a connection per
+# request, or DATABASE_CONN_MAX_AGE's kept ones). Celery's prefork worker closes the pool around
+# each task (its Django fix-up), so a task pays one connection, as without a pool.
+DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=8)
+if DATABASE_POOL_MAX_SIZE > 0:
+    if DATABASES["default"].get("CONN_MAX_AGE"):
+        raise ImproperlyConfigured(
+            "DATABASE_CONN_MAX_AGE must be 0 while the connection pool is on "
+            "(DATABASE_POOL_MAX_SIZE > 0): set one or the other."
+        )
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(env.int("DATABASE_POOL_MIN_SIZE", default=1), DATABASE_POOL_MAX_SIZE),
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": env.float("DATABASE_POOL_TIMEOUT_SECONDS", default=10.0),
+    }
+
 SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 # The proof-of-work challenge before a session's first vote: on unless ARENA_CHALLENGE=false.
 ARENA_CHALLENGE = env.bool("ARENA_CHALLENGE", default=True)

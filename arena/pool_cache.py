@@ -1,0 +1,261 @@
+"""Per-process copies of what a pool battle reads and rarely changes, kept valid by a generation
+stored in the shared cache.
+
+Every pool battle reads the same rows until an operator changes a model or imports a pool: the
+active models with pool answers and their weights, the prompts each pair of them answered, the
+two answers' text with their style counts and identity-leak checks, and whether any environment
+run is open. Each process keeps its own copy of these, valid while the generation token stored in
+the shared cache (Redis in production: one ``get_many`` per battle) is the one the copy was read
+under:
+
+- saving or deleting an ``ArenaModel``, ``Prompt`` or ``Completion`` starts a new pool
+  generation, and saving or deleting an ``EnvRun`` (its state) a new environment generation, at
+  once and again after the transaction commits (a process that read the old rows between the
+  write and the commit reads them again);
+- a write that sends no signal (a queryset ``update()``, such as the admin's "deactivate"
+  action) is seen within ``MAX_AGE_SECONDS``: no copy is older;
+- while the shared cache is unreachable (or was flushed) the generation is new on every read, so
+  every battle reads the database, as without this module.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, cast
+
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+
+from answer_style import AnswerStyle, style_counts
+from arena.inputs import text_storable
+from arena.leaks import answer_names_model
+from arena.models import ArenaModel, Completion, EnvRun, Prompt
+
+Scope = Literal["pool", "env"]
+GENERATION_KEYS: dict[Scope, str] = {
+    "pool": "arena:generation:pool:v1",
+    "env": "arena:generation:env:v1",
+}
+# The oldest a copy may be, for writes that send no signal.
+MAX_AGE_SECONDS = 30.0
+# Answers (prompt, model) kept per process: a pool of any size costs bounded memory.
+MAX_ANSWERS = 20_000
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PoolTurn:
+    """One turn of a pool answer as a battle message stores it."""
+
+    user_content: str
+    content: str
+    style: AnswerStyle
+    names_model: bool
+
+
+class _Copies:
+    """One scope's values, for one generation."""
+
+    def __init__(self) -> None:
+        self.generation: str | None = None
+        self.values: OrderedDict[Any, tuple[float, Any]] = OrderedDict()
+
+
+_lock = threading.Lock()
+_copies: dict[Scope, _Copies] = {"pool": _Copies(), "env": _Copies()}
+
+
+def _generations() -> dict[Scope, str]:
+    """The current token of each scope (one round trip), a new one where none is stored.
+
+    The production cache (``arena.cache.FallbackRedisCache``) answers a miss while Redis is
+    down, and a miss means a token no copy was read under: the database is read.
+    """
+    stored = cache.get_many(list(GENERATION_KEYS.values()))
+    tokens: dict[Scope, str] = {}
+    for scope, key in GENERATION_KEYS.items():
+        token = stored.get(key)
+        if not isinstance(token, str):
+            token = uuid.uuid4().hex
+            if not cache.add(key, token, timeout=None):
+                token = cache.get(key) or token
+        tokens[scope] = token
+    return tokens
+
+
+class PoolCache:
+    """The copies valid for this request's generations (``pool_cache()``)."""
+
+    def __init__(self, tokens: dict[Scope, str]) -> None:
+        self.tokens = tokens
+        with _lock:
+            for scope, token in tokens.items():
+                if _copies[scope].generation != token:
+                    _copies[scope].generation = token
+                    _copies[scope].values = OrderedDict()
+
+    def _lookup(self, scope: Scope, key: Any) -> Any | None:
+        copies = _copies[scope]
+        with _lock:
+            if copies.generation != self.tokens[scope]:
+                return None
+            hit = copies.values.get(key)
+            if hit is None or time.monotonic() - hit[0] >= MAX_AGE_SECONDS:
+                return None
+            copies.values.move_to_end(key)
+            return hit[1]
+
+    def _store(self, scope: Scope, key: Any, value: Any, limit: int = 0) -> None:
+        copies = _copies[scope]
+        with _lock:
+            # A copy read under a generation that ended meanwhile is not kept.
+            if copies.generation != self.tokens[scope]:
+                return
+            copies.values[key] = (time.monotonic(), value)
+            copies.values.move_to_end(key)
+            while limit and len(copies.values) > limit:
+                copies.values.popitem(last=False)
+
+    def _get(self, scope: Scope, key: Any, load: Callable[[], T]) -> T:
+        hit = self._lookup(scope, key)
+        if hit is not None:
+            return cast(T, hit)
+        value = load()
+        self._store(scope, key, value)
+        return value
+
+    def env_runs_open(self) -> bool:
+        """Whether any environment run is open."""
+        return self._get(
+            "env", "open", lambda: EnvRun.objects.filter(state=EnvRun.State.OPEN).exists()
+        )
+
+    def pool_models(self) -> list[tuple[int, float]]:
+        """Active models with a positive weight and at least one pool answer: (id, weight)."""
+        return self._get(
+            "pool",
+            "models",
+            lambda: list(
+                ArenaModel.objects.filter(
+                    is_active=True,
+                    sampling_weight__gt=0,
+                    completions__source=Completion.Source.POOL,
+                )
+                .distinct()
+                .values_list("id", "sampling_weight")
+            ),
+        )
+
+    def shared_prompts(self, model_a: int, model_b: int) -> list[int]:
+        """The pool prompts both models answered, by id (in id order)."""
+        low, high = sorted((model_a, model_b))
+
+        def load() -> list[int]:
+            answered_by_high = Completion.objects.filter(
+                model_id=high, source=Completion.Source.POOL
+            ).values("prompt_id")
+            return sorted(
+                Completion.objects.filter(
+                    model_id=low, source=Completion.Source.POOL, prompt_id__in=answered_by_high
+                ).values_list("prompt_id", flat=True)
+            )
+
+        return self._get("pool", ("pair", low, high), load)
+
+    def answers(self, prompt_id: int, model_ids: list[int]) -> dict[int, list[PoolTurn]]:
+        """Each model's pool answer to the prompt, turn by turn, as battle messages store it
+        (one query for those not kept yet). A model with no pool answer to it is left out."""
+        found: dict[int, list[PoolTurn]] = {}
+        for model_id in model_ids:
+            hit = self._lookup("pool", ("answer", prompt_id, model_id))
+            if hit is not None:
+                found[model_id] = hit
+        missing = [m for m in model_ids if m not in found]
+        if missing:
+            for model_id, turns in _load_answers(prompt_id, missing).items():
+                self._store("pool", ("answer", prompt_id, model_id), turns, limit=MAX_ANSWERS)
+                found[model_id] = turns
+        return found
+
+
+def _load_answers(prompt_id: int, model_ids: list[int]) -> dict[int, list[PoolTurn]]:
+    """The pool answers of these models to the prompt (one query), each turn's text made
+    storable, its style counted and its identity-leak check made once, here."""
+    answers: dict[int, list[PoolTurn]] = {}
+    for completion in Completion.objects.select_related("model", "prompt").filter(
+        prompt_id=prompt_id, model_id__in=model_ids, source=Completion.Source.POOL
+    ):
+        prompt: Prompt = completion.prompt
+        turns: list[PoolTurn] = []
+        for turn in range(min(len(prompt.turns), len(completion.turns))):
+            answer = text_storable(completion.turns[turn])
+            turns.append(
+                PoolTurn(
+                    user_content=text_storable(prompt.turns[turn]),
+                    content=answer,
+                    style=style_counts(answer),
+                    names_model=answer_names_model(
+                        answer, model=completion.model, user_turns=prompt.turns[: turn + 1]
+                    ),
+                )
+            )
+        answers[completion.model_id] = turns
+    return answers
+
+
+def pool_cache() -> PoolCache:
+    """The process's copies, checked against the shared generations (one cache round trip)."""
+    return PoolCache(_generations())
+
+
+def generation_bump(scope: Scope) -> None:
+    """Start a new generation of ``scope``: every process reads those rows again."""
+    with _lock:
+        _copies[scope].generation = None
+        _copies[scope].values = OrderedDict()
+    cache.set(GENERATION_KEYS[scope], uuid.uuid4().hex, timeout=None)
+
+
+def _bump_now_and_after_commit(scope: Scope) -> None:
+    generation_bump(scope)
+    transaction.on_commit(lambda: generation_bump(scope))
+
+
+@receiver(post_save, sender=ArenaModel, dispatch_uid="arena.pool_cache.model_saved")
+@receiver(post_delete, sender=ArenaModel, dispatch_uid="arena.pool_cache.model_deleted")
+@receiver(post_delete, sender=Prompt, dispatch_uid="arena.pool_cache.prompt_deleted")
+@receiver(post_delete, sender=Completion, dispatch_uid="arena.pool_cache.completion_deleted")
+def _pool_changed(**kwargs: Any) -> None:
+    _bump_now_and_after_commit("pool")
+
+
+@receiver(post_save, sender=Prompt, dispatch_uid="arena.pool_cache.prompt_saved")
+def _prompt_saved(*, created: bool, **kwargs: Any) -> None:
+    # A new prompt (each live battle's, each environment submission's) has no pool answer yet.
+    if not created:
+        _bump_now_and_after_commit("pool")
+
+
+@receiver(post_save, sender=Completion, dispatch_uid="arena.pool_cache.completion_saved")
+def _completion_saved(*, instance: Completion, created: bool, **kwargs: Any) -> None:
+    # A new reference answer (arena.env) is no pool answer; any changed completion may have been.
+    if not created or instance.source == Completion.Source.POOL:
+        _bump_now_and_after_commit("pool")
+
+
+@receiver(post_save, sender=EnvRun, dispatch_uid="arena.pool_cache.env_run_saved")
+@receiver(post_delete, sender=EnvRun, dispatch_uid="arena.pool_cache.env_run_deleted")
+def _env_runs_changed(**kwargs: Any) -> None:
+    update_fields = kwargs.get("update_fields")
+    # A run's counters (reward_seq and the like) change often and say nothing about its state.
+    if update_fields is not None and "state" not in update_fields:
+        return
+    _bump_now_and_after_commit("env")
