@@ -220,10 +220,16 @@ def _encode_models(table: BattleTable) -> tuple[list[str], IntArray, IntArray]:
             raise EngineError(f"row {row}: {column} is empty", column=column, row=row)
         codes.append(code)
         uniques.append(categories)
-    names = sorted(set(uniques[0]) | set(uniques[1]))
+    # Only names that occur: a subset of rows (``take``) keeps its parent's category list,
+    # and a model without battles would leave the fit singular.
+    used = [
+        {categories[i] for i in np.flatnonzero(np.bincount(code, minlength=len(categories)))}
+        for code, categories in zip(codes, uniques, strict=True)
+    ]
+    names = sorted(used[0] | used[1])
     position = {name: i for i, name in enumerate(names)}
     ids = [
-        np.array([position[u] for u in categories], dtype=np.int64)[code]
+        np.array([position.get(u, -1) for u in categories], dtype=np.int64)[code]
         for code, categories in zip(codes, uniques, strict=True)
     ]
     same = ids[0] == ids[1]
