@@ -5,15 +5,22 @@ Arena's votes are read only through ``arena.selectors.votes_for_rating``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from django.db.models import Count, Max
 
+from answer_style import CONV_METADATA_KEYS
 from arena.models import ArenaModel
 from arena.selectors import votes_for_rating
-from ratings.engine import ModelRatingDict, RatingResultDict
+from ratings.engine import ModelRatingDict, RatingResultDict, flatten_conv_metadata
 from ratings.models import LeaderboardSnapshot
 from ratings.payload import CategoryEntry, ModelMeta, ProvisionalEntry, SnapshotPayload
 
@@ -53,11 +60,111 @@ def rating_votes_mark() -> tuple[int, int]:
 
 def rating_battles() -> pd.DataFrame:
     """The rated votes as a battle table in vote-id order, one row per vote."""
-    rows = list(votes_for_rating().values_list(*BATTLE_COLUMNS))
+    return _battles_frame(list(votes_for_rating().values_list(*BATTLE_COLUMNS)))
+
+
+#: The spill's style columns: the flat counts of ``conv_metadata`` (zeros where a vote lacks
+#: them) and whether the vote has them all (the style-controlled views' votes).
+SPILL_STYLE_COLUMNS = tuple(CONV_METADATA_KEYS)
+STYLE_COMPLETE_COLUMN = "style_complete"
+_SPILL_TEXT = ("model_a", "model_b", "winner", "prompt_category", "language")
+
+
+def _spill_schema() -> pa.Schema:
+    fields = [pa.field("vote_id", pa.int64(), nullable=False)]
+    fields += [pa.field(c, pa.dictionary(pa.int32(), pa.string())) for c in _SPILL_TEXT]
+    fields += [pa.field(c, pa.int64()) for c in ("turns", "prompt_chars")]
+    fields += [pa.field("prompt_has_code", pa.bool_()), pa.field(STYLE_COMPLETE_COLUMN, pa.bool_())]
+    fields += [pa.field(c, pa.int64()) for c in SPILL_STYLE_COLUMNS]
+    return pa.schema(fields)
+
+
+def style_complete(meta: Any) -> bool:
+    """Whether a vote's ``conv_metadata`` holds every style count (style control uses it)."""
+    return isinstance(meta, dict) and all(k in meta for k in CONV_METADATA_KEYS)
+
+
+def _battles_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=list(BATTLE_COLUMNS.values()))
     for column in ("prompt_category", "language"):
         frame[column] = frame[column].fillna("")
     return frame
+
+
+def _spill_batch(frame: pd.DataFrame, schema: pa.Schema) -> pa.RecordBatch:
+    """``frame`` (``rating_battles``' columns) in the spill's schema."""
+    complete = frame["conv_metadata"].map(style_complete).astype(bool).to_numpy()
+    counts = {c: np.zeros(len(frame), dtype=np.int64) for c in SPILL_STYLE_COLUMNS}
+    if complete.any():
+        flat = flatten_conv_metadata(frame.loc[complete, ["conv_metadata"]])
+        for column in SPILL_STYLE_COLUMNS:
+            counts[column][complete] = flat[column].to_numpy(dtype=np.int64)
+    columns: dict[str, Any] = {
+        c: frame[c].astype("int64").to_numpy() for c in ("vote_id", "turns", "prompt_chars")
+    }
+    columns.update({c: frame[c].astype(str).to_numpy(dtype=object) for c in _SPILL_TEXT})
+    columns["prompt_has_code"] = frame["prompt_has_code"].astype(bool).to_numpy()
+    columns[STYLE_COMPLETE_COLUMN] = complete
+    columns.update(counts)
+    arrays = [
+        pa.array(columns[f.name], type=f.type.value_type).dictionary_encode()
+        if pa.types.is_dictionary(f.type)
+        else pa.array(columns[f.name], type=f.type)
+        for f in schema
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def rating_battle_batches(*, batch_rows: int) -> Iterator[pd.DataFrame]:
+    """``rating_battles()`` in vote-id order, ``batch_rows`` votes at a time.
+
+    On PostgreSQL ``QuerySet.iterator`` reads through a server-side (named) cursor, so at most
+    one batch of rows is held here whatever the number of votes; the votes come from the same
+    query as ``rating_battles`` (``arena.selectors.votes_for_rating``), so the same votes are
+    excluded. Call it inside a transaction: the cursor lives until the transaction ends.
+    """
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be at least 1, not {batch_rows}")
+    rows = votes_for_rating().values_list(*BATTLE_COLUMNS).iterator(chunk_size=batch_rows)
+    while batch := list(islice(rows, batch_rows)):
+        yield _battles_frame(batch)
+
+
+@dataclass(frozen=True)
+class BattleSpill:
+    """What ``rating_battles_spill`` wrote: votes, Parquet row groups, largest vote id."""
+
+    rows: int
+    row_groups: int
+    high_water: int
+
+
+def rating_battles_spill(
+    path: Path,
+    *,
+    batch_rows: int,
+    observe: Callable[[pd.DataFrame], None] | None = None,
+) -> BattleSpill:
+    """Write the rated votes to the Parquet file ``path``, one row group per ``batch_rows`` votes.
+
+    Columns: ``vote_id``; ``model_a``, ``model_b``, ``winner``, ``prompt_category`` and
+    ``language`` dictionary-encoded; ``turns``, ``prompt_chars``, ``prompt_has_code`` (what the
+    leaderboard's categories read); ``style_complete`` and the flat style counts of
+    ``answer_style.CONV_METADATA_KEYS`` (zero where ``style_complete`` is false), which
+    ``ratings.engine.read_battles`` accepts. ``observe`` sees each batch as ``rating_battles``
+    would have shaped it, before the next one is read (memory stays at about one batch).
+    """
+    schema = _spill_schema()
+    rows = groups = high = 0
+    with pq.ParquetWriter(path, schema) as writer:
+        for frame in rating_battle_batches(batch_rows=batch_rows):
+            writer.write_batch(_spill_batch(frame, schema), row_group_size=len(frame))
+            if observe is not None:
+                observe(frame)
+            rows += len(frame)
+            groups += 1
+            high = max(high, int(frame["vote_id"].max()))
+    return BattleSpill(rows=rows, row_groups=groups, high_water=high)
 
 
 def models_metadata() -> dict[str, dict[str, Any]]:

@@ -31,18 +31,23 @@ import hashlib
 import json
 import logging
 import math
+import tempfile
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from pathlib import Path
+from typing import Any, Protocol, cast
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils.translation import get_language_info
 
-from answer_style import CONV_METADATA_KEYS
 from arena.sampling_stats import sampling_stats_snapshot_id
 from arena.services.sampling import sampling_stats_store
 from arena.transparency import votes_excluded_counts
@@ -58,9 +63,20 @@ from ratings.payload import (
     SnapshotPayload,
     SnapshotReason,
 )
-from ratings.selectors import models_metadata, rating_battles, rating_votes_mark, snapshot_latest
+from ratings.selectors import (
+    STYLE_COMPLETE_COLUMN,
+    BattleSpill,
+    models_metadata,
+    rating_battles,
+    rating_battles_spill,
+    rating_votes_mark,
+    snapshot_latest,
+    style_complete,
+)
 
 logger = logging.getLogger(__name__)
+
+BoolArray = npt.NDArray[np.bool_]
 
 # Key of the PostgreSQL advisory lock that serialises snapshot runs (any fixed 64-bit integer).
 SNAPSHOT_LOCK_KEY = 0x5241_5449_4E47  # "RATING"
@@ -93,8 +109,21 @@ def _language_selector(code: str) -> Callable[[pd.DataFrame], pd.Series]:
     return select
 
 
+def _language_counts(languages: pd.Series) -> dict[str, int]:
+    """Votes per language code (``""`` left out), in order of first appearance."""
+    codes = languages.map(_language_code)
+    return {str(code): int(n) for code, n in codes[codes != ""].value_counts(sort=False).items()}
+
+
 def snapshot_categories(battles: pd.DataFrame, *, long_prompt_chars: int) -> list[Category]:
     """The fixed categories, then one per language present (most votes first)."""
+    languages = _language_counts(battles["language"]) if len(battles) else {}
+    return _categories(languages, long_prompt_chars=long_prompt_chars)
+
+
+def _categories(languages: dict[str, int], *, long_prompt_chars: int) -> list[Category]:
+    """The fixed categories, then one per language of ``languages`` (votes per code, in order
+    of first appearance): most votes first, ties in order of first appearance."""
     categories = [
         Category(
             "overall",
@@ -124,8 +153,7 @@ def snapshot_categories(battles: pd.DataFrame, *, long_prompt_chars: int) -> lis
             lambda df: df["turns"] > 1,
         ),
     ]
-    codes = battles["language"].map(_language_code) if len(battles) else pd.Series(dtype=str)
-    for code in codes[codes != ""].value_counts().index:
+    for code in sorted(languages, key=lambda c: -languages[c]):  # stable: ties keep their order
         categories.append(
             Category(
                 f"lang-{code}",
@@ -137,9 +165,15 @@ def snapshot_categories(battles: pd.DataFrame, *, long_prompt_chars: int) -> lis
     return categories
 
 
-def snapshot_params() -> dict[str, Any]:
-    """Everything that shapes a snapshot besides the votes; part of the no-op rule."""
-    return {
+def snapshot_params(*, streamed: bool = False) -> dict[str, Any]:
+    """Everything that shapes a snapshot besides the votes; part of the no-op rule.
+
+    ``streamed``: the votes are past ``RATINGS_STREAM_THRESHOLD`` and are fitted from a Parquet
+    spill (``snapshot_refresh``), which computes sandwich intervals only: ``ci`` then says
+    ``sandwich`` (what the page shows), ``ci_requested`` what ``RATINGS_CI`` asked when it
+    differs, and ``streamed`` is true. Below the threshold the params are unchanged.
+    """
+    params: dict[str, Any] = {
         "ci": settings.RATINGS_CI,
         "rounds": settings.RATINGS_BOOTSTRAP_ROUNDS if settings.RATINGS_CI == "bootstrap" else None,
         "seed": settings.RATINGS_SEED,
@@ -148,6 +182,11 @@ def snapshot_params() -> dict[str, Any]:
         "votes": "anonymous, unflagged",
         "schema": PAYLOAD_SCHEMA,
     }
+    if streamed:
+        if params["ci"] != "sandwich":
+            params["ci_requested"] = params["ci"]
+        params.update(ci="sandwich", rounds=None, streamed=True)
+    return params
 
 
 def params_digest(params: dict[str, Any]) -> str:
@@ -215,10 +254,6 @@ def _entry(
     }
 
 
-def _style_complete(meta: Any) -> bool:
-    return isinstance(meta, dict) and all(k in meta for k in CONV_METADATA_KEYS)
-
-
 def _fit(
     battles: pd.DataFrame, *, style_control: bool, params: dict[str, Any]
 ) -> engine.RatingResult:
@@ -237,46 +272,245 @@ def _fit(
     )
 
 
+STYLES = ("on", "off")  # style control on (the votes with style counts) and off (every vote)
+
+
+class _Votes(Protocol):
+    """The rated votes as ``snapshot_build`` reads them: in memory, or spilled to Parquet."""
+
+    def categories(self, *, long_prompt_chars: int) -> list[Category]: ...
+
+    def census(self, category: Category) -> tuple[int, int]:
+        """The category's votes and the models in them."""
+        ...
+
+    def view(self, category: Category, style: str) -> pd.DataFrame:
+        """The view's battles: at least ``model_a``, ``model_b``, ``winner``."""
+        ...
+
+    def fit(self, category: Category, style: str, params: dict[str, Any]) -> engine.RatingResult:
+        """The view's fit; ``engine.CannotRateError`` when it cannot be rated."""
+        ...
+
+    def models(self) -> set[str]: ...
+
+    def pair_counts(self) -> list[tuple[str, str, int]]: ...
+
+
+class _FrameVotes:
+    """The votes in one DataFrame (``rating_battles``)."""
+
+    def __init__(self, battles: pd.DataFrame) -> None:
+        self.battles = battles
+        self.styled = battles["conv_metadata"].map(style_complete) if len(battles) else None
+        self._subset: tuple[str, pd.DataFrame] | None = None  # the current category's rows
+
+    def categories(self, *, long_prompt_chars: int) -> list[Category]:
+        return snapshot_categories(self.battles, long_prompt_chars=long_prompt_chars)
+
+    def _rows(self, category: Category) -> pd.DataFrame:
+        if self._subset is None or self._subset[0] != category.key:
+            battles = self.battles
+            rows = battles[category.select(battles)] if len(battles) else battles
+            self._subset = (category.key, rows)
+        return self._subset[1]
+
+    def census(self, category: Category) -> tuple[int, int]:
+        rows = self._rows(category)
+        return len(rows), len(set(rows["model_a"]) | set(rows["model_b"]))
+
+    def view(self, category: Category, style: str) -> pd.DataFrame:
+        rows = self._rows(category)
+        if style == "on" and len(rows) and self.styled is not None:
+            return rows[self.styled.loc[rows.index].astype(bool)]
+        return rows
+
+    def fit(self, category: Category, style: str, params: dict[str, Any]) -> engine.RatingResult:
+        rows = self.view(category, style)
+        return _fit(rows, style_control=style == "on", params=params)
+
+    def models(self) -> set[str]:
+        return set(self.battles["model_a"]) | set(self.battles["model_b"])
+
+    def pair_counts(self) -> list[tuple[str, str, int]]:
+        return _pair_counts(self.battles)
+
+
+# What a category's rule and the style views read from the spill.
+_SELECT_COLUMNS = [
+    "winner",
+    "prompt_category",
+    "prompt_has_code",
+    "prompt_chars",
+    "turns",
+    "language",
+    STYLE_COMPLETE_COLUMN,
+]
+
+
+class _SpillVotes:
+    """The votes spilled to Parquet (``rating_battles_spill``), read back a batch at a time.
+
+    The spill pass itself counts what needs every vote once (languages, models, pairs); each
+    category's census is one more pass over the selection columns; each fit is
+    ``engine.rate_parquet`` with a row mask that applies the same ``Category.select`` to each
+    batch (and, with style control, keeps the votes with style counts).
+    """
+
+    def __init__(self, path: Path, *, batch_rows: int) -> None:
+        self.path = path
+        self.batch_rows = batch_rows
+        self.languages: dict[str, int] = {}
+        self.rated: set[str] = set()
+        self.pairs: Counter[tuple[str, str]] = Counter()
+        self._census: dict[str, tuple[int, int]] = {}
+        self._categories: list[Category] = []
+
+    def observe(self, frame: pd.DataFrame) -> None:
+        """Count one spilled batch (``rating_battles``' columns)."""
+        for code, n in _language_counts(frame["language"]).items():
+            self.languages[code] = self.languages.get(code, 0) + n
+        self.rated.update(frame["model_a"])
+        self.rated.update(frame["model_b"])
+        for a, b, n in _pair_counts(frame):
+            self.pairs[(a, b)] += n
+
+    def _batches(self, columns: list[str]) -> Iterator[pd.DataFrame]:
+        parquet = pq.ParquetFile(self.path)
+        for batch in parquet.iter_batches(batch_size=self.batch_rows, columns=columns):
+            yield batch.to_pandas()
+
+    def categories(self, *, long_prompt_chars: int) -> list[Category]:
+        self._categories = _categories(self.languages, long_prompt_chars=long_prompt_chars)
+        return self._categories
+
+    def census(self, category: Category) -> tuple[int, int]:
+        if not self._census:
+            # One pass for every category: votes and the set of models each one holds.
+            votes = dict.fromkeys((c.key for c in self._categories), 0)
+            models: dict[str, set[str]] = {c.key: set() for c in self._categories}
+            for frame in self._batches([*_SELECT_COLUMNS, "model_a", "model_b"]):
+                for c in self._categories:
+                    keep = c.select(frame).to_numpy(dtype=bool)
+                    votes[c.key] += int(keep.sum())
+                    models[c.key].update(frame["model_a"].to_numpy(dtype=object)[keep])
+                    models[c.key].update(frame["model_b"].to_numpy(dtype=object)[keep])
+            self._census = {key: (votes[key], len(models[key])) for key in votes}
+        return self._census[category.key]
+
+    def _where(self, category: Category, style: str) -> Callable[[pa.RecordBatch], BoolArray]:
+        def where(batch: pa.RecordBatch) -> BoolArray:
+            return _keep(batch.select(_SELECT_COLUMNS).to_pandas(), category, style)
+
+        return where
+
+    def view(self, category: Category, style: str) -> pd.DataFrame:
+        # Only for views that are not rated (few votes): their rows are gathered in memory.
+        parts = [
+            frame.loc[_keep(frame, category, style), _TABLE]
+            for frame in self._batches([*_SELECT_COLUMNS, *_TABLE])
+        ]
+        if not parts:
+            return pd.DataFrame({c: pd.Series(dtype=str) for c in _TABLE})
+        return pd.concat(parts, ignore_index=True).astype(str)
+
+    def fit(self, category: Category, style: str, params: dict[str, Any]) -> engine.RatingResult:
+        return engine.rate_parquet(
+            self.path,
+            style_control=style == "on",
+            ci="sandwich",  # the only interval the streamed fit computes (snapshot_params)
+            where=self._where(category, style),
+            where_columns=_SELECT_COLUMNS,
+            batch_rows=self.batch_rows,
+            spill_dir=self.path.parent,  # removed with the votes' spill
+        )
+
+    def models(self) -> set[str]:
+        return self.rated
+
+    def pair_counts(self) -> list[tuple[str, str, int]]:
+        return [(a, b, n) for (a, b), n in sorted(self.pairs.items())]
+
+
+_TABLE = ["model_a", "model_b", "winner"]
+
+
+def _keep(frame: pd.DataFrame, category: Category, style: str) -> BoolArray:
+    """Which of the spilled rows ``frame`` are in the category's view ``style``."""
+    keep: BoolArray = np.asarray(category.select(frame), dtype=bool)
+    if style == "on":
+        keep = keep & np.asarray(frame[STYLE_COMPLETE_COLUMN], dtype=bool)
+    return keep
+
+
 def snapshot_build(
     battles: pd.DataFrame, *, models: dict[str, dict[str, Any]], params: dict[str, Any]
 ) -> SnapshotPayload:
     """The snapshot payload: each category fitted with and without style control."""
+    return _payload(_FrameVotes(battles), models=models, params=params)
+
+
+def snapshot_build_streamed(
+    *, models: dict[str, dict[str, Any]], params: dict[str, Any]
+) -> tuple[SnapshotPayload, BattleSpill]:
+    """``snapshot_build`` over the rated votes without holding them in memory.
+
+    The votes are written to a Parquet file in a temporary directory under
+    ``RATINGS_SPILL_DIR`` (the system's default when unset), ``RATINGS_STREAM_BATCH_ROWS`` at
+    a time through a server-side cursor (``ratings.selectors.rating_battles_spill``), and each
+    view is fitted from it by ``engine.rate_parquet`` with sandwich intervals. The directory is
+    removed when the build ends, whether it succeeds or fails. Call it inside a transaction
+    (the cursor's lifetime).
+    """
+    batch_rows = settings.RATINGS_STREAM_BATCH_ROWS
+    with tempfile.TemporaryDirectory(
+        prefix="arena-ratings-", dir=settings.RATINGS_SPILL_DIR
+    ) as tmp:
+        votes = _SpillVotes(Path(tmp) / "votes.parquet", batch_rows=batch_rows)
+        spill = rating_battles_spill(votes.path, batch_rows=batch_rows, observe=votes.observe)
+        logger.info(
+            "ratings: %s votes spilled in %s row groups of up to %s",
+            spill.rows,
+            spill.row_groups,
+            batch_rows,
+        )
+        return _payload(votes, models=models, params=params), spill
+
+
+def _payload(
+    votes: _Votes, *, models: dict[str, dict[str, Any]], params: dict[str, Any]
+) -> SnapshotPayload:
     public = {slug for slug, m in models.items() if m.get("public", True)}
-    styled = battles["conv_metadata"].map(_style_complete) if len(battles) else battles["winner"]
     categories = []
     sampling_se: dict[str, float] = {}
-    for category in snapshot_categories(battles, long_prompt_chars=params["long_prompt_chars"]):
-        subset = battles[category.select(battles)] if len(battles) else battles
-        n_models = len(set(subset["model_a"]) | set(subset["model_b"]))
+    for category in votes.categories(long_prompt_chars=params["long_prompt_chars"]):
+        n_votes, n_models = votes.census(category)
         entry: CategoryEntry = {
             "key": category.key,
             "label": category.label,
             "description": category.description,
-            "n_votes": len(subset),
+            "n_votes": n_votes,
             "status": "ok",
             "reason": "",
             "results": {"on": None, "off": None},
         }
-        views = {
-            "on": subset[styled.loc[subset.index].astype(bool)] if len(subset) else subset,
-            "off": subset,
-        }
-        if len(subset) < params["min_category_votes"] or n_models < 2:
+        if n_votes < params["min_category_votes"] or n_models < 2:
             entry["status"] = "insufficient"
             entry["reason"] = (
-                f"Not enough votes yet: {len(subset)} votes over {n_models} models "
+                f"Not enough votes yet: {n_votes} votes over {n_models} models "
                 f"(at least {params['min_category_votes']} votes and 2 models are needed)."
             )
             entry["provisional"] = {
-                style: _everyone_provisional(rows, public) for style, rows in views.items()
+                style: _everyone_provisional(votes.view(category, style), public)
+                for style in STYLES
             }
             categories.append(entry)
             continue
         reasons: dict[str, str] = {}
         provisional: dict[str, list[ProvisionalEntry]] = {}
-        for style, rows in views.items():
+        for style in STYLES:
             try:
-                result = _fit(rows, style_control=style == "on", params=params)
+                result = votes.fit(category, style, params)
             except engine.CannotRateError as exc:
                 # Too few votes to rate this view: an ordinary state, listed, not an error.
                 logger.info("ratings: %s, style %s not rated: %s", category.key, style, exc)
@@ -290,7 +524,7 @@ def snapshot_build(
                     ]
                 else:
                     reasons[style] = f"Not enough votes yet to rate this view ({exc})."
-                    provisional[style] = _everyone_provisional(rows, public)
+                    provisional[style] = _everyone_provisional(votes.view(category, style), public)
                 continue
             except Exception:
                 logger.exception("ratings: %s, style %s failed", category.key, style)
@@ -308,7 +542,7 @@ def snapshot_build(
             entry["status"] = "insufficient"
             entry["reason"] = reasons["off"]
         categories.append(entry)
-    rated = set(battles["model_a"]) | set(battles["model_b"])
+    rated = votes.models()
     return {
         "schema": PAYLOAD_SCHEMA,
         "models": {
@@ -322,7 +556,7 @@ def snapshot_build(
             if slug in rated and slug in public
         },
         "categories": categories,
-        "sampling": {"se": sampling_se, "counts": _pair_counts(battles)},
+        "sampling": {"se": sampling_se, "counts": votes.pair_counts()},
     }
 
 
@@ -415,13 +649,18 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
     snapshot commits, its sampling inputs go to the arena (``sampling_publish``). ``force``
     writes a snapshot regardless
     (staff's "Recompute now", e.g. after editing a model's name or visibility).
+
+    More than ``RATINGS_STREAM_THRESHOLD`` votes are not loaded at once: they are spilled to a
+    temporary Parquet file in ``RATINGS_SPILL_DIR`` through a server-side cursor and fitted from
+    it a batch at a time (``snapshot_build_streamed``); the file is deleted afterwards.
     """
-    params = snapshot_params()
-    digest = params_digest(params)
     with transaction.atomic():
         _advisory_xact_lock(SNAPSHOT_LOCK_KEY)
         started = time.monotonic()
         high_water, n_votes = rating_votes_mark()
+        streamed = n_votes > settings.RATINGS_STREAM_THRESHOLD
+        params = snapshot_params(streamed=streamed)
+        digest = params_digest(params)
         excluded = excluded_counts()
         latest = snapshot_latest()
         if (
@@ -435,12 +674,18 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
             if sampling_stats_snapshot_id() != latest.pk:
                 sampling_publish(latest)
             return SnapshotRefreshResult(snapshot=latest, created=False)
-        battles = rating_battles()
-        payload = snapshot_build(battles, models=models_metadata(), params=params)
+        if streamed:
+            payload, spill = snapshot_build_streamed(models=models_metadata(), params=params)
+            rated_high_water, rated_votes = spill.high_water, spill.rows
+        else:
+            battles = rating_battles()
+            payload = snapshot_build(battles, models=models_metadata(), params=params)
+            rated_high_water = int(battles["vote_id"].max()) if len(battles) else 0
+            rated_votes = len(battles)
         payload["excluded"] = excluded
         snapshot = LeaderboardSnapshot.objects.create(
-            vote_high_water=int(battles["vote_id"].max()) if len(battles) else 0,
-            n_votes=len(battles),
+            vote_high_water=rated_high_water,
+            n_votes=rated_votes,
             params=params,
             params_digest=digest,
             duration_seconds=time.monotonic() - started,

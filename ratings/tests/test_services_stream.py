@@ -1,0 +1,293 @@
+"""The streamed snapshot refresh: past ``RATINGS_STREAM_THRESHOLD`` votes the refit spills them
+to Parquet through a server-side cursor and fits each view from the file a batch at a time."""
+
+import math
+from unittest import mock
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from django.db import connection, transaction
+
+from arena.models import Battle, Vote
+from arena.selectors import votes_for_rating
+from ratings import engine, selectors, services, tasks
+from ratings.models import LeaderboardSnapshot
+
+pytestmark = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="server-side cursors are PostgreSQL's"
+)
+
+BATCH_ROWS = 40
+
+
+@pytest.fixture(autouse=True)
+def stream_settings(settings, tmp_path):
+    settings.RATINGS_MIN_CATEGORY_VOTES = 10
+    settings.RATINGS_LONG_PROMPT_CHARS = 200
+    settings.RATINGS_CI = "sandwich"
+    settings.RATINGS_STREAM_BATCH_ROWS = BATCH_ROWS
+    settings.RATINGS_SPILL_DIR = str(tmp_path / "spill")
+    (tmp_path / "spill").mkdir()
+    return settings
+
+
+@pytest.fixture
+def votes(rated_models, make_vote):
+    """The 60 votes of ``rated_models`` plus coding, long, multi-turn and French battles, votes
+    without style counts, and votes the leaderboard leaves out (named, flagged, environment)."""
+    alpha, beta, gamma = rated_models
+    pairs = [(alpha, beta, "model_a"), (beta, gamma, "model_a"), (gamma, alpha, "model_b")]
+    for i in range(36):
+        a, b, winner = pairs[i % 3]
+        if i % 5 == 0:
+            winner = "tie"
+        kind = i % 3
+        if kind == 0:
+            make_vote(a, b, winner, category="coding")
+        elif kind == 1:
+            make_vote(b, a, "model_b" if winner == "model_a" else winner, prompt="x" * 250)
+        else:
+            make_vote(a, b, winner, turns=2, language="en-GB")
+    # French: alpha always beats beta, so no two models can be rated in that category.
+    for _ in range(12):
+        make_vote(alpha, beta, "model_a", language="fr-FR")
+    # Votes without (complete) style counts: in every "off" view, in no "on" view.
+    bare = [make_vote(beta, gamma, w).pk for w in ("model_a", "model_b", "tie") * 4]
+    Vote.objects.filter(pk__in=bare[::2]).update(style={})
+    Vote.objects.filter(pk__in=bare[1::2]).update(style={"sum_assistant_a_tokens": 3})
+    # Left out: a named battle, a flagged vote, an environment battle.
+    make_vote(gamma, alpha, "model_a", mode="named")
+    make_vote(gamma, alpha, "model_a", flagged=True)
+    env = make_vote(gamma, alpha, "model_a")
+    Battle.objects.filter(pk=env.battle_id).update(source=Battle.Source.ENV)
+    return rated_models
+
+
+def rated_count():
+    return votes_for_rating().count()
+
+
+def assert_same(left, right, path="payload"):
+    """Equal structures, floats within 1e-6; the streamed fit has no online Elo (None)."""
+    if path.endswith(".online_elo"):
+        assert right is None, (path, right)
+    elif isinstance(left, float) and isinstance(right, float):
+        assert math.isclose(left, right, rel_tol=1e-9, abs_tol=1e-6), (path, left, right)
+    elif isinstance(left, dict):
+        assert isinstance(right, dict) and left.keys() == right.keys(), (path, left, right)
+        for key in left:
+            assert_same(left[key], right[key], f"{path}.{key}")
+    elif isinstance(left, list | tuple):
+        assert isinstance(right, list | tuple) and len(left) == len(right), (path, left, right)
+        for i, (x, y) in enumerate(zip(left, right, strict=True)):
+            assert_same(x, y, f"{path}[{i}]")
+    else:
+        assert left == right, (path, left, right)
+
+
+def refresh_both(settings):
+    """An in-memory snapshot, then a streamed one of the same votes."""
+    settings.RATINGS_STREAM_THRESHOLD = 10**9
+    memory = services.snapshot_refresh(force=True).snapshot
+    settings.RATINGS_STREAM_THRESHOLD = 0
+    with mock.patch.object(engine, "rate", side_effect=AssertionError("fitted in memory")):
+        streamed = services.snapshot_refresh(force=True).snapshot
+    return memory, streamed
+
+
+def category(snapshot, key):
+    return next(c for c in snapshot.payload["categories"] if c["key"] == key)
+
+
+def test_streamed_refresh_writes_the_same_payload_as_the_in_memory_one(votes, settings):
+    memory, streamed = refresh_both(settings)
+
+    assert "streamed" not in memory.params and streamed.params["streamed"] is True
+    assert streamed.params["ci"] == memory.params["ci"] == "sandwich"
+    assert (streamed.n_votes, streamed.vote_high_water) == (memory.n_votes, memory.vote_high_water)
+    assert streamed.n_votes == rated_count() == 60 + 36 + 12 + 12
+    assert_same(memory.payload, streamed.payload)
+    # The comparison covers every kind of view the fixture builds.
+    keys = [c["key"] for c in streamed.payload["categories"]]
+    assert keys == ["overall", "coding", "long_prompts", "multi_turn", "lang-en", "lang-fr"]
+    overall = category(streamed, "overall")
+    assert overall["results"]["off"]["n_battles"] == 120
+    assert overall["results"]["on"]["n_battles"] == 108  # the 12 without style counts left out
+    assert category(streamed, "lang-fr")["status"] == "insufficient"
+    assert streamed.payload["sampling"]["counts"] and streamed.payload["sampling"]["se"]
+
+
+def test_excluded_votes_stay_out_of_the_spill(votes, tmp_path):
+    with transaction.atomic():
+        spill = selectors.rating_battles_spill(tmp_path / "v.parquet", batch_rows=BATCH_ROWS)
+    table = pq.read_table(tmp_path / "v.parquet")
+
+    rated = list(votes_for_rating().values_list("id", flat=True))
+    assert table.column("vote_id").to_pylist() == rated
+    assert spill.rows == len(rated) and spill.high_water == max(rated)
+    excluded = Vote.objects.exclude(pk__in=rated)
+    assert excluded.count() == 3  # named, flagged, environment
+
+
+def test_the_spill_matches_rating_battles_row_for_row(votes, tmp_path):
+    path = tmp_path / "v.parquet"
+    with transaction.atomic():
+        spill = selectors.rating_battles_spill(path, batch_rows=BATCH_ROWS)
+    battles = selectors.rating_battles()
+    frame = pq.read_table(path).to_pandas()
+
+    assert spill.rows == len(battles) == 120
+    for column in ("model_a", "model_b", "winner", "prompt_category", "language"):
+        assert frame[column].astype(str).tolist() == battles[column].tolist()
+    for column in ("vote_id", "turns", "prompt_chars", "prompt_has_code"):
+        assert frame[column].tolist() == battles[column].tolist()
+    complete = battles["conv_metadata"].map(selectors.style_complete)
+    assert frame["style_complete"].tolist() == complete.tolist()
+    flat = engine.flatten_conv_metadata(battles.loc[complete, ["conv_metadata"]])
+    for column in selectors.SPILL_STYLE_COLUMNS:
+        assert frame.loc[complete.to_numpy(), column].tolist() == flat[column].tolist()
+        assert (frame.loc[~complete.to_numpy(), column] == 0).all()
+    # The engine reads the file as it is.
+    read = engine.read_battles(path)
+    assert len(read) == 120 and set(selectors.SPILL_STYLE_COLUMNS) <= set(read.columns)
+
+
+def test_the_spill_is_one_row_group_per_batch_with_dictionary_encoded_models(votes, tmp_path):
+    path = tmp_path / "v.parquet"
+    with transaction.atomic():
+        spill = selectors.rating_battles_spill(path, batch_rows=BATCH_ROWS)
+    parquet = pq.ParquetFile(path)
+
+    assert spill.row_groups == parquet.num_row_groups == math.ceil(120 / BATCH_ROWS) == 3
+    sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
+    assert sizes == [BATCH_ROWS] * 3
+    for column in ("model_a", "model_b", "winner"):
+        assert pa.types.is_dictionary(parquet.schema_arrow.field(column).type)
+
+
+def test_batches_are_read_through_a_server_side_cursor(votes):
+    open_cursors = "SELECT count(*) FROM pg_cursors WHERE name LIKE %s"
+    seen = []
+    with transaction.atomic():
+        for frame in selectors.rating_battle_batches(batch_rows=25):
+            with connection.cursor() as cursor:
+                cursor.execute(open_cursors, ["_django_curs_%"])
+                seen.append((len(frame), cursor.fetchone()[0]))
+
+    assert [n for n, _ in seen] == [25, 25, 25, 25, 20]
+    # A named cursor is open on the server while the batches are read.
+    assert all(cursors >= 1 for _, cursors in seen[:-1])
+
+
+def test_a_batch_size_below_one_is_refused(db):
+    with pytest.raises(ValueError, match="batch_rows must be at least 1"):
+        next(selectors.rating_battle_batches(batch_rows=0))
+
+
+def test_the_spill_file_is_deleted_after_the_refresh(votes, settings, tmp_path):
+    settings.RATINGS_STREAM_THRESHOLD = 0
+    with mock.patch.object(
+        selectors.pq, "ParquetWriter", wraps=selectors.pq.ParquetWriter
+    ) as writer:
+        snapshot = services.snapshot_refresh().snapshot
+
+    spilled = writer.call_args.args[0]
+    assert spilled.parent.parent == tmp_path / "spill"
+    assert snapshot.params["streamed"] is True
+    assert not spilled.exists() and list((tmp_path / "spill").iterdir()) == []
+
+
+def test_a_failing_streamed_fit_deletes_the_spill_and_writes_no_snapshot(votes, settings, tmp_path):
+    settings.RATINGS_STREAM_THRESHOLD = 0
+    with (
+        mock.patch.object(engine, "rate_parquet", side_effect=RuntimeError("boom")),
+        pytest.raises(RuntimeError, match="boom"),
+    ):
+        services.snapshot_refresh()
+
+    assert list((tmp_path / "spill").iterdir()) == []
+    assert LeaderboardSnapshot.objects.count() == 0
+
+
+def test_below_the_threshold_nothing_is_streamed(votes, settings):
+    settings.RATINGS_STREAM_THRESHOLD = rated_count()  # "past" the threshold means more than it
+    with mock.patch.object(engine, "rate_parquet", side_effect=AssertionError("streamed")):
+        snapshot = services.snapshot_refresh().snapshot
+
+    assert "streamed" not in snapshot.params
+    assert snapshot.params == services.snapshot_params()
+
+
+def test_a_streamed_snapshot_says_its_intervals_are_sandwich_when_bootstrap_was_asked(
+    votes, settings, client
+):
+    settings.RATINGS_CI = "bootstrap"
+    settings.RATINGS_STREAM_THRESHOLD = 0
+    first = services.snapshot_refresh()
+    second = services.snapshot_refresh()
+
+    params = first.snapshot.params
+    assert params["ci"] == "sandwich" and params["ci_requested"] == "bootstrap"
+    assert params["rounds"] is None
+    assert category(first.snapshot, "overall")["results"]["off"]["method"]["ci"] == "sandwich"
+    # Its params are stable, so a rerun on the same votes is a no-op.
+    assert not second.created and second.snapshot.pk == first.snapshot.pk
+    assert "intervals: sandwich" in client.get("/leaderboard").content.decode()
+
+
+@pytest.mark.parametrize("provisional", [True, False])
+def test_a_view_the_engine_cannot_rate_is_listed_alike_on_both_paths(votes, settings, provisional):
+    alpha, beta, _ = votes
+    if provisional:
+        record = engine.Provisional("alpha", 3, 3, 0, 0, "no_losses")
+        error = engine.CannotRateError("fewer than two models", provisional=(record,))
+    else:
+        error = engine.CannotRateError("the style fit has no maximum")
+    real_rate, real_rate_parquet = engine.rate, engine.rate_parquet
+
+    def refuse_style(fit):
+        def fake(*args, **kwargs):
+            if kwargs["style_control"]:
+                raise error
+            return fit(*args, **kwargs)
+
+        return fake
+
+    settings.RATINGS_STREAM_THRESHOLD = 10**9
+    with mock.patch.object(engine, "rate", side_effect=refuse_style(real_rate)):
+        memory = services.snapshot_refresh(force=True).snapshot
+    settings.RATINGS_STREAM_THRESHOLD = 0
+    with mock.patch.object(engine, "rate_parquet", side_effect=refuse_style(real_rate_parquet)):
+        streamed = services.snapshot_refresh(force=True).snapshot
+
+    assert_same(memory.payload, streamed.payload)
+    overall = category(streamed, "overall")
+    assert overall["results"]["on"] is None and overall["results"]["off"] is not None
+    listed = overall["provisional"]["on"]
+    if provisional:
+        assert listed == [
+            {
+                "model": "alpha",
+                "battles": 3,
+                "wins": 3,
+                "losses": 0,
+                "ties": 0,
+                "reason": "no_losses",
+            }
+        ]
+    else:
+        assert "the style fit has no maximum" in overall["reasons"]["on"]
+        assert {e["model"] for e in listed} == {"alpha", "beta", "gamma"}
+        assert sum(e["battles"] for e in listed) == 2 * 108
+
+
+def test_the_refresh_task_streams_past_the_threshold(votes, settings):
+    settings.RATINGS_STREAM_THRESHOLD = 0
+    first = tasks.snapshot_refresh.apply().get()
+    second = tasks.snapshot_refresh.apply().get()
+
+    assert first["created"] and not second["created"]
+    snapshot = LeaderboardSnapshot.objects.get(pk=first["snapshot_id"])
+    assert snapshot.params["streamed"] is True
+    assert snapshot.n_votes == rated_count()
