@@ -13,19 +13,19 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO, TypedDict
+from typing import TYPE_CHECKING, Any, TextIO, TypedDict
 
 from ratings.csv_cells import neutralise
-from ratings.engine import (
-    EngineError,
-    MethodDict,
-    ModelRatingDict,
-    Provisional,
-    ProvisionalDict,
-    RatingResult,
-    rate,
-)
-from ratings.engine.io import has_style_counts, read_battles
+from ratings.engine.errors import EngineError
+
+if TYPE_CHECKING:
+    from ratings.engine import (
+        MethodDict,
+        ModelRatingDict,
+        Provisional,
+        ProvisionalDict,
+        RatingResult,
+    )
 
 FORMATS = ("json", "csv", "table")
 CSV_FIELDS = (
@@ -71,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--anchor", help="pin one model's rating: MODEL=RATING")
     parser.add_argument("--reweight", action="store_true", help="inverse pair-frequency weights")
     parser.add_argument("--style-l2", type=float, default=0.0, help="L2 on style coefficients")
+    parser.add_argument(
+        "--streamed",
+        action="store_true",
+        help="Parquet only: fit batch by batch without holding the battles in memory "
+        "(sandwich intervals; same ratings)",
+    )
     parser.add_argument("--format", choices=FORMATS, default="json")
     parser.add_argument("--output", "-o", help="write here instead of standard output")
 
@@ -178,7 +184,12 @@ def run(options: dict[str, Any], stdout: TextIO) -> RatingResult:
     Fewer than two ratable models raise ``CannotRateError`` naming the reason. The progress
     bar is drawn only when standard error is a terminal.
     """
+    # The engine (numpy, pyarrow) and tqdm load here, not with the arguments: `--help` and
+    # Django's loading of the `rate` command stay light.
     from tqdm import tqdm
+
+    from ratings.engine import rate
+    from ratings.engine.io import has_style_counts, read_battles
 
     fmt = options.get("format") or "json"
     if fmt not in FORMATS:
@@ -187,6 +198,10 @@ def run(options: dict[str, Any], stdout: TextIO) -> RatingResult:
     style_control = options.get("style_control", True)
     ci = options.get("ci") or "sandwich"
     rounds = int(options.get("rounds") or 100)
+    if options.get("streamed"):
+        result = _streamed(options, style_control=style_control, ci=ci, anchor=anchor)
+        _write(render(result, fmt), options, stdout)
+        return result
     df = read_battles(options["input"])
     if style_control and not has_style_counts(df):
         raise EngineError(
@@ -221,7 +236,11 @@ def run(options: dict[str, Any], stdout: TextIO) -> RatingResult:
         )
     finally:
         bar.close()
-    text = render(result, fmt)
+    _write(render(result, fmt), options, stdout)
+    return result
+
+
+def _write(text: str, options: dict[str, Any], stdout: TextIO) -> None:
     if options.get("output"):
         try:
             with open(options["output"], "w", encoding="utf-8") as handle:
@@ -230,7 +249,43 @@ def run(options: dict[str, Any], stdout: TextIO) -> RatingResult:
             raise EngineError(f"cannot write {options['output']}: {exc.strerror or exc}") from exc
     else:
         stdout.write(text)
-    return result
+
+
+def _streamed(
+    options: dict[str, Any], *, style_control: bool, ci: str, anchor: tuple[str, float] | None
+) -> RatingResult:
+    """``--streamed``: ``rate_parquet`` on a Parquet file (the bootstrap stays in memory)."""
+    path = str(options["input"])
+    if not path.lower().endswith((".parquet", ".pq")):
+        raise EngineError("--streamed reads Parquet files only (.parquet, .pq)")
+    if ci == "bootstrap":
+        raise EngineError(
+            "--streamed gives sandwich intervals: the bootstrap needs the battles in memory "
+            "(drop --streamed)"
+        )
+    from ratings.engine import rate_parquet
+
+    if style_control and os.path.exists(path):
+        import pyarrow.parquet as pq
+
+        from ratings.engine.io import FLAT_COLUMNS
+
+        try:
+            names = pq.read_schema(path).names
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is reported the same way
+            raise EngineError(f"{path}: cannot read it ({exc})") from exc
+        if "conv_metadata" not in names and not all(c in names for c in FLAT_COLUMNS):
+            raise EngineError(
+                f"{path} has no style counts (conv_metadata or the flat count columns); "
+                "rerun with --no-style-control to rate without style control"
+            )
+    return rate_parquet(
+        path,
+        style_control=style_control,
+        anchor=anchor,
+        reweight=bool(options.get("reweight")),
+        style_l2=float(options.get("style_l2") or 0.0),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

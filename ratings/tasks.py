@@ -23,9 +23,6 @@ from django.db import connections, transaction
 from arena.env.rewards import env_rewards_update, env_submissions_behind
 from arena.env.selectors import env_battle_submission
 from arena.models import Battle
-from ratings import services
-from ratings.env_rewards import env_rewards_fit
-from ratings.voters import voters_flag_run
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +40,10 @@ REFRESH_PENDING_KEY = "ratings:snapshot-refresh-pending"
 )
 def snapshot_refresh(force: bool = False) -> dict[str, Any]:
     """Write a leaderboard snapshot if the votes changed; a rerun on the same votes is a no-op."""
+    # The fit's modules (numpy, pandas, pyarrow, the engine) load in the process that runs a
+    # fit, not in every web worker and command that registers the tasks (ratings.apps).
+    from ratings import services
+
     result = services.snapshot_refresh(force=force)
     return {
         "snapshot_id": result.snapshot.pk if result.snapshot else None,
@@ -121,6 +122,8 @@ def _refresh_in_background() -> None:
 )
 def voters_flag() -> dict[str, Any]:
     """Flag anomalous voters and their votes (``manage.py flag_voters`` without --dry-run)."""
+    from ratings.voters import voters_flag_run
+
     run = voters_flag_run()
     return {"voters": list(run.voters["voter"]), "votes_flagged": len(run.flagged_vote_ids)}
 
@@ -153,6 +156,8 @@ def snapshot_refresh_after_flags(**kwargs: Any) -> None:
 def env_rewards_refresh(submission_id: str) -> int:
     """Refit one group's reward records (``ratings.env_rewards``); returns how many changed.
     A rerun on the same votes changes nothing. Queued on ``default``: a group's fit is small."""
+    from ratings.env_rewards import env_rewards_fit
+
     return env_rewards_update(submission_id=uuid.UUID(submission_id), fit=env_rewards_fit)
 
 
@@ -166,6 +171,8 @@ def env_rewards_refresh(submission_id: str) -> int:
 def env_rewards_sweep() -> int:
     """Refit the groups whose records are older than their latest counted vote (an after-vote
     enqueue that was lost); returns how many groups were refitted."""
+    from ratings.env_rewards import env_rewards_fit
+
     behind = env_submissions_behind()
     for submission_id in behind:
         env_rewards_update(submission_id=submission_id, fit=env_rewards_fit)

@@ -29,8 +29,9 @@ SECRET_KEY = env("DJANGO_SECRET_KEY", default="")
 ALLOWED_HOSTS: list[str] = env.list("DJANGO_ALLOWED_HOSTS", default=[])
 CSRF_TRUSTED_ORIGINS: list[str] = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
+# No "daphne": the ASGI server is uvicorn (bin/serve, for the demo too), and daphne's app (whose
+# only use is to make `runserver` serve ASGI) loads Twisted into every process and command.
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

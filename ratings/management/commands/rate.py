@@ -7,11 +7,14 @@ from typing import Any, TextIO, cast
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ratings import cli
-from ratings.engine import EngineError
+from ratings.engine.errors import EngineError
 
 
 class Command(BaseCommand):
     help = "Rate models from a battle file (JSON, JSONL, CSV or Parquet, public arena schema)."
+    # No system checks: the command reads a file and touches neither the database nor the URLs,
+    # and the URL check alone imports every view (pandas, django-ninja) before the engine starts.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         cli.add_arguments(parser)
