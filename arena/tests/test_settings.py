@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -53,6 +54,65 @@ def test_production_settings_load_with_everything_set():
         REDIS_URL="redis://r:6379/0",
     )
     assert result.returncode == 0, result.stderr
+
+
+def production_databases(**env) -> dict:
+    """Production's DATABASES (JSON) with everything required set, plus ``env``."""
+    required = {
+        "DJANGO_SECRET_KEY": "x" * 50,
+        "DJANGO_ALLOWED_HOSTS": "arena.example",
+        "DATABASE_URL": "postgres://u@db:5432/arena",
+        "REDIS_URL": "redis://r:6379/0",
+    }
+    clean = {
+        k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_", "REDIS_"))
+    }
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json, config.settings.production as p; print(json.dumps(p.DATABASES))",
+        ],
+        cwd=BASE_DIR,
+        env={**clean, **required, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["default"]
+
+
+def test_production_pools_database_connections_sized_from_the_environment():
+    assert production_databases()["OPTIONS"]["pool"] == {
+        "min_size": 1,
+        "max_size": 8,
+        "timeout": 10.0,
+    }
+    database = production_databases(
+        DATABASE_POOL_MAX_SIZE="3", DATABASE_POOL_MIN_SIZE="5", DATABASE_POOL_TIMEOUT_SECONDS="2.5"
+    )
+    # The minimum never exceeds the maximum (psycopg's pool would refuse to open).
+    assert database["OPTIONS"]["pool"] == {"min_size": 3, "max_size": 3, "timeout": 2.5}
+    assert database["CONN_MAX_AGE"] == 0
+
+
+def test_production_without_a_pool_keeps_connections_as_configured():
+    database = production_databases(DATABASE_POOL_MAX_SIZE="0", DATABASE_CONN_MAX_AGE="60")
+    assert "pool" not in database.get("OPTIONS", {})
+    assert database["CONN_MAX_AGE"] == 60
+
+
+def test_production_refuses_kept_connections_with_the_pool():
+    result = import_production_settings(
+        DJANGO_SECRET_KEY="x" * 50,
+        DJANGO_ALLOWED_HOSTS="arena.example",
+        DATABASE_URL="postgres://u@db:5432/arena",
+        REDIS_URL="redis://r:6379/0",
+        DATABASE_CONN_MAX_AGE="60",
+    )
+    assert result.returncode != 0
+    assert "DATABASE_CONN_MAX_AGE must be 0 while the connection pool is on" in result.stderr
 
 
 @pytest.mark.parametrize(
