@@ -28,8 +28,8 @@ import hmac
 import json
 import logging
 import uuid
+from typing import TYPE_CHECKING
 
-import httpx2
 from celery import current_app
 from django.core.cache import cache
 from django.db import transaction
@@ -38,13 +38,17 @@ from django.db.models import F
 from arena.env.selectors import reward_record
 from arena.models import EnvCompletion, EnvRun
 
+if TYPE_CHECKING:
+    import httpx2
+
 logger = logging.getLogger(__name__)
 
 DELIVER_TASK = "arena.tasks.env_webhook_deliver"
 WEBHOOK_BATCH = 100
 # Batches one task run sends before it hands the rest to a fresh task (keeps a run short).
 WEBHOOK_BATCHES_PER_RUN = 20
-WEBHOOK_TIMEOUT = httpx2.Timeout(10.0, connect=5.0)
+WEBHOOK_TIMEOUT_SECONDS = 10.0
+WEBHOOK_CONNECT_SECONDS = 5.0
 SIGNATURE_HEADER = "X-Arena-Signature"
 DELIVERY_HEADER = "X-Arena-Delivery"
 
@@ -101,12 +105,19 @@ def webhook_deliver(*, run_id: uuid.UUID, client: httpx2.Client | None = None) -
     acknowledged. Raises ``WebhookFailed`` at the first batch not acknowledged (the records
     before it stay acknowledged). A run without a webhook, or with nothing new, sends nothing.
     """
+    # The HTTP client is loaded by the process that delivers (a Celery worker), not by every
+    # process that imports the env's rewards (every web worker and command, via ratings.tasks).
+    import httpx2
+
     run = EnvRun.objects.filter(pk=run_id).first()
     if run is None or not run.webhook_url:
         return 0
     delivered = 0
     own_client = client is None
-    http = client or httpx2.Client(timeout=WEBHOOK_TIMEOUT, follow_redirects=False)
+    http = client or httpx2.Client(
+        timeout=httpx2.Timeout(WEBHOOK_TIMEOUT_SECONDS, connect=WEBHOOK_CONNECT_SECONDS),
+        follow_redirects=False,
+    )
     try:
         for _ in range(WEBHOOK_BATCHES_PER_RUN):
             run.refresh_from_db(fields=["webhook_seq", "webhook_url", "webhook_secret"])

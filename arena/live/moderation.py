@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import openai
 from django.conf import settings
 
 from arena.errors import ArenaError, ErrorCode
@@ -75,6 +74,9 @@ def _unavailable() -> ArenaError:
 
 
 def _openai_verdict(text: str, provider_name: str) -> Verdict:
+    # Here, not at module level: only a site that names a moderation provider loads the client.
+    import openai
+
     provider = Provider.objects.filter(name=provider_name).first()
     if provider is None:
         log.error("ARENA_MODERATION_PROVIDER names no provider: %r", provider_name)

@@ -14,21 +14,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import os
+import sys
 import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import httpx2
-import openai
-
 from arena.inputs import text_storable
 from arena.payloads import MessageStatus
 
 if TYPE_CHECKING:
+    import openai
+
     from arena.models import ArenaModel
+
+# The openai client and its HTTP stack (about 50 MB) are imported by the functions below, on a
+# worker's first live answer: a worker that only serves pages, pool battles and votes never
+# loads them.
 
 # Parameters the chat-completions call takes by name; anything else goes in the request body
 # as is (e.g. vLLM's top_k), so a provider's own extensions keep working.
@@ -132,6 +137,9 @@ _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, .
 
 def _client(target: UpstreamTarget, api_key: str) -> openai.AsyncOpenAI:
     """One client (one connection pool) per endpoint, key and timeouts, per event loop."""
+    import httpx2
+    import openai
+
     loop = asyncio.get_running_loop()
     per_loop = _clients.setdefault(loop, {})
     key = (target.base_url, api_key, target.connect_timeout, target.read_timeout)
@@ -163,6 +171,9 @@ def _client(target: UpstreamTarget, api_key: str) -> openai.AsyncOpenAI:
 
 def _is_connection_failure(exc: BaseException) -> bool:
     """A failure to reach the server, as opposed to a slow or failing one."""
+    import httpx2
+    import openai
+
     if isinstance(exc, openai.APITimeoutError):
         return isinstance(exc.__cause__, httpx2.ConnectTimeout | httpx2.PoolTimeout)
     return isinstance(exc, openai.APIConnectionError)
@@ -183,6 +194,8 @@ def _refused(exc: BaseException) -> bool:
 
 
 def _classify(exc: BaseException) -> str:
+    import openai
+
     if isinstance(exc, openai.APITimeoutError | TimeoutError):
         return "connection" if _refused(exc) else "timeout"
     if isinstance(exc, openai.APIConnectionError):
@@ -236,6 +249,12 @@ async def stream_answer(
     Ends with ``answer.status`` done, error or (when cancelled) aborted; a cancellation is
     re-raised after the HTTP response is closed, so the upstream sees the connection go.
     """
+    if "openai" not in sys.modules:
+        # A worker's first live answer: the import (about half a second) runs in a thread, so
+        # that the answers already streaming on this event loop keep flowing meanwhile.
+        await asyncio.to_thread(importlib.import_module, "openai")
+    import openai
+
     started = time.monotonic()
     stream: Any = None
     try:
