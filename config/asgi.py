@@ -11,6 +11,8 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.core.cache import caches  # noqa: E402
 
 from arena.origin import SameOriginValidator  # noqa: E402
 from arena.routing import websocket_urlpatterns  # noqa: E402
@@ -23,6 +25,15 @@ application = ProtocolTypeRouter(
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+# One cache object per alias, and so one Redis connection pool, for the whole process. Django
+# keeps its cache objects in an asgiref Local (per context, and per thread); a websocket's or a
+# request's task, or a database thread, that finds none in its context makes its own, with a
+# pool of its own and a new Redis connection (a connect and a handshake) each time. Made here,
+# in the context the server's tasks are created from, it is the one they and their database
+# threads find.
+for _alias in settings.CACHES:
+    caches[_alias]
 
 # Everything imported and built so far lives as long as the process: move it out of the
 # garbage collector's generations, so that a full collection walks only the objects made since
