@@ -191,7 +191,9 @@ class Battle:
     async def run(self, url: str, gate: asyncio.Semaphore, stop_early: bool = False) -> None:
         import websockets
 
-        headers = {"Cookie": f"sessionid={self.key}", "Origin": "http://127.0.0.1"}
+        # The page's own origin, port included (arena.origin compares scheme, host and port).
+        origin = "http://" + url.removeprefix("ws://").split("/", 1)[0]
+        headers = {"Cookie": f"sessionid={self.key}", "Origin": origin}
         # The gate bounds the battles being opened and started at once (the ramp): a visitor
         # load arrives over time, and a start costs a few database writes.
         async with gate:
