@@ -1,5 +1,11 @@
-"""What a live battle costs the database, pinned so that a regression fails: the queries of a
-start and of a turn's end, and the consumer's database threads keeping their connections."""
+"""What a live battle costs the database and the cache, pinned so that a regression fails: the
+queries of a start and of a turn's end, the consumer's database threads keeping their
+connections, and one cache object (one Redis pool) for every task and thread of a server."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -68,3 +74,39 @@ async def test_the_database_threads_keep_their_connections_between_calls():
     pids = {await db(backend_pid)() for _ in range(8)}
     # Two threads, one connection each (closed after every call, eight calls made eight).
     assert 1 <= len(pids) <= 2
+
+
+SHARED_CACHE = textwrap.dedent(
+    """
+    import asyncio
+    import config.asgi  # as a server imports it, before its tasks exist
+    from django.core.cache import caches
+    from arena.live.runtime import db
+
+    def in_thread():
+        return id(caches["default"])
+
+    async def task():
+        return id(caches["default"]), await db(in_thread)()
+
+    async def main():
+        seen = await asyncio.gather(*(asyncio.create_task(task()) for _ in range(3)))
+        print(len({ident for pair in seen for ident in pair}))
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_every_task_and_database_thread_of_a_server_finds_one_cache_object():
+    # In a process of its own: the test's own context holds a cache object already.
+    result = subprocess.run(
+        [sys.executable, "-c", SHARED_CACHE],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[-1] == "1"
