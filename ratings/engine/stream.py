@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import BinaryIO, Literal
+from queue import Queue
+from typing import BinaryIO, Literal, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -125,9 +127,8 @@ def rate_parquet(
         with tempfile.TemporaryDirectory(prefix="arena-rate-", dir=spill_dir) as folder:
             scan = _Scan(Path(folder) / "battles.bin" if style_control else None)
             try:
-                for offset, batch in _batches(
-                    path, style_control, where, where_columns, batch_rows
-                ):
+                batches = _batches(path, style_control, where, where_columns, batch_rows)
+                for offset, batch in _prefetched(batches):
                     scan.add(batch, offset, where, style_control)
             finally:
                 scan.close()
@@ -191,11 +192,65 @@ def _batches(
         columns += [c for c in where_columns if c not in columns]
     offset = 0
     try:
-        for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
+        # One thread: Arrow's column threads cost 3-8x the CPU for no gain on 2 busy cores.
+        for batch in parquet.iter_batches(
+            batch_size=batch_rows, columns=columns, use_threads=False
+        ):
             yield offset, batch
             offset += batch.num_rows
     except pa.ArrowException as exc:
         raise EngineError(f"{source}: cannot read it ({_first_line(exc)})") from exc
+
+
+_T = TypeVar("_T")
+
+
+def _prefetched(items: Iterator[_T]) -> Iterator[_T]:
+    """``items``, the next one produced by a second thread while the caller works on this one.
+
+    Arrow decodes Parquet without the GIL, so decoding the next batch overlaps the numpy work
+    on this one. At most two items exist at a time (the caller's and the next); exceptions
+    (bad files) reach the caller in order.
+    """
+    done = object()
+    queue: Queue[object] = Queue()
+    ahead = threading.Semaphore(1)  # one item may be produced ahead of the caller's
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            while True:
+                ahead.acquire()
+                if stop.is_set():
+                    return
+                item = next(items, done)
+                queue.put(item)
+                if item is done:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            queue.put(_Failure(exc))
+
+    worker = threading.Thread(target=produce, name="rate-parquet-reader", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = queue.get()
+            if item is done:
+                return
+            if isinstance(item, _Failure):
+                raise item.error
+            ahead.release()  # the caller holds this one: the next may be produced
+            yield cast(_T, item)
+            del item
+    finally:
+        stop.set()
+        ahead.release()
+        worker.join()
+
+
+@dataclass(frozen=True)
+class _Failure:
+    error: BaseException
 
 
 def _codes(column: pa.Array) -> tuple[IntArray, list[str]]:
@@ -330,9 +385,9 @@ class _Scan:
         for i, (j, m) in enumerate(_PRODUCTS):
             self.sff[i] += np.bincount(pid, raw[j] * raw[m], self.n_pairs)
         assert self.spill is not None
-        self.spill.write(pid.astype(np.int32).tobytes())
-        self.spill.write(y2.tobytes())
-        self.spill.write(np.ascontiguousarray(raw).tobytes())
+        self.spill.write(pid.astype(np.int32).data)
+        self.spill.write(y2.data)
+        self.spill.write(np.ascontiguousarray(raw).data)
         self.segments.append(len(pid))
 
     @property
@@ -379,10 +434,18 @@ def _flat_counts(
             if parts is None:
                 out[key] = _kept_numbers(field, name, keep, labels)
             else:
+                fields = [field.field(part) for part in parts]
+                if all(pa.types.is_integer(f.type) and not f.null_count for f in fields):
+                    # Integer parts add exactly before the one conversion to float64.
+                    total = np.asarray(_as_numpy(fields[0]), dtype=np.int64).copy()
+                    for f in fields[1:]:
+                        total += _as_numpy(f)
+                    out[key] = (total if keep is None else total[keep]).astype(np.float64)
+                    continue
                 out[key] = sum(
                     (
-                        _kept_numbers(field.field(part), f"{name}.{part}", keep, labels)
-                        for part in parts
+                        _kept_numbers(f, f"{name}.{part}", keep, labels)
+                        for f, part in zip(fields, parts, strict=True)
                     ),
                     start=np.zeros(len(labels)),
                 )
@@ -508,13 +571,15 @@ def _style_statistics(scan: _Scan, rated: _Rated, style_l2: float) -> tuple[_Sty
     if len(kept):
         mz, sz = mean[kept], std[kept]
         per_pair_n = np.add.reduceat(battles.mult, battles.starts)
-        sf = _to_rated(scan.sf[kept], rated)
+        sf = _to_rated(scan.sf[kept], rated.index, battles.n_pairs)
         cross = weight * (sf - np.outer(mz, per_pair_n)) / sz[:, None]
         sff = np.zeros((len(kept), len(kept), battles.n_pairs))
         for i, (j, m) in enumerate(_PRODUCTS):
             if j in kept and m in kept:
                 jj, mm = int(np.flatnonzero(kept == j)[0]), int(np.flatnonzero(kept == m)[0])
-                sff[jj, mm] = sff[mm, jj] = _to_rated(scan.sff[i : i + 1], rated)[0]
+                sff[jj, mm] = sff[mm, jj] = _to_rated(
+                    scan.sff[i : i + 1], rated.index, battles.n_pairs
+                )[0]
         raw_gram = np.einsum("jmq,q->jm", sff, weight)
         raw_sf = sf @ weight
         total = float(np.dot(weight, per_pair_n))
@@ -538,11 +603,11 @@ def rows_c_per_pair(rows: bt.Rows) -> FloatArray:
     return np.add.reduceat(rows.c, rows.starts)
 
 
-def _to_rated(per_scan_pair: FloatArray, rated: _Rated) -> FloatArray:
-    """Per-pair sums over scan pair ids -> per rated pair (``rated.battles`` order)."""
-    out = np.zeros((per_scan_pair.shape[0], rated.battles.n_pairs + 1))
+def _to_rated(per_scan_pair: FloatArray, index: IntArray, n_pairs: int) -> FloatArray:
+    """Per-pair sums over scan pair ids -> per rated pair (``_Rated.battles`` order)."""
+    out = np.zeros((per_scan_pair.shape[0], n_pairs + 1))
     for j in range(per_scan_pair.shape[0]):
-        out[j] = np.bincount(rated.index, per_scan_pair[j], rated.battles.n_pairs + 1)
+        out[j] = np.bincount(index, per_scan_pair[j], n_pairs + 1)
     return out[:, :-1]
 
 
@@ -550,8 +615,40 @@ def _to_rated(per_scan_pair: FloatArray, rated: _Rated) -> FloatArray:
 # Pass 3: Newton over the spill
 
 
+#: A Newton evaluation after one whose gradient max-norm is below this is likely the last
+#: (Newton converges quadratically: 0.5 -> 1e-6 -> 1e-12 on the benchmark), so it also sums
+#: the sandwich's meat; if the last one did not, one more pass sums it.
+MEAT_AFTER = 1e-3
+
+
+class _Sums:
+    """Sums of ``v``, ``v f_j`` (per scan pair) and ``v f f^T`` over raw style differences."""
+
+    def __init__(self, n_scan_pairs: int, k: int, with_gram: bool) -> None:
+        self.per_pair = np.zeros(n_scan_pairs)
+        self.cross = np.zeros((k, n_scan_pairs)) if with_gram else None
+        self.features = np.zeros(k)  # sum_i v_i f_i, when there is no ``cross``
+        self.gram = np.zeros((k, k)) if with_gram else None
+
+    def add(self, pid: NDArray[np.intp], v: FloatArray, raw: FloatArray) -> None:
+        n = len(self.per_pair)
+        self.per_pair += np.bincount(pid, v, n)
+        if self.cross is None or self.gram is None:
+            self.features += raw @ v
+            return
+        weighted = raw * v
+        for j in range(len(raw)):
+            self.cross[j] += np.bincount(pid, weighted[j], n)
+        self.gram += weighted @ raw.T
+
+
 class _Spill:
-    """One pass over the spill: gradient, Hessian and meat sums at a given ``theta``."""
+    """Passes over the spill: gradient, Hessian and meat at a given ``theta``.
+
+    Sums are taken over the raw style differences ``r`` and scan pair ids, and turned into
+    sums over z-scored features ``(r - mean) / std`` and rated pairs afterwards (a few
+    p x k operations), so the per-battle work is one ``bincount`` per sum and no rescaling.
+    """
 
     def __init__(self, scan: _Scan, rated: _Rated, style: _Style, rows: bt.Rows) -> None:
         assert scan.spill_path is not None
@@ -560,6 +657,7 @@ class _Spill:
         self.index = rated.index
         self.rows = rows
         self.style = style
+        self.n_scan_pairs = len(rated.index)
         n_pairs = rated.battles.n_pairs
         # Per scan pair: the battle's likelihood weight c (0 outside the rated set).
         weight = np.zeros(n_pairs + 1)
@@ -569,61 +667,94 @@ class _Spill:
         self.weight = weight[self.index]
         self.unit = bool(np.all(self.weight == 1.0))
         self.meat: FloatArray | None = None
+        self.meat_at: FloatArray | None = None
+        self.last_gmax = np.inf
 
     def evaluate(self, theta: FloatArray) -> tuple[FloatArray, Callable[[], FloatArray]]:
+        with_meat = self.last_gmax < MEAT_AFTER
+        g_sums, h_sums, m_sums = self._pass(theta, gradient=True, meat=with_meat)
+        assert g_sums is not None and h_sums is not None
         rows = self.rows
-        p, k, n_pairs = rows.n_models, len(self.style.kept), rows.n_pairs
-        d = np.zeros(n_pairs + 1)
-        d[:n_pairs] = theta[rows.pair_a] - theta[rows.pair_b]
-        d_scan = d[self.index]
-        beta = theta[p:]
-        sums = {name: np.zeros((1 + k, n_pairs + 1)) for name in ("g", "h", "m")}
-        grams = {name: np.zeros((k, k)) for name in ("g", "h", "m")}
-        g_features = np.zeros(k)
-        kept = self.style.kept
-        mean, std = self.style.mean[:, None], self.style.std[:, None]
-        for pid, y2, raw in self._segments():
-            z = d_scan[pid]
-            features = raw[kept]
-            features -= mean
-            features /= std
-            if k:
-                z += beta @ features
-            prob = bt.expit(z)
-            resid = y2 * 0.5 - prob
-            curv = prob * (1.0 - prob)
-            if not self.unit:
-                c = self.weight[pid]
-                resid *= c
-                curv *= c
-            meat = resid * resid
-            index = self.index[pid]
-            for name, v in (("g", resid), ("h", curv), ("m", meat)):
-                sums[name][0] += np.bincount(index, v, n_pairs + 1)
-                if name == "g":
-                    if k:
-                        g_features += features @ v
-                    continue
-                if k:
-                    for j in range(k):
-                        fv = features[j] * v
-                        sums[name][1 + j] += np.bincount(index, fv, n_pairs + 1)
-                        grams[name][:, j] += features @ fv
+        p, k = rows.n_models, len(self.style.kept)
         g = np.empty(p + k)
-        g[:p] = bt._to_models(rows, sums["g"][0, :n_pairs])
-        g[p:] = g_features - rows.penalty * beta
-        hess = self._outer(sums["h"], grams["h"])
+        per_pair, cross, _ = self._standardised(g_sums)
+        g[:p] = bt._to_models(rows, per_pair)
+        g[p:] = cross - rows.penalty * theta[p:]
+        hess = self._outer(h_sums)
         hess[p:, p:] += rows.penalty * np.eye(k)
-        self.meat = self._outer(sums["m"], grams["m"])
+        self.meat = self._outer(m_sums) if m_sums is not None else None
+        self.meat_at = theta.copy()
+        self.last_gmax = float(np.max(np.abs(g)))
         return g, lambda: hess
 
-    def _outer(self, sums: FloatArray, gram: FloatArray) -> FloatArray:
-        n_pairs = self.rows.n_pairs
-        if len(self.style.kept) == 0:
-            return bt.outer_from_sums(self.rows, sums[0, :n_pairs], None, None)
-        return bt.outer_from_sums(self.rows, sums[0, :n_pairs], sums[1:, :n_pairs], gram)
+    def meat_at_optimum(self, theta: FloatArray) -> FloatArray:
+        """The sandwich's meat at ``theta`` (the fit's optimum): one more pass if needed."""
+        if self.meat is None or self.meat_at is None or not np.array_equal(self.meat_at, theta):
+            _, _, m_sums = self._pass(theta, gradient=False, meat=True)
+            assert m_sums is not None
+            self.meat = self._outer(m_sums)
+        return self.meat
 
-    def _segments(self) -> Iterator[tuple[IntArray, NDArray[np.int8], FloatArray]]:
+    def _pass(
+        self, theta: FloatArray, *, gradient: bool, meat: bool
+    ) -> tuple[_Sums | None, _Sums | None, _Sums | None]:
+        rows = self.rows
+        p, k, n_pairs = rows.n_models, len(self.style.kept), rows.n_pairs
+        kept = self.style.kept
+        # z = theta_a - theta_b + beta . (r - mean) / std, with the constant folded into d.
+        slope = theta[p:] / self.style.std
+        d = np.zeros(n_pairs + 1)
+        d[:n_pairs] = theta[rows.pair_a] - theta[rows.pair_b] - float(slope @ self.style.mean)
+        d_scan = d[self.index]
+        g_sums = _Sums(self.n_scan_pairs, k, with_gram=False) if gradient else None
+        h_sums = _Sums(self.n_scan_pairs, k, with_gram=True) if gradient else None
+        m_sums = _Sums(self.n_scan_pairs, k, with_gram=True) if meat else None
+        every = k == K
+        for pid, y2, raw_all in self._segments():
+            raw = raw_all if every else raw_all[kept]
+            z = d_scan[pid]
+            if k:
+                z += slope @ raw
+            prob = bt.expit(z)
+            resid: FloatArray = np.multiply(y2, 0.5, dtype=np.float64)
+            resid -= prob
+            c = None if self.unit else self.weight[pid]
+            if c is not None:
+                resid *= c
+            if g_sums is not None and h_sums is not None:
+                g_sums.add(pid, resid, raw)
+                curv: FloatArray = 1.0 - prob
+                curv *= prob
+                if c is not None:
+                    curv *= c
+                h_sums.add(pid, curv, raw)
+            if m_sums is not None:
+                resid *= resid
+                m_sums.add(pid, resid, raw)
+        return g_sums, h_sums, m_sums
+
+    def _standardised(self, sums: _Sums) -> tuple[FloatArray, FloatArray, FloatArray | None]:
+        """Per rated pair sum of v; sum of v z (per rated pair with a gram, else in total);
+        and sum of v z z^T, for z the z-scored features."""
+        mean, std = self.style.mean, self.style.std
+        n_pairs = self.rows.n_pairs
+        per_pair = _to_rated(sums.per_pair[None, :], self.index, n_pairs)[0]
+        total = float(sums.per_pair.sum())
+        if sums.cross is None or sums.gram is None:
+            return per_pair, (sums.features - mean * total) / std, None
+        cross_raw = _to_rated(sums.cross, self.index, n_pairs)
+        cross = (cross_raw - np.outer(mean, per_pair)) / std[:, None]
+        a = sums.cross.sum(axis=1)
+        gram = sums.gram - np.outer(mean, a) - np.outer(a, mean) + total * np.outer(mean, mean)
+        return per_pair, cross, gram / np.outer(std, std)
+
+    def _outer(self, sums: _Sums) -> FloatArray:
+        per_pair, cross, gram = self._standardised(sums)
+        if len(self.style.kept) == 0:
+            return bt.outer_from_sums(self.rows, per_pair, None, None)
+        return bt.outer_from_sums(self.rows, per_pair, cross, gram)
+
+    def _segments(self) -> Iterator[tuple[NDArray[np.intp], NDArray[np.int8], FloatArray]]:
         size = max(self.segments, default=0)
         buffer = bytearray(size * (4 + 1 + 8 * K))
         view = memoryview(buffer)
@@ -632,7 +763,7 @@ class _Spill:
                 nbytes = m * (4 + 1 + 8 * K)
                 if handle.readinto(view[:nbytes]) != nbytes:
                     raise EngineError("the spill file ended early (was it removed?)")
-                pid = np.frombuffer(buffer, np.int32, m, 0).astype(np.int64)
+                pid = np.frombuffer(buffer, np.int32, m, 0).astype(np.intp)
                 y2 = np.frombuffer(buffer, np.int8, m, 4 * m)
                 raw = np.frombuffer(buffer, np.float64, K * m, 5 * m).reshape(K, m)
                 yield pid, y2, raw
@@ -681,8 +812,8 @@ def _rate_scanned(
         ref = bt.reference_model(p, rows.pair_a, rows.pair_b, rows_c_per_pair(rows))
         spill = _Spill(scan, rated, style, rows)
         result = bt.newton(spill.evaluate, start, p, ref)
-        assert spill.meat is not None
-        cov = bt.robust_covariance(result, spill.meat, p, penalty=rows.penalty, l2=style_l2)
+        meat = spill.meat_at_optimum(result.theta)
+        cov = bt.robust_covariance(result, meat, p, penalty=rows.penalty, l2=style_l2)
         fit = _sandwich_fit(result, cov, p, anchor_index)
     if ci == "none":
         fit = replace(
