@@ -14,6 +14,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.cache import caches  # noqa: E402
 
+from answer_style import count_tokens  # noqa: E402
 from arena.origin import SameOriginValidator  # noqa: E402
 from arena.routing import websocket_urlpatterns  # noqa: E402
 
@@ -34,6 +35,11 @@ application = ProtocolTypeRouter(
 # threads find.
 for _alias in settings.CACHES:
     caches[_alias]
+
+# The style counts' tokenizer (about 0.4 s to load) is loaded with the server, not by the first
+# turn's end, in a database thread that would hold the GIL against the relay of every battle's
+# tokens for that long.
+count_tokens("")
 
 # Everything imported and built so far lives as long as the process: move it out of the
 # garbage collector's generations, so that a full collection walks only the objects made since
