@@ -277,3 +277,30 @@ def test_style_control_without_style_counts_is_refused(tmp_path):
         rate_parquet(path, style_control=True)
     with pytest.raises(EngineError, match="no such file"):
         rate_parquet(tmp_path / "absent.parquet", style_control=True)
+
+
+def test_the_command_line_streamed_prints_what_it_prints_in_memory(tmp_path):
+    from ratings.cli import main
+
+    path = write(battles(3000, p=5, seed=10), tmp_path / "b.parquet", row_group_size=1000)
+    outputs = {}
+    for name, extra in (("memory", []), ("streamed", ["--streamed"])):
+        out = tmp_path / f"{name}.json"
+        assert main([str(path), "--format", "json", "--output", str(out), *extra]) == 0
+        outputs[name] = json.loads(out.read_text())
+    memory, streamed = outputs["memory"], outputs["streamed"]
+    assert [m["model"] for m in streamed["models"]] == [m["model"] for m in memory["models"]]
+    for s, m in zip(streamed["models"], memory["models"], strict=True):
+        assert abs(s["rating_upper"] - m["rating_upper"]) < ELO
+
+
+def test_the_command_line_streamed_refuses_the_bootstrap_and_other_formats(tmp_path, capsys):
+    from ratings.cli import main
+
+    path = write(battles(300, p=4), tmp_path / "b.parquet")
+    assert main([str(path), "--streamed", "--ci", "bootstrap"]) == 1
+    assert "the bootstrap needs the battles in memory" in capsys.readouterr().err
+    csv = tmp_path / "b.csv"
+    battles(300, p=4).to_csv(csv, index=False)
+    assert main([str(csv), "--streamed"]) == 1
+    assert "--streamed reads Parquet files only" in capsys.readouterr().err
