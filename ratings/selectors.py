@@ -9,20 +9,23 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 from django.db.models import Count, Max
 
 from answer_style import CONV_METADATA_KEYS
 from arena.models import ArenaModel
 from arena.selectors import votes_for_rating
-from ratings.engine import ModelRatingDict, RatingResultDict, flatten_conv_metadata
+from ratings.engine import ModelRatingDict, RatingResultDict
 from ratings.models import LeaderboardSnapshot
 from ratings.payload import CategoryEntry, ModelMeta, ProvisionalEntry, SnapshotPayload
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+# pandas, numpy and pyarrow are imported by the functions that read votes for a fit (a Celery
+# worker's, or a command's), so the web worker that shows the leaderboard does not load them.
 
 STYLE_OPTIONS = ("on", "off")
 DEFAULT_CATEGORY = "overall"
@@ -71,6 +74,8 @@ _SPILL_TEXT = ("model_a", "model_b", "winner", "prompt_category", "language")
 
 
 def _spill_schema() -> pa.Schema:
+    import pyarrow as pa
+
     fields = [pa.field("vote_id", pa.int64(), nullable=False)]
     fields += [pa.field(c, pa.dictionary(pa.int32(), pa.string())) for c in _SPILL_TEXT]
     fields += [pa.field(c, pa.int64()) for c in ("turns", "prompt_chars")]
@@ -85,6 +90,8 @@ def style_complete(meta: Any) -> bool:
 
 
 def _battles_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    import pandas as pd
+
     frame = pd.DataFrame(rows, columns=list(BATTLE_COLUMNS.values()))
     for column in ("prompt_category", "language"):
         frame[column] = frame[column].fillna("")
@@ -93,6 +100,11 @@ def _battles_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
 
 def _spill_batch(frame: pd.DataFrame, schema: pa.Schema) -> pa.RecordBatch:
     """``frame`` (``rating_battles``' columns) in the spill's schema."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ratings.engine import flatten_conv_metadata
+
     complete = frame["conv_metadata"].map(style_complete).astype(bool).to_numpy()
     counts = {c: np.zeros(len(frame), dtype=np.int64) for c in SPILL_STYLE_COLUMNS}
     if complete.any():
@@ -154,6 +166,8 @@ def rating_battles_spill(
     ``ratings.engine.read_battles`` accepts. ``observe`` sees each batch as ``rating_battles``
     would have shaped it, before the next one is read (memory stays at about one batch).
     """
+    import pyarrow.parquet as pq
+
     schema = _spill_schema()
     rows = groups = high = 0
     with pq.ParquetWriter(path, schema) as writer:

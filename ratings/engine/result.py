@@ -10,9 +10,11 @@ view, so a change here is a change of ``ratings.services.PAYLOAD_SCHEMA``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypedDict, TypeVar
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
-from .identify import Provisional, ProvisionalDict
+if TYPE_CHECKING:
+    # Annotations only: the JSON shapes here load without numpy (a web worker reads them).
+    from .identify import Provisional, ProvisionalDict
 
 #: ``method.scale``: what one unit of rating means.
 SCALE = "400/ln(10) Elo points per logit"
