@@ -285,6 +285,7 @@ class _Scan:
         self.n_pairs = 0
         self.counts = np.zeros((0, 3))  # battles per (pair id, 2 y)
         self.sf = np.zeros((K, 0))  # per pair: sum of each raw style difference
+        self.sfy = np.zeros((K, 0))  # per pair: the same weighted by A's score y
         self.sff = np.zeros((len(_PRODUCTS), 0))  # per pair: sums of their products
         self.segments: list[int] = []  # battles in each spilled batch, in order
         self.spill_path = spill
@@ -321,6 +322,7 @@ class _Scan:
             grow = self.n_pairs - self.counts.shape[0]
             self.counts = np.vstack([self.counts, np.zeros((grow, 3))])
             self.sf = np.hstack([self.sf, np.zeros((K, grow))])
+            self.sfy = np.hstack([self.sfy, np.zeros((K, grow))])
             self.sff = np.hstack([self.sff, np.zeros((len(_PRODUCTS), grow))])
             pid = self.lut[a, b]
         return pid
@@ -376,12 +378,16 @@ class _Scan:
             )
         y2 = (y * 2).astype(np.int8)
         pid = self._pair_ids(a, b)
-        self.counts += np.bincount(pid * 3 + y2, minlength=3 * self.n_pairs).reshape(-1, 3)
+        cell = pid * 3 + y2
+        self.counts += np.bincount(cell, minlength=3 * self.n_pairs).reshape(-1, 3)
         if not style_control:
             return
         raw = _style_differences(batch, keep, labels)
         for j in range(K):
-            self.sf[j] += np.bincount(pid, raw[j], self.n_pairs)
+            # Per (pair, outcome), then split: sums of f and of y f at the cost of one.
+            by_outcome = np.bincount(cell, raw[j], 3 * self.n_pairs).reshape(-1, 3)
+            self.sf[j] += by_outcome.sum(axis=1)
+            self.sfy[j] += 0.5 * by_outcome[:, 1] + by_outcome[:, 2]
         for i, (j, m) in enumerate(_PRODUCTS):
             self.sff[i] += np.bincount(pid, raw[j] * raw[m], self.n_pairs)
         assert self.spill is not None
@@ -652,6 +658,7 @@ class _Spill:
 
     def __init__(self, scan: _Scan, rated: _Rated, style: _Style, rows: bt.Rows) -> None:
         assert scan.spill_path is not None
+        self.scan = scan
         self.path = scan.spill_path
         self.segments = scan.segments
         self.index = rated.index
@@ -672,9 +679,15 @@ class _Spill:
 
     def evaluate(self, theta: FloatArray) -> tuple[FloatArray, Callable[[], FloatArray]]:
         with_meat = self.last_gmax < MEAT_AFTER
-        g_sums, h_sums, m_sums = self._pass(theta, gradient=True, meat=with_meat)
-        assert g_sums is not None and h_sums is not None
         rows = self.rows
+        g_sums: _Sums | None
+        h_sums: _Sums | None
+        m_sums: _Sums | None = None
+        if not theta[rows.n_models :].any() and not with_meat:
+            g_sums, h_sums = self._sums_without_style(theta)
+        else:
+            g_sums, h_sums, m_sums = self._pass(theta, gradient=True, meat=with_meat)
+        assert g_sums is not None and h_sums is not None
         p, k = rows.n_models, len(self.style.kept)
         g = np.empty(p + k)
         per_pair, cross, _ = self._standardised(g_sums)
@@ -694,6 +707,31 @@ class _Spill:
             assert m_sums is not None
             self.meat = self._outer(m_sums)
         return self.meat
+
+    def _sums_without_style(self, theta: FloatArray) -> tuple[_Sums, _Sums]:
+        """The gradient's and the Hessian's sums at style coefficients 0 (the starting point),
+        from pass 1's per-pair sums: every battle of a pair then has the same probability."""
+        rows, scan = self.rows, self.scan
+        n_pairs, kept = rows.n_pairs, self.style.kept
+        k = len(kept)
+        d = np.zeros(n_pairs + 1)
+        d[:n_pairs] = theta[rows.pair_a] - theta[rows.pair_b]
+        prob = bt.expit(d[self.index])
+        battles = scan.counts.sum(axis=1)
+        points = 0.5 * scan.counts[:, 1] + scan.counts[:, 2]
+        g_sums = _Sums(self.n_scan_pairs, k, with_gram=False)
+        g_sums.per_pair = self.weight * (points - battles * prob)
+        g_sums.features = (scan.sfy[kept] - prob * scan.sf[kept]) @ self.weight
+        curv = self.weight * prob * (1.0 - prob)
+        h_sums = _Sums(self.n_scan_pairs, k, with_gram=True)
+        h_sums.per_pair = curv * battles
+        h_sums.cross = curv * scan.sf[kept]
+        products = scan.sff @ curv
+        gram = np.zeros((K, K))
+        for i, (j, m) in enumerate(_PRODUCTS):
+            gram[j, m] = gram[m, j] = products[i]
+        h_sums.gram = gram[np.ix_(kept, kept)]
+        return g_sums, h_sums
 
     def _pass(
         self, theta: FloatArray, *, gradient: bool, meat: bool

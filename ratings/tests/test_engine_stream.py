@@ -304,3 +304,13 @@ def test_the_command_line_streamed_refuses_the_bootstrap_and_other_formats(tmp_p
     battles(300, p=4).to_csv(csv, index=False)
     assert main([str(csv), "--streamed"]) == 1
     assert "--streamed reads Parquet files only" in capsys.readouterr().err
+
+
+def test_style_control_with_no_style_variation_at_all_rates_as_rate_does(tmp_path):
+    df = battles(2000, p=5, seed=11)
+    for column in df.columns[3:]:
+        df[column] = 7
+    path = write(df, tmp_path / "b.parquet")
+    memory = rate(read_battles(path), style_control=True)
+    assert memory.method.degenerate_style_elements == ("length", "header", "list", "bold")
+    assert_same(rate_parquet(path, style_control=True, batch_rows=300), memory)
