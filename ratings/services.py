@@ -37,13 +37,11 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils.translation import get_language_info
@@ -73,6 +71,9 @@ from ratings.selectors import (
     snapshot_latest,
     style_complete,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
@@ -336,6 +337,11 @@ class _FrameVotes:
         return _pair_counts(self.battles)
 
 
+# Rows per batch when the spill is read back. A spilled row is a few numeric and dictionary
+# columns (about 100 bytes in Arrow); a row fetched from PostgreSQL, with its style counts as
+# JSON objects, costs about 4-8 KB in Python, hence the far smaller RATINGS_STREAM_BATCH_ROWS.
+SPILL_READ_ROWS = 50_000
+
 # What a category's rule and the style views read from the spill.
 _SELECT_COLUMNS = [
     "winner",
@@ -357,9 +363,9 @@ class _SpillVotes:
     batch (and, with style control, keeps the votes with style counts).
     """
 
-    def __init__(self, path: Path, *, batch_rows: int) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.batch_rows = batch_rows
+        self.batch_rows = SPILL_READ_ROWS
         self.languages: dict[str, int] = {}
         self.rated: set[str] = set()
         self.pairs: Counter[tuple[str, str]] = Counter()
@@ -376,6 +382,8 @@ class _SpillVotes:
             self.pairs[(a, b)] += n
 
     def _batches(self, columns: list[str]) -> Iterator[pd.DataFrame]:
+        import pyarrow.parquet as pq  # only a streamed refit reads Parquet
+
         parquet = pq.ParquetFile(self.path)
         for batch in parquet.iter_batches(batch_size=self.batch_rows, columns=columns):
             yield batch.to_pandas()
@@ -466,7 +474,7 @@ def snapshot_build_streamed(
     with tempfile.TemporaryDirectory(
         prefix="arena-ratings-", dir=settings.RATINGS_SPILL_DIR
     ) as tmp:
-        votes = _SpillVotes(Path(tmp) / "votes.parquet", batch_rows=batch_rows)
+        votes = _SpillVotes(Path(tmp) / "votes.parquet")
         spill = rating_battles_spill(votes.path, batch_rows=batch_rows, observe=votes.observe)
         logger.info(
             "ratings: %s votes spilled in %s row groups of up to %s",

@@ -22,7 +22,8 @@ BATCH_ROWS = 40
 
 
 @pytest.fixture(autouse=True)
-def stream_settings(settings, tmp_path):
+def stream_settings(settings, tmp_path, monkeypatch):
+    monkeypatch.setattr(services, "SPILL_READ_ROWS", 25)  # several batches per pass
     settings.RATINGS_MIN_CATEGORY_VOTES = 10
     settings.RATINGS_LONG_PROMPT_CHARS = 200
     settings.RATINGS_CI = "sandwich"
@@ -86,12 +87,29 @@ def assert_same(left, right, path="payload"):
         assert left == right, (path, left, right)
 
 
-def refresh_both(settings):
-    """An in-memory snapshot, then a streamed one of the same votes."""
+def refresh_both(settings, masks=None):
+    """An in-memory snapshot, then a streamed one of the same votes; ``masks`` collects the
+    length of every row mask the streamed fits asked for."""
     settings.RATINGS_STREAM_THRESHOLD = 10**9
     memory = services.snapshot_refresh(force=True).snapshot
     settings.RATINGS_STREAM_THRESHOLD = 0
-    with mock.patch.object(engine, "rate", side_effect=AssertionError("fitted in memory")):
+    real = engine.rate_parquet
+
+    def rate_parquet(path, **kwargs):
+        where = kwargs["where"]
+
+        def counted(batch):
+            keep = where(batch)
+            if masks is not None:
+                masks.append(len(keep))
+            return keep
+
+        return real(path, **{**kwargs, "where": counted})
+
+    with (
+        mock.patch.object(engine, "rate", side_effect=AssertionError("fitted in memory")),
+        mock.patch.object(engine, "rate_parquet", side_effect=rate_parquet),
+    ):
         streamed = services.snapshot_refresh(force=True).snapshot
     return memory, streamed
 
@@ -101,7 +119,8 @@ def category(snapshot, key):
 
 
 def test_streamed_refresh_writes_the_same_payload_as_the_in_memory_one(votes, settings):
-    memory, streamed = refresh_both(settings)
+    masks = []
+    memory, streamed = refresh_both(settings, masks)
 
     assert "streamed" not in memory.params and streamed.params["streamed"] is True
     assert streamed.params["ci"] == memory.params["ci"] == "sandwich"
@@ -116,6 +135,9 @@ def test_streamed_refresh_writes_the_same_payload_as_the_in_memory_one(votes, se
     assert overall["results"]["on"]["n_battles"] == 108  # the 12 without style counts left out
     assert category(streamed, "lang-fr")["status"] == "insufficient"
     assert streamed.payload["sampling"]["counts"] and streamed.payload["sampling"]["se"]
+    # Every fit read the whole file in batches of at most SPILL_READ_ROWS (25) rows.
+    fits = 2 * len(keys)
+    assert sum(masks) == 120 * fits and max(masks) == 25 and len(masks) >= 5 * fits
 
 
 def test_excluded_votes_stay_out_of_the_spill(votes, tmp_path):
@@ -187,9 +209,7 @@ def test_a_batch_size_below_one_is_refused(db):
 
 def test_the_spill_file_is_deleted_after_the_refresh(votes, settings, tmp_path):
     settings.RATINGS_STREAM_THRESHOLD = 0
-    with mock.patch.object(
-        selectors.pq, "ParquetWriter", wraps=selectors.pq.ParquetWriter
-    ) as writer:
+    with mock.patch.object(pq, "ParquetWriter", wraps=pq.ParquetWriter) as writer:
         snapshot = services.snapshot_refresh().snapshot
 
     spilled = writer.call_args.args[0]
