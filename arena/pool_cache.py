@@ -16,6 +16,9 @@ under:
   action) is seen within ``MAX_AGE_SECONDS``: no copy is older;
 - while the shared cache is unreachable (or was flushed) the generation is new on every read, so
   every battle reads the database, as without this module.
+
+Without Redis (the local settings' per-process memory cache) a change made by another process,
+such as an import command beside a running server, is seen within ``MAX_AGE_SECONDS``.
 """
 
 from __future__ import annotations
