@@ -23,6 +23,10 @@ than ``RATINGS_MIN_CATEGORY_VOTES`` votes, or when the style-controlled fit has 
 handful of votes (the engine's ``CannotRateError``); it then lists every model as provisional
 (reason ``few_votes`` for models the engine would otherwise rate). Any other error is a bug:
 it is logged and fails the run, and the previous snapshot stays on the page.
+
+Past ``RATINGS_STREAM_THRESHOLD`` votes the same payload is built from a Parquet spill of the
+votes, a batch at a time (``snapshot_build_streamed``), with sandwich intervals and without the
+online Elo, which the streamed engine does not replay.
 """
 
 from __future__ import annotations
@@ -338,8 +342,8 @@ class _FrameVotes:
 
 
 # Rows per batch when the spill is read back. A spilled row is a few numeric and dictionary
-# columns (about 100 bytes in Arrow); a row fetched from PostgreSQL, with its style counts as
-# JSON objects, costs about 4-8 KB in Python, hence the far smaller RATINGS_STREAM_BATCH_ROWS.
+# columns; a row fetched from PostgreSQL, with its style counts as JSON objects, costs about
+# 4-8 KB in Python, hence the far smaller RATINGS_STREAM_BATCH_ROWS.
 SPILL_READ_ROWS = 50_000
 
 # What a category's rule and the style views read from the spill.
@@ -413,7 +417,8 @@ class _SpillVotes:
         return where
 
     def view(self, category: Category, style: str) -> pd.DataFrame:
-        # Only for views that are not rated (few votes): their rows are gathered in memory.
+        # Only for views that are not rated (too few votes, or a style fit with no maximum):
+        # their three columns are gathered in memory for the records of every model.
         parts = [
             frame.loc[_keep(frame, category, style), _TABLE]
             for frame in self._batches([*_SELECT_COLUMNS, *_TABLE])

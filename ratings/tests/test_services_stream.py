@@ -50,6 +50,9 @@ def votes(rated_models, make_vote):
             make_vote(b, a, "model_b" if winner == "model_a" else winner, prompt="x" * 250)
         else:
             make_vote(a, b, winner, turns=2, language="en-GB")
+    # Coding by a fenced code block rather than by the prompt's category.
+    for winner in ("model_a", "model_b", "tie"):
+        make_vote(alpha, gamma, winner, prompt="Why?\n```py\nprint(1)\n```")
     # French: alpha always beats beta, so no two models can be rated in that category.
     for _ in range(12):
         make_vote(alpha, beta, "model_a", language="fr-FR")
@@ -125,19 +128,20 @@ def test_streamed_refresh_writes_the_same_payload_as_the_in_memory_one(votes, se
     assert "streamed" not in memory.params and streamed.params["streamed"] is True
     assert streamed.params["ci"] == memory.params["ci"] == "sandwich"
     assert (streamed.n_votes, streamed.vote_high_water) == (memory.n_votes, memory.vote_high_water)
-    assert streamed.n_votes == rated_count() == 60 + 36 + 12 + 12
+    assert streamed.n_votes == rated_count() == 60 + 36 + 3 + 12 + 12
     assert_same(memory.payload, streamed.payload)
     # The comparison covers every kind of view the fixture builds.
     keys = [c["key"] for c in streamed.payload["categories"]]
     assert keys == ["overall", "coding", "long_prompts", "multi_turn", "lang-en", "lang-fr"]
     overall = category(streamed, "overall")
-    assert overall["results"]["off"]["n_battles"] == 120
-    assert overall["results"]["on"]["n_battles"] == 108  # the 12 without style counts left out
+    assert overall["results"]["off"]["n_battles"] == 123
+    assert overall["results"]["on"]["n_battles"] == 111  # the 12 without style counts left out
+    assert category(streamed, "coding")["n_votes"] == 12 + 3
     assert category(streamed, "lang-fr")["status"] == "insufficient"
     assert streamed.payload["sampling"]["counts"] and streamed.payload["sampling"]["se"]
     # Every fit read the whole file in batches of at most SPILL_READ_ROWS (25) rows.
     fits = 2 * len(keys)
-    assert sum(masks) == 120 * fits and max(masks) == 25 and len(masks) >= 5 * fits
+    assert sum(masks) == 123 * fits and max(masks) == 25 and len(masks) >= 5 * fits
 
 
 def test_excluded_votes_stay_out_of_the_spill(votes, tmp_path):
@@ -159,7 +163,7 @@ def test_the_spill_matches_rating_battles_row_for_row(votes, tmp_path):
     battles = selectors.rating_battles()
     frame = pq.read_table(path).to_pandas()
 
-    assert spill.rows == len(battles) == 120
+    assert spill.rows == len(battles) == 123
     for column in ("model_a", "model_b", "winner", "prompt_category", "language"):
         assert frame[column].astype(str).tolist() == battles[column].tolist()
     for column in ("vote_id", "turns", "prompt_chars", "prompt_has_code"):
@@ -172,7 +176,7 @@ def test_the_spill_matches_rating_battles_row_for_row(votes, tmp_path):
         assert (frame.loc[~complete.to_numpy(), column] == 0).all()
     # The engine reads the file as it is.
     read = engine.read_battles(path)
-    assert len(read) == 120 and set(selectors.SPILL_STYLE_COLUMNS) <= set(read.columns)
+    assert len(read) == 123 and set(selectors.SPILL_STYLE_COLUMNS) <= set(read.columns)
 
 
 def test_the_spill_is_one_row_group_per_batch_with_dictionary_encoded_models(votes, tmp_path):
@@ -181,9 +185,9 @@ def test_the_spill_is_one_row_group_per_batch_with_dictionary_encoded_models(vot
         spill = selectors.rating_battles_spill(path, batch_rows=BATCH_ROWS)
     parquet = pq.ParquetFile(path)
 
-    assert spill.row_groups == parquet.num_row_groups == math.ceil(120 / BATCH_ROWS) == 3
+    assert spill.row_groups == parquet.num_row_groups == math.ceil(123 / BATCH_ROWS) == 4
     sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
-    assert sizes == [BATCH_ROWS] * 3
+    assert sizes == [BATCH_ROWS, BATCH_ROWS, BATCH_ROWS, 3]
     for column in ("model_a", "model_b", "winner"):
         assert pa.types.is_dictionary(parquet.schema_arrow.field(column).type)
 
@@ -197,7 +201,7 @@ def test_batches_are_read_through_a_server_side_cursor(votes):
                 cursor.execute(open_cursors, ["_django_curs_%"])
                 seen.append((len(frame), cursor.fetchone()[0]))
 
-    assert [n for n, _ in seen] == [25, 25, 25, 25, 20]
+    assert [n for n, _ in seen] == [25, 25, 25, 25, 23]
     # A named cursor is open on the server while the batches are read.
     assert all(cursors >= 1 for _, cursors in seen[:-1])
 
@@ -299,7 +303,7 @@ def test_a_view_the_engine_cannot_rate_is_listed_alike_on_both_paths(votes, sett
     else:
         assert "the style fit has no maximum" in overall["reasons"]["on"]
         assert {e["model"] for e in listed} == {"alpha", "beta", "gamma"}
-        assert sum(e["battles"] for e in listed) == 2 * 108
+        assert sum(e["battles"] for e in listed) == 2 * 111
 
 
 def test_the_refresh_task_streams_past_the_threshold(votes, settings):
