@@ -30,10 +30,12 @@ and stays in memory (``rate``); the online Elo (a sequential replay) is not comp
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from queue import Queue
@@ -96,6 +98,7 @@ def rate_parquet(
     style_l2: float = 0.0,
     batch_rows: int = 1_000_000,
     spill_dir: str | os.PathLike[str] | None = None,
+    workers: int = 1,
 ) -> RatingResult:
     """``rate`` on the battles of a Parquet file, read ``batch_rows`` rows at a time.
 
@@ -110,7 +113,8 @@ def rate_parquet(
     battles (to floating-point summation order), without the online Elo (``online_elo`` is
     ``None``). Rows are numbered 1, 2, ... in file order in error messages. With style
     control a spill file of 37 bytes per battle lives in ``spill_dir`` (default: the system's
-    temporary directory) during the call.
+    temporary directory) during the call, and each Newton pass over it runs on ``workers``
+    threads (on the shared 2-vCPU VM under load, 2 cost more CPU and wall time than 1).
     """
     choice: str = ci  # callers without a type checker may pass anything
     if choice == "bootstrap":
@@ -123,6 +127,8 @@ def rate_parquet(
     _check_options("sandwich", 100, style_l2, None)
     if batch_rows < 1:
         raise EngineError(f"batch_rows must be at least 1, not {batch_rows}")
+    if workers < 1:
+        raise EngineError(f"workers must be at least 1, not {workers}")
     with threadpool_limits(limits=1, user_api="blas"):
         with tempfile.TemporaryDirectory(prefix="arena-rate-", dir=spill_dir) as folder:
             scan = _Scan(Path(folder) / "battles.bin" if style_control else None)
@@ -136,6 +142,7 @@ def rate_parquet(
                 scan,
                 style_control=style_control,
                 ci=ci,
+                workers=workers,
                 anchor=anchor,
                 reweight=reweight,
                 style_l2=style_l2,
@@ -647,6 +654,14 @@ class _Sums:
             self.cross[j] += np.bincount(pid, weighted[j], n)
         self.gram += weighted @ raw.T
 
+    def merge(self, other: _Sums) -> None:
+        self.per_pair += other.per_pair
+        self.features += other.features
+        if self.cross is not None and other.cross is not None:
+            self.cross += other.cross
+        if self.gram is not None and other.gram is not None:
+            self.gram += other.gram
+
 
 class _Spill:
     """Passes over the spill: gradient, Hessian and meat at a given ``theta``.
@@ -656,8 +671,11 @@ class _Spill:
     p x k operations), so the per-battle work is one ``bincount`` per sum and no rescaling.
     """
 
-    def __init__(self, scan: _Scan, rated: _Rated, style: _Style, rows: bt.Rows) -> None:
+    def __init__(
+        self, scan: _Scan, rated: _Rated, style: _Style, rows: bt.Rows, workers: int
+    ) -> None:
         assert scan.spill_path is not None
+        self.workers = workers
         self.scan = scan
         self.path = scan.spill_path
         self.segments = scan.segments
@@ -736,19 +754,49 @@ class _Spill:
     def _pass(
         self, theta: FloatArray, *, gradient: bool, meat: bool
     ) -> tuple[_Sums | None, _Sums | None, _Sums | None]:
+        """One pass over the spill, its segments split between ``workers`` threads (numpy's
+        array loops and ``bincount`` release the GIL); each sums its share, the shares add."""
         rows = self.rows
-        p, k, n_pairs = rows.n_models, len(self.style.kept), rows.n_pairs
-        kept = self.style.kept
+        p, n_pairs = rows.n_models, rows.n_pairs
         # z = theta_a - theta_b + beta . (r - mean) / std, with the constant folded into d.
         slope = theta[p:] / self.style.std
         d = np.zeros(n_pairs + 1)
         d[:n_pairs] = theta[rows.pair_a] - theta[rows.pair_b] - float(slope @ self.style.mean)
         d_scan = d[self.index]
+        count = max(1, min(self.workers, len(self.segments)))
+        bounds = np.linspace(0, len(self.segments), count + 1).round().astype(int)
+        shares = [range(int(lo), int(hi)) for lo, hi in itertools.pairwise(bounds)]
+
+        def run(share: range) -> tuple[_Sums | None, _Sums | None, _Sums | None]:
+            return self._pass_share(share, d_scan, slope, gradient=gradient, meat=meat)
+
+        if count == 1:
+            return run(shares[0])
+        with ThreadPoolExecutor(max_workers=count) as pool:
+            parts = list(pool.map(run, shares))
+        first = parts[0]
+        for other in parts[1:]:
+            for mine, theirs in zip(first, other, strict=True):
+                if mine is not None and theirs is not None:
+                    mine.merge(theirs)
+        return first
+
+    def _pass_share(
+        self,
+        share: range,
+        d_scan: FloatArray,
+        slope: FloatArray,
+        *,
+        gradient: bool,
+        meat: bool,
+    ) -> tuple[_Sums | None, _Sums | None, _Sums | None]:
+        kept = self.style.kept
+        k = len(kept)
         g_sums = _Sums(self.n_scan_pairs, k, with_gram=False) if gradient else None
         h_sums = _Sums(self.n_scan_pairs, k, with_gram=True) if gradient else None
         m_sums = _Sums(self.n_scan_pairs, k, with_gram=True) if meat else None
         every = k == K
-        for pid, y2, raw_all in self._segments():
+        for pid, y2, raw_all in self._segments(share):
             raw = raw_all if every else raw_all[kept]
             z = d_scan[pid]
             if k:
@@ -792,13 +840,19 @@ class _Spill:
             return bt.outer_from_sums(self.rows, per_pair, None, None)
         return bt.outer_from_sums(self.rows, per_pair, cross, gram)
 
-    def _segments(self) -> Iterator[tuple[NDArray[np.intp], NDArray[np.int8], FloatArray]]:
-        size = max(self.segments, default=0)
-        buffer = bytearray(size * (4 + 1 + 8 * K))
+    def _segments(
+        self, share: range
+    ) -> Iterator[tuple[NDArray[np.intp], NDArray[np.int8], FloatArray]]:
+        """The spilled batches ``share`` (indices into ``segments``), read into one buffer."""
+        width = 4 + 1 + 8 * K  # bytes per battle: pair id, 2 y, raw differences
+        size = max((self.segments[i] for i in share), default=0)
+        buffer = bytearray(size * width)
         view = memoryview(buffer)
         with open(self.path, "rb") as handle:
-            for m in self.segments:
-                nbytes = m * (4 + 1 + 8 * K)
+            handle.seek(sum(self.segments[: share.start]) * width)
+            for i in share:
+                m = self.segments[i]
+                nbytes = m * width
                 if handle.readinto(view[:nbytes]) != nbytes:
                     raise EngineError("the spill file ended early (was it removed?)")
                 pid = np.frombuffer(buffer, np.int32, m, 0).astype(np.intp)
@@ -819,6 +873,7 @@ def _rate_scanned(
     anchor: tuple[str, float] | None,
     reweight: bool,
     style_l2: float,
+    workers: int,
 ) -> RatingResult:
     rated = _rated(scan, reweight)
     battles = rated.battles
@@ -848,7 +903,7 @@ def _rate_scanned(
         coarse = bt.fit(bt.pair_rows(rows))
         start = np.concatenate([coarse.theta, np.zeros(k)])
         ref = bt.reference_model(p, rows.pair_a, rows.pair_b, rows_c_per_pair(rows))
-        spill = _Spill(scan, rated, style, rows)
+        spill = _Spill(scan, rated, style, rows, workers)
         result = bt.newton(spill.evaluate, start, p, ref)
         meat = spill.meat_at_optimum(result.theta)
         cov = bt.robust_covariance(result, meat, p, penalty=rows.penalty, l2=style_l2)

@@ -86,6 +86,7 @@ def test_the_batch_size_does_not_change_the_result(tmp_path):
     one = rate_parquet(path, style_control=True, batch_rows=10_000)
     many = rate_parquet(path, style_control=True, batch_rows=333)
     assert_same(many, one)
+    assert_same(rate_parquet(path, style_control=True, batch_rows=333, workers=2), one)
 
 
 def test_a_where_filter_rates_the_rows_it_keeps_as_rate_does_on_them(tmp_path):
