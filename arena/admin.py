@@ -28,6 +28,7 @@ from arena.models import (
     Vote,
 )
 from arena.services.flags import ANOMALOUS_VOTER, votes_flag_clear
+from arena.services.models import models_deactivate
 
 
 class ReadOnlyAdmin(admin.ModelAdmin[Any]):
@@ -86,7 +87,7 @@ class ArenaModelAdmin(admin.ModelAdmin[ArenaModel]):
 
     @admin.action(description="Deactivate selected models (they keep their history)")
     def deactivate(self, request: HttpRequest, queryset: Any) -> None:
-        queryset.update(is_active=False)
+        models_deactivate(model_ids=list(queryset.values_list("id", flat=True)))
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # A model with battles is deactivated, never deleted (the foreign keys also protect it).

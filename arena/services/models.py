@@ -14,6 +14,7 @@ from django.db.models import Q
 
 from arena.errors import ArenaError, ErrorCode
 from arena.models import ArenaModel, Provider, Vote
+from arena.pool_cache import generation_bump
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,18 @@ def _shown(value: object) -> str:
 
 def _model_votes(*, model: ArenaModel) -> int:
     return Vote.objects.filter(Q(battle__model_a=model) | Q(battle__model_b=model)).count()
+
+
+def models_deactivate(*, model_ids: list[int]) -> int:
+    """Take models out of new battles (their battles and votes stay); returns how many changed.
+
+    A queryset update sends no ``post_save``, so the per-process pool copies are told here, now
+    and again after commit, or a deactivated model could still be drawn until the copies expire.
+    """
+    changed = ArenaModel.objects.filter(id__in=model_ids, is_active=True).update(is_active=False)
+    generation_bump("pool")
+    transaction.on_commit(lambda: generation_bump("pool"))
+    return changed
 
 
 def model_register(
