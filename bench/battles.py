@@ -268,14 +268,21 @@ async def _sign_up(http: object, base: str) -> tuple[dict[str, str], object]:
             await verified.read()
             if verified.status != 200:
                 raise RuntimeError(f"challenge verify {verified.status}")
-    socket = await http.ws_connect(
+    return headers, await _open_socket(http, base)
+
+
+async def _open_socket(http: object, base: str) -> object:
+    """The battle page's websocket, with the session's cookies and the page's origin."""
+    import aiohttp
+
+    assert isinstance(http, aiohttp.ClientSession)
+    return await http.ws_connect(
         base.replace("http", "ws", 1) + "/ws/battle",
         headers={"Origin": base},
         autoping=True,
         heartbeat=None,
         max_msg_size=0,
     )
-    return headers, socket
 
 
 async def _battle(socket: object, prompt: str, level: Level) -> tuple[str, float, float] | None:
@@ -316,7 +323,11 @@ async def visitor(base: str, level: Level, index: int) -> None:
         cookie_jar=jar,
         timeout=aiohttp.ClientTimeout(total=120),
         headers={"User-Agent": USER_AGENT},
-        connector=aiohttp.TCPConnector(limit=0, force_close=level.force_close),
+        # Idle connections closed before uvicorn's keep-alive timeout (5 s) does it, so that a
+        # vote is never sent on a connection the server is closing at that moment.
+        connector=aiohttp.TCPConnector(limit=0, force_close=True)
+        if level.force_close
+        else aiohttp.TCPConnector(limit=0, keepalive_timeout=3.0),
     ) as http:
         try:
             headers, socket = await _sign_up(http, base)
@@ -327,9 +338,12 @@ async def visitor(base: str, level: Level, index: int) -> None:
         level.ready += 1
         await level.go.wait()
         n = 0
-        async with socket:  # type: ignore[attr-defined]
+        try:
             while time.monotonic() < level.stop_at:
                 n += 1
+                if level.force_close and n > 1:  # the warm-up: a new socket per battle too
+                    await socket.close()  # type: ignore[attr-defined]
+                    socket = await _open_socket(http, base)
                 prompt = f"Visitor {index}, battle {n}: count to ten in words, please."
                 try:
                     outcome = await _battle(socket, prompt, level)
@@ -357,6 +371,8 @@ async def visitor(base: str, level: Level, index: int) -> None:
                     level.errors[f"vote {status}"] += 1
                     continue
                 level.done.append(Done(battle_id, time.monotonic(), ttft_ms, battle_ms, vote_ms))
+        finally:
+            await socket.close()  # type: ignore[attr-defined]
 
 
 async def run_level(
@@ -374,6 +390,9 @@ async def run_level(
     tasks = [asyncio.create_task(visitor(base, level, i)) for i in range(visitors)]
     deadline = time.monotonic() + 180
     while level.ready < visitors and time.monotonic() < deadline:
+        failed = next((t for t in tasks if t.done() and t.exception() is not None), None)
+        if failed is not None:
+            raise RuntimeError("a visitor failed") from failed.exception()
         await asyncio.sleep(0.05)
     start = time.monotonic()
     level.measure_from = start + warmup
@@ -514,6 +533,27 @@ COST_CENTRES: dict[str, tuple[str, ...]] = {
 }
 
 
+# What a sample was doing for a battle: the innermost of these frames on its stack (a token's
+# frame sent from inside the upstream stream counts as the frame sent). Exclusive: adds to 100%.
+PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("websocket frames out (delta, side_end, turn_start/end)", ("on_delta (", "._send_text (")),
+    ("turn end save + payload (turn_finish)", ("turn_finish (",)),
+    ("battle start (battle_start_live)", ("battle_start_live (",)),
+    ("upstream stream: openai client, SSE parse, transport", ("stream_answer (",)),
+    ("HTTP requests (the vote): middleware + view", ("convert_exception_to_response",)),
+    ("database thread hop (arena.live.runtime.db)", ("_DatabaseCall",)),
+    ("websocket receive + dispatch", ("BattleConsumer.receive (", "websocket_receive (")),
+)
+
+
+def _phase(frames: list[str]) -> str:
+    for frame in reversed(frames):
+        for name, needles in PHASES:
+            if any(needle in frame for needle in needles):
+                return name
+    return "other (event loop, uvicorn, thread pool, imports)"
+
+
 def _package(frame: str) -> str:
     """The top-level package of a shortened frame (``psycopg``, ``django``, ``arena``...)."""
     match = _FRAME.match(frame)
@@ -532,6 +572,7 @@ def summarise_profile(files: list[Path], top: int = 25) -> str:
     packages: Counter[str] = Counter()
     cumulative: Counter[str] = Counter()
     centres: Counter[str] = Counter()
+    phases: Counter[str] = Counter()
     total = 0
     for path in files:
         if not path.exists():
@@ -545,6 +586,7 @@ def summarise_profile(files: list[Path], top: int = 25) -> str:
             frames = [_short(f) for f in stack.split(";")]
             own[frames[-1]] += samples
             packages[_package(frames[-1])] += samples
+            phases[_phase(frames)] += samples
             for frame in set(frames):
                 cumulative[frame] += samples
             for name, needles in COST_CENTRES.items():
@@ -552,7 +594,9 @@ def summarise_profile(files: list[Path], top: int = 25) -> str:
                     centres[name] += samples
     if not total:
         return "no samples"
-    lines = [f"{total} samples holding the GIL (both workers, 200/s)", "", "cost centres:"]
+    lines = [f"{total} samples holding the GIL (both workers, 200/s)", "", "phases (add to 100%):"]
+    lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in phases.most_common()]
+    lines += ["", "cost centres (overlapping: a sample counts in each that is on its stack):"]
     lines += [f"  {100 * centres[name] / total:5.1f}%  {name}" for name in COST_CENTRES]
     lines += ["", "own time by package (adds up to 100%):"]
     lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in packages.most_common(top)]
@@ -745,7 +789,7 @@ def main() -> None:
     settings = BENCH_ENV | extra
     shape = Shape(database.url, redis_db.url, settings)
     rows: list[dict] = []
-    profiles: list[Path] = []
+    profiles: dict[int, list[Path]] = {}
     started = time.monotonic()
     try:
         print(f"database {database.name}, redis {redis_db.url}, logs {shape.tmp}", flush=True)
@@ -778,7 +822,7 @@ def main() -> None:
             fresh_server(shape)
             # Warm-up: every request on a new connection, so that both workers (the kernel
             # hands each connection to one) import what the first page, vote and battle need.
-            uvloop.run(run_level(shape.url, 8, 0.0, 4.0, shape, force_close=True))
+            uvloop.run(run_level(shape.url, 8, 0.0, 6.0, shape, force_close=True))
             window = Window(
                 database,
                 worker_pids(shape),
@@ -793,7 +837,7 @@ def main() -> None:
             for profiler in window.profilers:
                 profiler.wait(timeout=60)
             if window.out is not None:
-                profiles += sorted(window.out.glob("worker-*.txt"))
+                profiles[visitors] = sorted(window.out.glob("worker-*.txt"))
             result = row(
                 level,
                 used,
@@ -821,8 +865,9 @@ def main() -> None:
                 f"{result['client_cpu_ms']:.1f}; RSS per worker "
                 f"{', '.join(f'{x:.0f}' for x in result['rss_mb'])} MB; per battle: "
                 f"{result['connections']:.1f} PostgreSQL connections opened, "
-                f"{result['transactions']:.1f} transactions, {result['statements']:.1f} "
-                f"statements; machine load {result['machine_load']:.1f}",
+                f"{result['transactions']:.1f} transactions"
+                + (f", {result['statements']:.1f} statements" if pg_log else "")
+                + f"; machine load {result['machine_load']:.1f}",
                 flush=True,
             )
             if pg_log is not None:
@@ -873,7 +918,9 @@ def main() -> None:
     )
     if args.profile:
         print()
-        print(summarise_profile(profiles))
+        for visitors, files in profiles.items():
+            print(f"\nProfile of the uvicorn workers at {visitors} visitors:")
+            print(summarise_profile(files))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 
