@@ -289,7 +289,8 @@ class _Scan:
 
     def __init__(self, spill: Path | None) -> None:
         self.ids: dict[str, int] = {}
-        self.lut = np.full((16, 16), -1, dtype=np.int64)  # (a id, b id) -> pair id
+        # (a id, b id) -> pair id; int32 and grown by half: 7,500^2 x 4 bytes at 5,000 models.
+        self.lut = np.full((16, 16), -1, dtype=np.int32)
         self.pair_a: list[IntArray] = []
         self.pair_b: list[IntArray] = []
         self.n_pairs = 0
@@ -316,7 +317,8 @@ class _Scan:
     def _pair_ids(self, a: IntArray, b: IntArray) -> IntArray:
         size = self.lut.shape[0]
         if len(self.ids) > size:
-            grown = np.full((2 * len(self.ids), 2 * len(self.ids)), -1, dtype=np.int64)
+            side = max(len(self.ids), size * 3 // 2)
+            grown = np.full((side, side), -1, dtype=np.int32)
             grown[:size, :size] = self.lut
             self.lut = grown
         pid = self.lut[a, b]
@@ -325,7 +327,7 @@ class _Scan:
             size = self.lut.shape[0]
             combos = np.unique(a[new] * size + b[new])
             ua, ub = combos // size, combos % size
-            self.lut[ua, ub] = np.arange(self.n_pairs, self.n_pairs + len(combos))
+            self.lut[ua, ub] = np.arange(self.n_pairs, self.n_pairs + len(combos), dtype=np.int32)
             self.pair_a.append(ua)
             self.pair_b.append(ub)
             self.n_pairs += len(combos)
@@ -335,7 +337,7 @@ class _Scan:
             self.sfy = np.hstack([self.sfy, np.zeros((K, grow))])
             self.sff = np.hstack([self.sff, np.zeros((len(_PRODUCTS), grow))])
             pid = self.lut[a, b]
-        return pid
+        return pid.astype(np.intp)  # bincount's index type: converted once, not per call
 
     def add(
         self, batch: pa.RecordBatch, offset: int, where: Where | None, style_control: bool

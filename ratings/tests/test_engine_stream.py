@@ -315,3 +315,13 @@ def test_style_control_with_no_style_variation_at_all_rates_as_rate_does(tmp_pat
     memory = rate(read_battles(path), style_control=True)
     assert memory.method.degenerate_style_elements == ("length", "header", "list", "bold")
     assert_same(rate_parquet(path, style_control=True, batch_rows=300), memory)
+
+
+def test_models_that_first_appear_in_later_batches_are_rated_as_rate_does(tmp_path):
+    # Sixty models, sorted so that batch after batch brings new names (and new pairs).
+    df = battles(12_000, p=60, seed=12)
+    df = df.iloc[np.argsort(df.model_a.str[1:].astype(int), kind="stable")]
+    path = write(df.reset_index(drop=True), tmp_path / "b.parquet", row_group_size=1500)
+    for style_control in (True, False):
+        memory = rate(read_battles(path), style_control=style_control)
+        assert_same(rate_parquet(path, style_control=style_control, batch_rows=700), memory)
