@@ -10,7 +10,9 @@
 2. The production shape (bench/shape.py): ``config.settings.production``, ``migrate``,
    ``collectstatic``, ``load_demo``, ``rate_snapshot``, two live models registered with
    ``manage.py add_model`` pointing at the fake, then for every level a fresh ``bin/serve``
-   (uvicorn, two workers) and a fresh Celery worker on one PostgreSQL database and one Redis db.
+   (uvicorn, two workers) and a fresh Celery worker on one PostgreSQL database and one Redis db,
+   warmed up by 8 visitors with a new connection per request and a new socket per battle (so
+   both workers have imported what a page, a battle and a vote need before the window).
 3. Per level, N visitors (asyncio + aiohttp on uvloop, one cookie jar each, a browser
    user-agent) do what the page does: load ``/?mode=live`` (session and CSRF cookies), accept
    the terms (``POST /api/terms`` with ``X-CSRFToken``), solve the proof-of-work challenge
@@ -35,7 +37,10 @@ vote caps (``ARENA_VOTES_PER_SESSION_PER_DAY``/``_PER_IP_PER_DAY`` very high). T
 the per-session concurrency limit, sessions and CSRF are production's.
 
 ``--profile DIR`` records both uvicorn workers with py-spy (``--format raw``, collapsed stacks)
-over each level's measured window and prints the heaviest frames by own and cumulative time.
+over each level's measured window and prints the shares of the samples by phase (exclusive),
+by cost centre, by package, and the heaviest frames. ``--count-queries LOG`` sets
+``log_statement = 'all'`` on the bench database and counts its statements per battle in the
+PostgreSQL server's log; PostgreSQL's connections opened per battle are always printed.
 
 The client shares the 2 cores with the server: the server CPU per battle depends far less on
 the machine's load than battles/s does, and 2 cores / that CPU bounds the battles/s two workers
