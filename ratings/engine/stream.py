@@ -11,17 +11,21 @@ dropped. Memory is bounded by the batch size and the number of pairs, not by the
 Passes:
 
 1. Parquet, one batch at a time (columns, validation and row numbers as ``read_battles``;
-   the ``where`` mask first): model ids, battle counts per (ordered pair, outcome), per-pair
-   sums of the raw style differences and of their products. With style control each battle's
-   pair id (int32), outcome (int8) and raw differences (4 x float64) are appended to a
-   temporary spill file (37 bytes a battle), so later passes read compact binary, not
+   the ``where`` mask first; Arrow decodes the next batch on a second thread): model ids,
+   battle counts per (ordered pair, outcome), per-pair sums of the raw style differences
+   (plain and weighted by the outcome) and of their products. With style control each
+   battle's pair id (int32), outcome (int8) and raw differences (4 x float64) are appended to
+   a temporary spill file (37 bytes a battle), so later passes read compact binary, not
    Parquet.
-2. From the counts alone: the rated set (``identify``), the pair weights, the no-style fit
-   (which is ``rate``'s exactly: without style identical battles are one row there too), the
-   style z-scoring over the rated battles, and which style elements are identified.
-3. With style control, one pass over the spill per Newton evaluation (``bt.newton``, the
-   in-memory fit's iteration), each giving the gradient, the Hessian and the sandwich's meat
-   at one ``theta``; the last is at the optimum.
+2. From the counts and sums alone: the rated set (``identify``), the pair weights, the
+   no-style fit (which is ``rate``'s exactly: without style identical battles are one row
+   there too), the style z-scoring over the rated battles, which style elements are
+   identified, and the first Newton evaluation (at style coefficients 0 every battle of a
+   pair has the same probability).
+3. With style control, one pass over the spill per later Newton evaluation (``bt.newton``,
+   the in-memory fit's iteration), each giving the gradient and the Hessian at one
+   ``theta``; near convergence a pass also sums the sandwich's meat, so the last one (at the
+   optimum) does not need a pass of its own.
 
 The results equal ``rate``'s on the same battles up to floating-point summation order
 (``test_engine_stream`` checks 1e-6 Elo). The bootstrap needs every battle per replicate
@@ -604,7 +608,7 @@ def _style_statistics(scan: _Scan, rated: _Rated, style_l2: float) -> tuple[_Sty
         zgram = (
             raw_gram - np.outer(mz, raw_sf) - np.outer(raw_sf, mz) + total * np.outer(mz, mz)
         ) / np.outer(sz, sz)
-        full = bt.outer_from_sums(rows, rows_c_per_pair(rows), cross, zgram)
+        full = bt.outer_from_sums(rows, _c_per_pair(rows), cross, zgram)
         identified = bt.identified_in_gram(full, battles.n_models)
         kept = kept[identified]
     names = {STYLE_ELEMENTS[j] for j in kept}
@@ -617,7 +621,7 @@ def _style_statistics(scan: _Scan, rated: _Rated, style_l2: float) -> tuple[_Sty
     return style, rows
 
 
-def rows_c_per_pair(rows: bt.Rows) -> FloatArray:
+def _c_per_pair(rows: bt.Rows) -> FloatArray:
     return np.add.reduceat(rows.c, rows.starts)
 
 
@@ -691,7 +695,7 @@ class _Spill:
         n_pairs = rated.battles.n_pairs
         # Per scan pair: the battle's likelihood weight c (0 outside the rated set).
         weight = np.zeros(n_pairs + 1)
-        weight[:n_pairs] = rows_c_per_pair(rows) / np.add.reduceat(
+        weight[:n_pairs] = _c_per_pair(rows) / np.add.reduceat(
             rated.battles.mult, rated.battles.starts
         )
         self.weight = weight[self.index]
@@ -907,7 +911,7 @@ def _rate_scanned(
         )
         coarse = bt.fit(bt.pair_rows(rows))
         start = np.concatenate([coarse.theta, np.zeros(k)])
-        ref = bt.reference_model(p, rows.pair_a, rows.pair_b, rows_c_per_pair(rows))
+        ref = bt.reference_model(p, rows.pair_a, rows.pair_b, _c_per_pair(rows))
         spill = _Spill(scan, rated, style, rows, workers)
         result = bt.newton(spill.evaluate, start, p, ref)
         meat = spill.meat_at_optimum(result.theta)
