@@ -406,10 +406,15 @@ class _Scan:
             self.sfy[j] += 0.5 * by_outcome[:, 1] + by_outcome[:, 2]
         for i, (j, m) in enumerate(_PRODUCTS):
             self.sff[i] += np.bincount(pid, raw[j] * raw[m], self.n_pairs)
-        assert self.spill is not None
-        self.spill.write(pid.astype(np.int32).data)
-        self.spill.write(y2.data)
-        self.spill.write(np.ascontiguousarray(raw).data)
+        assert self.spill is not None and self.spill_path is not None
+        try:
+            self.spill.write(pid.astype(np.int32).data)
+            self.spill.write(y2.data)
+            self.spill.write(np.ascontiguousarray(raw).data)
+        except OSError as exc:  # a full disk, mostly: the spill needs 37 bytes a battle
+            raise EngineError(
+                f"cannot write the spill file {self.spill_path}: {exc.strerror or exc}"
+            ) from exc
         self.segments.append(len(pid))
 
     @property

@@ -325,3 +325,16 @@ def test_models_that_first_appear_in_later_batches_are_rated_as_rate_does(tmp_pa
     for style_control in (True, False):
         memory = rate(read_battles(path), style_control=style_control)
         assert_same(rate_parquet(path, style_control=style_control, batch_rows=700), memory)
+
+
+def test_a_file_that_is_not_parquet_is_one_clear_error(tmp_path):
+    path = tmp_path / "b.parquet"
+    path.write_bytes(b"model_a,model_b,winner\nx,y,tie\n")
+    with pytest.raises(EngineError, match="b.parquet: cannot read it"):
+        rate_parquet(path, style_control=False)
+    good = write(battles(3000, p=5), tmp_path / "good.parquet", row_group_size=1000)
+    data = good.read_bytes()
+    truncated = tmp_path / "truncated.parquet"
+    truncated.write_bytes(data[: len(data) // 2] + data[-8:])  # footer kept, pages cut
+    with pytest.raises(EngineError, match="truncated.parquet: cannot read it"):
+        rate_parquet(truncated, style_control=True)
