@@ -464,8 +464,8 @@ def _flat_counts(
                 fields = [field.field(part) for part in parts]
                 if all(pa.types.is_integer(f.type) and not f.null_count for f in fields):
                     # Integer parts add exactly before the one conversion to float64.
-                    total = np.asarray(_as_numpy(fields[0]), dtype=np.int64).copy()
-                    for f in fields[1:]:
+                    total = np.add(_as_numpy(fields[0]), _as_numpy(fields[1]), dtype=np.int64)
+                    for f in fields[2:]:
                         total += _as_numpy(f)
                     out[key] = (total if keep is None else total[keep]).astype(np.float64)
                     continue
@@ -491,8 +491,8 @@ def _style_differences(
         sides = []
         for column in STYLE_COLUMNS[element]:
             values = counts[column]
-            bad = ~np.isfinite(values) | (values < 0)
-            if bad.any():
+            if not values.min() >= 0:  # one pass; NaN fails it too
+                bad = ~np.isfinite(values) | (values < 0)
                 _, row = _first_row(labels, bad)
                 raise EngineError(
                     f"row {row}: {column} must be a non-negative count", column=column, row=row
