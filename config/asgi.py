@@ -9,8 +9,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 # Django is set up before anything imports models (consumers, routing).
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.sessions import SessionMiddlewareStack  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.cache import caches  # noqa: E402
 
@@ -23,7 +23,12 @@ application = ProtocolTypeRouter(
         "http": django_asgi_app,
         # Scheme, host and port of the Origin against the page's own (or a trusted origin):
         # channels' AllowedHostsOriginValidator compares hosts only (arena/origin.py).
-        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # Sessions only: the battle socket knows a visitor by the session and never reads
+        # ``scope["user"]``. AuthMiddlewareStack would load the session and the user before the
+        # consumer runs, in the one thread every socket of the process shares (and, with
+        # CONN_MAX_AGE 0, on a new database connection each time); the consumer loads the
+        # session in its own database threads instead.
+        "websocket": SameOriginValidator(SessionMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
 

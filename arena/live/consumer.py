@@ -62,25 +62,14 @@ _FINISH_RETRY_SECONDS = 0.5
 
 
 def _session_key(session: Any) -> str:
-    """The scope's session key, if it names a session that exists (a forged cookie does not)."""
-    key = getattr(session, "session_key", None)
-    if key and session.exists(key):
-        return str(key)
-    return ""
+    """The scope's session key, if it names a live session (a forged or expired cookie does not).
 
-
-def _loaded_session_key(session: Any) -> str | None:
-    """The session key without a database query when the session is loaded already, else None.
-
-    Channels' ``AuthMiddleware`` loads the session (to find the user) before the consumer runs;
-    loading a session whose key names no live row (forged, expired) clears ``session_key``, so
-    a loaded session's key is one that exists. ``_session_cache`` is how Django's session
-    backends mark a loaded session; without it, ``_session_key`` asks the database.
+    Loading the session (from the cache or the database, by its backend) clears its key when no
+    unexpired session has it, as Django's own session middleware finds it.
     """
-    if session is None:
+    if session is None or not getattr(session, "session_key", None):
         return ""
-    if not hasattr(session, "_session_cache"):
-        return None
+    session.keys()  # loads it
     return str(session.session_key or "")
 
 
@@ -99,9 +88,9 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
     channel_layer_alias = None
 
     async def connect(self) -> None:
-        session = self.scope.get("session")
-        key = _loaded_session_key(session)
-        self.session_key = key if key is not None else await db(_session_key)(session)
+        # Loaded here, in the consumer's database threads (config/asgi.py: the socket's stack
+        # loads no user, which nothing here reads).
+        self.session_key = await db(_session_key)(self.scope.get("session"))
         # The peer's address as the ASGI server reports it (behind a proxy, the server's
         # --forwarded-allow-ips makes it the visitor's): the key of the live-call rate limit.
         client = self.scope.get("client") or (None, None)

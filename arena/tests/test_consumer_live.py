@@ -8,6 +8,7 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.sessions.backends.db import SessionStore
+from django.contrib.sessions.models import Session
 from django.utils import timezone
 
 from arena.errors import ArenaError
@@ -343,6 +344,22 @@ async def test_a_socket_without_a_valid_session_cannot_start_a_battle(fake_upstr
         error = await comm.receive_json_from(FRAME_TIMEOUT)
         assert error["type"] == "error" and error["code"] == "no_session"
         await comm.disconnect()
+    assert await database_sync_to_async(Battle.objects.count)() == 0
+
+
+async def test_an_expired_session_cannot_start_a_battle(fake_upstream, live_models):
+    def expired_session() -> str:
+        key = _new_session()
+        Session.objects.filter(session_key=key).update(
+            expire_date=timezone.now() - timedelta(seconds=1)
+        )
+        return key
+
+    comm = await open_socket(session_key=await database_sync_to_async(expired_session)())
+    await comm.send_json_to({"type": "start", "prompt": "Hi"})
+    error = await comm.receive_json_from(FRAME_TIMEOUT)
+    assert error["type"] == "error" and error["code"] == "no_session"
+    await comm.disconnect()
     assert await database_sync_to_async(Battle.objects.count)() == 0
 
 
