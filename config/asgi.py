@@ -3,11 +3,16 @@
 import gc
 import os
 
-from django.core.asgi import get_asgi_application
+import django
+
+from config.handlers import SyncChainASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
-# Django is set up before anything imports models (consumers, routing).
-django_asgi_app = get_asgi_application()
+# Django is set up before anything imports models (consumers, routing), as
+# django.core.asgi.get_asgi_application does; its handler runs a request's middleware and view
+# in one thread crossing (config/handlers.py).
+django.setup(set_prefix=False)
+django_asgi_app = SyncChainASGIHandler()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.sessions import SessionMiddlewareStack  # noqa: E402
