@@ -5,9 +5,9 @@ Arena's votes are read only through ``arena.selectors.votes_for_rating``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -21,11 +21,18 @@ from ratings.models import LeaderboardSnapshot
 from ratings.payload import CategoryEntry, ModelMeta, ProvisionalEntry, SnapshotPayload
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     import pandas as pd
     import pyarrow as pa
 
+    BoolArray = npt.NDArray[np.bool_]
+    IntArray = npt.NDArray[np.int64]
+
 # pandas, numpy and pyarrow are imported by the functions that read votes for a fit (a Celery
 # worker's, or a command's), so the web worker that shows the leaderboard does not load them.
+
+logger = logging.getLogger(__name__)
 
 STYLE_OPTIONS = ("on", "off")
 DEFAULT_CATEGORY = "overall"
@@ -98,48 +105,182 @@ def _battles_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
     return frame
 
 
-def _spill_batch(frame: pd.DataFrame, schema: pa.Schema) -> pa.RecordBatch:
-    """``frame`` (``rating_battles``' columns) in the spill's schema."""
+#: The style counts' parts as the fast spill reads them, one column each: ``(key, part)``,
+#: part None for a key that is an integer itself.
+_STYLE_PARTS = tuple(
+    (key, part) for key, parts in CONV_METADATA_KEYS.items() for part in (parts or (None,))
+)
+_PART_COLUMNS = tuple(f"{key}.{part}" if part else key for key, part in _STYLE_PARTS)
+_VOTE_COLUMNS = ("vote_id", *_SPILL_TEXT, "turns", "prompt_chars", "prompt_has_code")
+
+
+class _NotPlain(Exception):
+    """A vote's style counts are not all plain integers: the spill is read again exactly."""
+
+
+def _spill_sql(*, exact: bool) -> tuple[str, list[Any], tuple[str, ...]]:
+    """``COPY (...) TO STDOUT`` in CSV of the rated votes in vote-id order, its parameters and
+    the names of its columns.
+
+    The votes are ``rating_battles``' query (``arena.selectors.votes_for_rating``) as a
+    subquery, so the same votes are excluded and the columns mean the same. The style counts
+    come as one jsonb value per part (``#>``: a number's text is the integer itself, anything
+    else is quoted or ``null``; a missing part is empty), or, ``exact``, as the JSON text.
+    """
+    query = votes_for_rating().values_list(*BATTLE_COLUMNS).query
+    # The SELECT's column order (ValuesListIterable reorders rows into BATTLE_COLUMNS' order).
+    names = [*query.extra_select, *query.values_select, *query.annotation_select]
+    inner, params = query.sql_with_params()
+    aliases = ", ".join(f'"{BATTLE_COLUMNS[name]}"' for name in names)
+    select = [
+        {
+            "prompt_category": "COALESCE(v.prompt_category, '')",
+            "language": "COALESCE(v.language, '')",
+        }.get(column, f"v.{column}")
+        for column in _VOTE_COLUMNS
+    ]
+    columns: tuple[str, ...]
+    if exact:
+        select.append("v.conv_metadata::text")
+        columns = (*_VOTE_COLUMNS, "conv_metadata")
+    else:
+        # Keys and parts are the constants of answer_style.schema (no quote in them).
+        select += [
+            f"v.conv_metadata #> '{{{key}}}'"
+            if part is None
+            else f"v.conv_metadata #> '{{{key},\"{part}\"}}'"
+            for key, part in _STYLE_PARTS
+        ]
+        columns = (*_VOTE_COLUMNS, *_PART_COLUMNS)
+    # Only Django's compiled SQL and this module's constants are interpolated; the values stay
+    # in ``params``.
+    body = f"SELECT {', '.join(select)} FROM ({inner}) AS v({aliases}) ORDER BY v.vote_id"  # noqa: S608
+    sql = f"COPY ({body}) TO STDOUT WITH (FORMAT csv)"
+    return sql, list(params), columns
+
+
+# Parts beyond this size could overflow int64 once summed: such votes take the exact path.
+_PART_LIMIT = 2**59
+
+
+def _plain_counts(table: pa.Table) -> tuple[BoolArray, dict[str, IntArray]]:
+    """``style_complete`` and the flat counts from the parts' columns (int64, null where the
+    part is missing); ``_NotPlain`` unless every vote has all its parts or none of them."""
     import numpy as np
-    import pyarrow as pa
+
+    parts = {name: table.column(name).combine_chunks() for name in _PART_COLUMNS}
+    present = [np.asarray(column.is_valid()) for column in parts.values()]
+    complete = np.logical_and.reduce(present)
+    if (np.logical_or.reduce(present) & ~complete).any():
+        raise _NotPlain("a vote has some style counts and not others")
+    counts: dict[str, IntArray] = {
+        key: np.zeros(len(complete), np.int64) for key in CONV_METADATA_KEYS
+    }
+    for (key, _), column in zip(_STYLE_PARTS, parts.values(), strict=True):
+        values = column.fill_null(0).to_numpy()
+        if len(values) and int(np.abs(values).max()) >= _PART_LIMIT:
+            raise _NotPlain("a style count is too large to sum in int64")
+        counts[key] += values
+    return complete, counts
+
+
+def _exact_counts(texts: list[str]) -> tuple[BoolArray, dict[str, IntArray]]:
+    """``style_complete`` and the flat counts of JSON ``texts``, decoded as the ORM does and
+    flattened by ``flatten_conv_metadata`` (which names a bad row by its place in the batch)."""
+    import json
+
+    import numpy as np
+    import pandas as pd
 
     from ratings.engine import flatten_conv_metadata
 
-    complete = frame["conv_metadata"].map(style_complete).astype(bool).to_numpy()
-    counts = {c: np.zeros(len(frame), dtype=np.int64) for c in SPILL_STYLE_COLUMNS}
+    metas = pd.Series([json.loads(text) for text in texts], dtype=object)
+    complete = metas.map(style_complete).astype(bool).to_numpy()
+    counts = {c: np.zeros(len(texts), dtype=np.int64) for c in SPILL_STYLE_COLUMNS}
     if complete.any():
-        flat = flatten_conv_metadata(frame.loc[complete, ["conv_metadata"]])
+        flat = flatten_conv_metadata(pd.DataFrame({"conv_metadata": metas})[complete])
         for column in SPILL_STYLE_COLUMNS:
             counts[column][complete] = flat[column].to_numpy(dtype=np.int64)
-    columns: dict[str, Any] = {
-        c: frame[c].astype("int64").to_numpy() for c in ("vote_id", "turns", "prompt_chars")
-    }
-    columns.update({c: frame[c].astype(str).to_numpy(dtype=object) for c in _SPILL_TEXT})
-    columns["prompt_has_code"] = frame["prompt_has_code"].astype(bool).to_numpy()
-    columns[STYLE_COMPLETE_COLUMN] = complete
-    columns.update(counts)
-    arrays = [
-        pa.array(columns[f.name], type=f.type.value_type).dictionary_encode()
-        if pa.types.is_dictionary(f.type)
-        else pa.array(columns[f.name], type=f.type)
-        for f in schema
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return complete, counts
 
 
-def rating_battle_batches(*, batch_rows: int) -> Iterator[pd.DataFrame]:
-    """``rating_battles()`` in vote-id order, ``batch_rows`` votes at a time.
+def _spill_batch(data: bytes, schema: pa.Schema, columns: tuple[str, ...]) -> pa.RecordBatch:
+    """One batch of the COPY's CSV rows (``columns``) in the spill's schema."""
+    import pyarrow as pa
+    import pyarrow.csv as csv
 
-    On PostgreSQL ``QuerySet.iterator`` reads through a server-side (named) cursor, so at most
-    one batch of rows is held here whatever the number of votes; the votes come from the same
-    query as ``rating_battles`` (``arena.selectors.votes_for_rating``), so the same votes are
-    excluded. Call it inside a transaction: the cursor lives until the transaction ends.
+    exact = "conv_metadata" in columns
+    types = {f.name: f.type for f in schema if f.name in columns}
+    types.update({c: pa.string() for c in _SPILL_TEXT})
+    types.update({c: pa.int64() for c in _PART_COLUMNS})
+    types["conv_metadata"] = pa.string()
+    try:
+        table = csv.read_csv(
+            pa.py_buffer(data),
+            read_options=csv.ReadOptions(column_names=list(columns), use_threads=False),
+            parse_options=csv.ParseOptions(newlines_in_values=True),
+            convert_options=csv.ConvertOptions(
+                column_types={c: types[c] for c in columns},
+                # Only an empty field is null (a missing part): a JSON null is text here.
+                null_values=[""],
+                quoted_strings_can_be_null=False,
+                strings_can_be_null=False,
+                true_values=["t"],
+                false_values=["f"],
+            ),
+        )
+    except pa.ArrowInvalid as exc:
+        if exact:
+            raise
+        raise _NotPlain(f"a style count is not a plain integer ({exc})") from exc
+    if exact:
+        complete, counts = _exact_counts(table.column("conv_metadata").to_pylist())
+    else:
+        complete, counts = _plain_counts(table)
+    arrays: dict[str, pa.Array] = {c: table.column(c).combine_chunks() for c in _VOTE_COLUMNS}
+    arrays[STYLE_COMPLETE_COLUMN] = pa.array(complete, type=pa.bool_())
+    arrays.update({c: pa.array(v, type=pa.int64()) for c, v in counts.items()})
+    return pa.RecordBatch.from_arrays(
+        [
+            arrays[f.name].dictionary_encode() if pa.types.is_dictionary(f.type) else arrays[f.name]
+            for f in schema
+        ],
+        schema=schema,
+    )
+
+
+def _spill_batches(*, batch_rows: int, exact: bool) -> Iterator[pa.RecordBatch]:
+    """The rated votes in the spill's schema, ``batch_rows`` at a time, from one ``COPY``.
+
+    PostgreSQL sends a COPY's rows one message each as it produces them, so at most one batch
+    of CSV text is held here whatever the number of votes. The connection is busy with the
+    COPY until the last row is read: nothing else may use it meanwhile. A ``_NotPlain`` batch
+    ends the iteration after the rest of the rows are read (not cancelled: a cancel would
+    abort the caller's transaction).
     """
-    if batch_rows < 1:
-        raise ValueError(f"batch_rows must be at least 1, not {batch_rows}")
-    rows = votes_for_rating().values_list(*BATTLE_COLUMNS).iterator(chunk_size=batch_rows)
-    while batch := list(islice(rows, batch_rows)):
-        yield _battles_frame(batch)
+    from django.db import connection
+
+    schema = _spill_schema()
+    sql, params, columns = _spill_sql(exact=exact)
+    failed: _NotPlain | None = None
+    with connection.cursor() as cursor, cursor.cursor.copy(sql, params) as copy:
+        rows: list[bytes] = []
+        for row in copy:
+            rows.append(bytes(row))
+            if len(rows) == batch_rows:
+                try:
+                    batch = _spill_batch(b"".join(rows), schema, columns)
+                except _NotPlain as exc:
+                    failed = exc
+                    break
+                rows.clear()
+                yield batch
+        if failed is not None:
+            for _ in copy:
+                pass
+            raise failed
+        if rows:
+            yield _spill_batch(b"".join(rows), schema, columns)
 
 
 @dataclass(frozen=True)
@@ -149,36 +290,65 @@ class BattleSpill:
     rows: int
     row_groups: int
     high_water: int
+    exact: bool = False  # whether the votes were read again with their style counts as JSON
 
 
 def rating_battles_spill(
     path: Path,
     *,
     batch_rows: int,
-    observe: Callable[[pd.DataFrame], None] | None = None,
+    observe: Callable[[pa.RecordBatch], None] | None = None,
+    restart: Callable[[], None] | None = None,
 ) -> BattleSpill:
     """Write the rated votes to the Parquet file ``path``, one row group per ``batch_rows`` votes.
 
+    The votes are ``rating_battles()``' in the same order, read by one ``COPY ... TO STDOUT``
+    in CSV that PostgreSQL sends with each style count's part as its own column, so no row
+    becomes Python objects. A vote whose counts are not all plain integers (or not all
+    missing) would read differently that way: the spill is then written again from a second
+    COPY that sends the counts as JSON, decoded and flattened as ``rating_battles`` would be
+    (``restart`` is called first, so ``observe`` counts each vote once).
+
     Columns: ``vote_id``; ``model_a``, ``model_b``, ``winner``, ``prompt_category`` and
-    ``language`` dictionary-encoded; ``turns``, ``prompt_chars``, ``prompt_has_code`` (what the
-    leaderboard's categories read); ``style_complete`` and the flat style counts of
-    ``answer_style.CONV_METADATA_KEYS`` (zero where ``style_complete`` is false), which
-    ``ratings.engine.read_battles`` accepts. ``observe`` sees each batch as ``rating_battles``
-    would have shaped it, before the next one is read (memory stays at about one batch).
+    ``language`` dictionary-encoded (``""`` where the prompt has none); ``turns``,
+    ``prompt_chars``, ``prompt_has_code`` (what the leaderboard's categories read);
+    ``style_complete`` and the flat style counts of ``answer_style.CONV_METADATA_KEYS`` (zero
+    where ``style_complete`` is false), which ``ratings.engine.read_battles`` accepts.
+    ``observe`` sees each written batch before the next one is read (memory stays at about
+    one batch); it must not use the database connection, which the COPY holds.
     """
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be at least 1, not {batch_rows}")
+    if observe is not None and restart is None:
+        raise ValueError("observe needs restart: a spill read again shows its batches again")
+    try:
+        return _spill(path, batch_rows=batch_rows, observe=observe, exact=False)
+    except _NotPlain as exc:
+        logger.warning("ratings: spill read again with JSON style counts: %s", exc)
+        if restart is not None:
+            restart()
+        return _spill(path, batch_rows=batch_rows, observe=observe, exact=True)
+
+
+def _spill(
+    path: Path,
+    *,
+    batch_rows: int,
+    observe: Callable[[pa.RecordBatch], None] | None,
+    exact: bool,
+) -> BattleSpill:
     import pyarrow.parquet as pq
 
-    schema = _spill_schema()
     rows = groups = high = 0
-    with pq.ParquetWriter(path, schema) as writer:
-        for frame in rating_battle_batches(batch_rows=batch_rows):
-            writer.write_batch(_spill_batch(frame, schema), row_group_size=len(frame))
+    with pq.ParquetWriter(path, _spill_schema()) as writer:
+        for batch in _spill_batches(batch_rows=batch_rows, exact=exact):
+            writer.write_batch(batch, row_group_size=batch.num_rows)
             if observe is not None:
-                observe(frame)
-            rows += len(frame)
+                observe(batch)
+            rows += batch.num_rows
             groups += 1
-            high = max(high, int(frame["vote_id"].max()))
-    return BattleSpill(rows=rows, row_groups=groups, high_water=high)
+            high = max(high, int(batch.column(0)[-1].as_py()))
+    return BattleSpill(rows=rows, row_groups=groups, high_water=high, exact=exact)
 
 
 def models_metadata() -> dict[str, dict[str, Any]]:

@@ -342,8 +342,7 @@ class _FrameVotes:
 
 
 # Rows per batch when the spill is read back. A spilled row is a few numeric and dictionary
-# columns; a row fetched from PostgreSQL, with its style counts as JSON objects, costs about
-# 4-8 KB in Python, hence the far smaller RATINGS_STREAM_BATCH_ROWS.
+# columns (RATINGS_STREAM_BATCH_ROWS, the row group written per COPY batch, may be as large).
 SPILL_READ_ROWS = 50_000
 
 # What a category's rule and the style views read from the spill.
@@ -370,20 +369,39 @@ class _SpillVotes:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.batch_rows = SPILL_READ_ROWS
+        self._census: dict[str, tuple[int, int]] = {}
+        self._categories: list[Category] = []
+        self.restart()
+
+    def restart(self) -> None:
+        """Forget what the spill pass counted (the spill is being written again)."""
         self.languages: dict[str, int] = {}
         self.rated: set[str] = set()
         self.pairs: Counter[tuple[str, str]] = Counter()
-        self._census: dict[str, tuple[int, int]] = {}
-        self._categories: list[Category] = []
 
-    def observe(self, frame: pd.DataFrame) -> None:
-        """Count one spilled batch (``rating_battles``' columns)."""
-        for code, n in _language_counts(frame["language"]).items():
-            self.languages[code] = self.languages.get(code, 0) + n
-        self.rated.update(frame["model_a"])
-        self.rated.update(frame["model_b"])
-        for a, b, n in _pair_counts(frame):
-            self.pairs[(a, b)] += n
+    def observe(self, batch: pa.RecordBatch) -> None:
+        """Count one spilled batch (the spill's schema) as ``_language_counts``, ``models`` and
+        ``_pair_counts`` count a frame: per dictionary entry, not per row."""
+        language = batch.column("language")
+        per_value = np.bincount(language.indices, minlength=len(language.dictionary))
+        # A batch's dictionary lists its values in order of first appearance, so the codes
+        # are met in that order too.
+        for value, n in zip(language.dictionary.to_pylist(), per_value.tolist(), strict=True):
+            code = _language_code(value)
+            if code and n:
+                self.languages[code] = self.languages.get(code, 0) + n
+        a, b = batch.column("model_a"), batch.column("model_b")
+        slugs_a, slugs_b = a.dictionary.to_pylist(), b.dictionary.to_pylist()
+        self.rated.update(slugs_a, slugs_b)
+        # Each slug's rank in string order: the smaller rank of a pair is its first slug.
+        ordered = sorted(set(slugs_a) | set(slugs_b))
+        rank = {slug: i for i, slug in enumerate(ordered)}
+        rank_a = np.array([rank[s] for s in slugs_a], dtype=np.int64)[a.indices]
+        rank_b = np.array([rank[s] for s in slugs_b], dtype=np.int64)[b.indices]
+        low, high = np.minimum(rank_a, rank_b), np.maximum(rank_a, rank_b)
+        keys, counts = np.unique(low * len(ordered) + high, return_counts=True)
+        for key, n in zip(keys.tolist(), counts.tolist(), strict=True):
+            self.pairs[(ordered[key // len(ordered)], ordered[key % len(ordered)])] += n
 
     def _batches(self, columns: list[str]) -> Iterator[pd.DataFrame]:
         import pyarrow.parquet as pq  # only a streamed refit reads Parquet
@@ -470,17 +488,18 @@ def snapshot_build_streamed(
 
     The votes are written to a Parquet file in a temporary directory under
     ``RATINGS_SPILL_DIR`` (the system's default when unset), ``RATINGS_STREAM_BATCH_ROWS`` at
-    a time through a server-side cursor (``ratings.selectors.rating_battles_spill``), and each
+    a time from one ``COPY`` (``ratings.selectors.rating_battles_spill``), and each
     view is fitted from it by ``engine.rate_parquet`` with sandwich intervals. The directory is
-    removed when the build ends, whether it succeeds or fails. Call it inside a transaction
-    (the cursor's lifetime).
+    removed when the build ends, whether it succeeds or fails.
     """
     batch_rows = settings.RATINGS_STREAM_BATCH_ROWS
     with tempfile.TemporaryDirectory(
         prefix="arena-ratings-", dir=settings.RATINGS_SPILL_DIR
     ) as tmp:
         votes = _SpillVotes(Path(tmp) / "votes.parquet")
-        spill = rating_battles_spill(votes.path, batch_rows=batch_rows, observe=votes.observe)
+        spill = rating_battles_spill(
+            votes.path, batch_rows=batch_rows, observe=votes.observe, restart=votes.restart
+        )
         logger.info(
             "ratings: %s votes spilled in %s row groups of up to %s",
             spill.rows,
@@ -664,7 +683,7 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
     (staff's "Recompute now", e.g. after editing a model's name or visibility).
 
     More than ``RATINGS_STREAM_THRESHOLD`` votes are not loaded at once: they are spilled to a
-    temporary Parquet file in ``RATINGS_SPILL_DIR`` through a server-side cursor and fitted from
+    temporary Parquet file in ``RATINGS_SPILL_DIR`` through one ``COPY`` and fitted from
     it a batch at a time (``snapshot_build_streamed``); the file is deleted afterwards.
     """
     with transaction.atomic():

@@ -156,14 +156,16 @@ def test_excluded_votes_stay_out_of_the_spill(votes, tmp_path):
     assert excluded.count() == 3  # named, flagged, environment
 
 
-def test_the_spill_matches_rating_battles_row_for_row(votes, tmp_path):
-    path = tmp_path / "v.parquet"
+def spill_and_compare(path, batch_rows=BATCH_ROWS, observe=None):
+    """Spill the votes and check the file against ``rating_battles()`` row for row."""
     with transaction.atomic():
-        spill = selectors.rating_battles_spill(path, batch_rows=BATCH_ROWS)
+        spill = selectors.rating_battles_spill(
+            path, batch_rows=batch_rows, observe=observe, restart=lambda: None
+        )
     battles = selectors.rating_battles()
     frame = pq.read_table(path).to_pandas()
 
-    assert spill.rows == len(battles) == 123
+    assert spill.rows == len(battles) == len(frame)
     for column in ("model_a", "model_b", "winner", "prompt_category", "language"):
         assert frame[column].astype(str).tolist() == battles[column].tolist()
     for column in ("vote_id", "turns", "prompt_chars", "prompt_has_code"):
@@ -176,7 +178,85 @@ def test_the_spill_matches_rating_battles_row_for_row(votes, tmp_path):
         assert (frame.loc[~complete.to_numpy(), column] == 0).all()
     # The engine reads the file as it is.
     read = engine.read_battles(path)
-    assert len(read) == 123 and set(selectors.SPILL_STYLE_COLUMNS) <= set(read.columns)
+    assert len(read) == len(battles) and set(selectors.SPILL_STYLE_COLUMNS) <= set(read.columns)
+    return spill
+
+
+def test_the_spill_matches_rating_battles_row_for_row(votes, tmp_path):
+    spill = spill_and_compare(tmp_path / "v.parquet")
+
+    assert spill.rows == 123
+    # Six votes hold one style count and not the others: read again with the JSON.
+    assert spill.exact
+
+
+def test_plain_style_counts_are_spilled_from_their_parts(votes, tmp_path):
+    Vote.objects.filter(style={"sum_assistant_a_tokens": 3}).update(style={})
+    seen = []
+    spill = spill_and_compare(tmp_path / "v.parquet", observe=lambda b: seen.append(b.num_rows))
+
+    assert not spill.exact and spill.rows == 123
+    assert seen == [BATCH_ROWS, BATCH_ROWS, BATCH_ROWS, 3]
+
+
+def test_a_battle_without_prompt_is_spilled_with_empty_category_and_language(votes, tmp_path):
+    Vote.objects.filter(style={"sum_assistant_a_tokens": 3}).update(style={})
+    vote = Vote.objects.filter(battle__mode="anonymous", flagged=False).order_by("id").first()
+    Battle.objects.filter(pk=vote.battle_id).update(prompt=None)
+
+    spill = spill_and_compare(tmp_path / "v.parquet")
+    frame = pq.read_table(tmp_path / "v.parquet").to_pandas().set_index("vote_id")
+
+    assert not spill.exact
+    assert (frame.loc[vote.pk, "prompt_category"], frame.loc[vote.pk, "language"]) == ("", "")
+
+
+@pytest.mark.parametrize(
+    "style",
+    [
+        {"sum_assistant_a_tokens": "7"},  # a number as a string: int("7") in Python
+        {"sum_assistant_b_tokens": True},
+        {"header_count_b": {"h1": 2, "h2": 0, "h3": 0, "h4": 0, "h5": 0, "h6": 3, "h7": "x"}},
+    ],
+)
+def test_style_counts_python_reads_differently_are_spilled_as_python_reads_them(
+    votes, tmp_path, style
+):
+    Vote.objects.filter(style={"sum_assistant_a_tokens": 3}).update(style={})
+    rated = votes_for_rating().exclude(style={}).values_list("id", flat=True)
+    vote = Vote.objects.get(pk=list(rated)[-1])
+    vote.style = {**vote.style, **style}
+    vote.save(update_fields=["style"])
+
+    spill = spill_and_compare(tmp_path / "v.parquet")
+
+    # An extra part is ignored either way; a string or a boolean takes the exact path.
+    assert spill.exact == ("header_count_b" not in style)
+
+
+@pytest.mark.parametrize(
+    ("style", "key"),
+    [
+        ({"list_count_a": {"ordered": "1", "unordered": 0}}, "list_count_a"),
+        ({"bold_count_b": {"**": 1}}, "bold_count_b"),
+        ({"sum_assistant_a_tokens": None}, "sum_assistant_a_tokens"),
+        ({"header_count_a": [1, 2]}, "header_count_a"),
+    ],
+)
+def test_a_bad_style_count_fails_the_spill_naming_it(votes, tmp_path, style, key):
+    Vote.objects.filter(style={"sum_assistant_a_tokens": 3}).update(style={})
+    rated = votes_for_rating().exclude(style={}).values_list("id", flat=True)
+    vote = Vote.objects.get(pk=list(rated)[-1])
+    vote.style = {**vote.style, **style}
+    vote.save(update_fields=["style"])
+
+    with transaction.atomic(), pytest.raises(engine.EngineError, match=f"conv_metadata.{key} "):
+        selectors.rating_battles_spill(tmp_path / "v.parquet", batch_rows=BATCH_ROWS)
+    # The in-memory path refuses the same vote.
+    battles = selectors.rating_battles()
+    complete = battles["conv_metadata"].map(selectors.style_complete)
+    with pytest.raises(engine.EngineError, match=f"conv_metadata.{key} "):
+        engine.flatten_conv_metadata(battles.loc[complete, ["conv_metadata"]])
 
 
 def test_the_spill_is_one_row_group_per_batch_with_dictionary_encoded_models(votes, tmp_path):
@@ -192,23 +272,39 @@ def test_the_spill_is_one_row_group_per_batch_with_dictionary_encoded_models(vot
         assert pa.types.is_dictionary(parquet.schema_arrow.field(column).type)
 
 
-def test_batches_are_read_through_a_server_side_cursor(votes):
-    open_cursors = "SELECT count(*) FROM pg_cursors WHERE name LIKE %s"
+def test_the_spill_holds_the_connection_only_while_it_runs(votes, tmp_path):
+    with transaction.atomic():
+        selectors.rating_battles_spill(tmp_path / "v.parquet", batch_rows=25)
+        # The COPY is over: the same transaction goes on.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            assert cursor.fetchone() == (1,)
+    assert pq.ParquetFile(tmp_path / "v.parquet").num_row_groups == 5
+
+
+def test_a_batch_size_below_one_is_refused(db, tmp_path):
+    with pytest.raises(ValueError, match="batch_rows must be at least 1"):
+        selectors.rating_battles_spill(tmp_path / "v.parquet", batch_rows=0)
+    assert not (tmp_path / "v.parquet").exists()
+
+
+def test_a_spill_read_again_shows_every_vote_once_after_the_restart(votes, tmp_path):
+    # Six votes hold one style count and not the others: the plain read gives up on them.
     seen = []
     with transaction.atomic():
-        for frame in selectors.rating_battle_batches(batch_rows=25):
-            with connection.cursor() as cursor:
-                cursor.execute(open_cursors, ["_django_curs_%"])
-                seen.append((len(frame), cursor.fetchone()[0]))
+        spill = selectors.rating_battles_spill(
+            tmp_path / "v.parquet",
+            batch_rows=BATCH_ROWS,
+            observe=lambda batch: seen.extend(batch.column("vote_id").to_pylist()),
+            restart=seen.clear,
+        )
+        with pytest.raises(ValueError, match="observe needs restart"):
+            selectors.rating_battles_spill(
+                tmp_path / "w.parquet", batch_rows=BATCH_ROWS, observe=seen.append
+            )
 
-    assert [n for n, _ in seen] == [25, 25, 25, 25, 23]
-    # A named cursor is open on the server while the batches are read.
-    assert all(cursors >= 1 for _, cursors in seen[:-1])
-
-
-def test_a_batch_size_below_one_is_refused(db):
-    with pytest.raises(ValueError, match="batch_rows must be at least 1"):
-        next(selectors.rating_battle_batches(batch_rows=0))
+    assert spill.exact
+    assert seen == list(votes_for_rating().values_list("id", flat=True))
 
 
 def test_the_spill_file_is_deleted_after_the_refresh(votes, settings, tmp_path):
