@@ -144,6 +144,19 @@ def test_streamed_refresh_writes_the_same_payload_as_the_in_memory_one(votes, se
     assert sum(masks) == 123 * fits and max(masks) == 25 and len(masks) >= 5 * fits
 
 
+def test_a_refresh_from_plain_style_counts_writes_the_in_memory_payload(votes, settings):
+    # Without the votes holding one count and not the others the spill is read once.
+    Vote.objects.filter(style={"sum_assistant_a_tokens": 3}).update(style={})
+    with mock.patch.object(
+        selectors, "_exact_counts", side_effect=AssertionError("read again")
+    ) as exact:
+        memory, streamed = refresh_both(settings)
+
+    assert exact.call_count == 0
+    assert streamed.params["streamed"] is True and streamed.n_votes == memory.n_votes == 123
+    assert_same(memory.payload, streamed.payload)
+
+
 def test_excluded_votes_stay_out_of_the_spill(votes, tmp_path):
     with transaction.atomic():
         spill = selectors.rating_battles_spill(tmp_path / "v.parquet", batch_rows=BATCH_ROWS)
