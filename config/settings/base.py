@@ -319,8 +319,9 @@ RATINGS_REFRESH_ON_VOTE = env.bool("RATINGS_REFRESH_ON_VOTE", default=True)
 RATINGS_EAGER_REFRESH_IN_BACKGROUND = env.bool("RATINGS_EAGER_REFRESH_IN_BACKGROUND", default=True)
 # More rated votes than this are not loaded into memory at once (the in-memory refit holds about
 # 4.3 KB per vote: 430 MB at 100,000): the refit spills them to a temporary Parquet file (in
-# RATINGS_SPILL_DIR; unset: the system's temporary directory) through a server-side cursor,
-# RATINGS_STREAM_BATCH_ROWS votes at a time (about 8 KB each while fetched), and fits each view
+# RATINGS_SPILL_DIR; unset: the system's temporary directory) from one streamed COPY of the
+# votes' flat columns (the style counts' parts extracted by PostgreSQL), one Parquet row group per
+# RATINGS_STREAM_BATCH_ROWS votes (a few hundred bytes each while parsed), and fits each view
 # from it with sandwich intervals (no bootstrap on that path; the snapshot's params say so).
 RATINGS_STREAM_THRESHOLD = env.int("RATINGS_STREAM_THRESHOLD", default=250_000)
 RATINGS_STREAM_BATCH_ROWS = env.int("RATINGS_STREAM_BATCH_ROWS", default=10_000)
