@@ -288,8 +288,8 @@ def _streamed(
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ratings.cli", description=__doc__)
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m ratings.cli") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     add_arguments(parser)
     options = vars(parser.parse_args(argv))
     try:

@@ -157,3 +157,40 @@ def test_a_web_worker_serves_pages_battles_and_votes_without_heavy_libraries(rat
     # answer's once per process when first drawn, arena.pool_cache: the pool's rows do not
     # store them; live and env answers' when saved). config.asgi loads it with the server.
     assert run_python(SERVE + REPORT, env)[0] == ["bpe_openai"]
+
+
+def _rate(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    battles = tmp_path / "battles.jsonl"
+    rows = [("a", "b", "model_a"), ("b", "c", "model_a"), ("c", "a", "model_a")] * 3
+    rows += [("b", "a", "model_a"), ("c", "b", "tie"), ("a", "c", "model_b")]
+    battles.write_text(
+        "".join(json.dumps({"model_a": a, "model_b": b, "winner": w}) + "\n" for a, b, w in rows)
+    )
+    return subprocess.run(
+        [sys.executable, "-X", "importtime", *args, str(battles), "--no-style-control"],
+        cwd=BASE_DIR,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.local"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+
+
+def _imported(importtime: str) -> set[str]:
+    return {line.split("|")[-1].strip() for line in importtime.splitlines() if "|" in line}
+
+
+def test_manage_rate_runs_the_engine_without_djangos_start_up(tmp_path):
+    direct = _rate(["manage.py", "rate"], tmp_path)
+    engine = _rate(["-m", "ratings.cli"], tmp_path)
+    assert direct.stdout == engine.stdout and '"model": "a"' in direct.stdout
+    assert "django" not in _imported(direct.stderr)
+    assert "celery" not in _imported(direct.stderr)
+
+
+def test_manage_rate_with_a_django_option_goes_through_django_with_the_same_result(tmp_path):
+    through_django = _rate(["manage.py", "rate", "--settings", "config.settings.local"], tmp_path)
+    engine = _rate(["-m", "ratings.cli"], tmp_path)
+    assert through_django.stdout == engine.stdout
+    assert "django.core.management" in _imported(through_django.stderr)
