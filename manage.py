@@ -4,7 +4,6 @@
 import os
 import sys
 
-
 # Django's own command-line options: with any of them, ``rate`` goes through Django as usual.
 DJANGO_OPTIONS = frozenset(
     ["--settings", "--pythonpath", "--traceback", "--no-color", "--force-color", "--skip-checks"]
