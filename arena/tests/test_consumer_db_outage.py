@@ -98,8 +98,9 @@ async def stream_into_outage(comm, outage) -> list[dict]:
     while min(seen.values()) < 3:
         frame = await comm.receive_json_from(FRAME_TIMEOUT)
         frames.append(frame)
-        if frame["type"] == "delta":
-            seen[frame["side"]] += 1
+        if frame["type"] == "deltas":
+            for side in ("a", "b"):
+                seen[side] += side in frame
     outage.begin()
     frames += await frames_until(comm, "error")
     return frames

@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 COMMANDS = ("start", "turn", "regenerate", "stop", "models", "suggest")
 BATTLE = "$battle-of-this-session$"
-FRAME_TYPES = {"turn_start", "delta", "side_end", "turn_end", "models", "suggestion", "error"}
+FRAME_TYPES = {"turn_start", "deltas", "side_end", "turn_end", "models", "suggestion", "error"}
 FRAME_TIMEOUT = 10
 
 # Text as JSON can carry it: any code point, lone surrogates and NUL included.

@@ -48,7 +48,7 @@ async def test_a_deep_frame_while_streaming_leaves_the_turn_in_the_consumers_han
     fake_upstream.default = FakeModel(fault="endless", delay=0.01)
     comm = await open_socket()
     await comm.send_json_to({"type": "start", "prompt": "Go on for ever"})
-    await frames_until(comm, "delta")
+    await frames_until(comm, "deltas")
     await comm.send_to(text_data=DEEP_FRAME)
     frames = await frames_until(comm, "error")
     assert frames[-1]["field"] == "frame"

@@ -61,8 +61,9 @@ async def frames_until(comm, kind: str, raw: list[str] | None = None) -> list[di
 def texts(frames: list[dict]) -> dict[str, str]:
     out = {"a": "", "b": ""}
     for frame in frames:
-        if frame["type"] == "delta":
-            out[frame["side"]] += frame["text"]
+        if frame["type"] == "deltas":
+            for side in ("a", "b"):
+                out[side] += frame.get(side, "")
     return out
 
 
@@ -236,8 +237,9 @@ async def test_disconnect_mid_stream_closes_both_upstream_calls_and_saves_them_a
     seen = {"a": 0, "b": 0}
     while min(seen.values()) < 3:
         frame = await comm.receive_json_from(FRAME_TIMEOUT)
-        if frame["type"] == "delta":
-            seen[frame["side"]] += 1
+        if frame["type"] == "deltas":
+            for side in ("a", "b"):
+                seen[side] += side in frame
     await comm.disconnect()
     for upstream_model in ("upstream-quokka-1", "upstream-quokka-2"):
         request = await database_sync_to_async(fake_upstream.wait_closed)(upstream_model)
@@ -253,7 +255,7 @@ async def test_stop_aborts_both_sides_and_offers_no_vote(fake_upstream, live_mod
     fake_upstream.default = FakeModel(fault="endless", delay=0.01)
     comm = await open_socket()
     await comm.send_json_to({"type": "start", "prompt": "Stop me"})
-    await frames_until(comm, "delta")
+    await frames_until(comm, "deltas")
     await comm.send_json_to({"type": "stop"})
     frames = await frames_until(comm, "turn_end")
     assert frames[-1]["battle"]["state"] == "aborted" and not frames[-1]["battle"]["votable"]
@@ -458,3 +460,65 @@ async def test_a_turn_whose_end_cannot_be_saved_says_so_and_is_swept_later(
     later = timezone.now() + timedelta(seconds=61)
     assert await database_sync_to_async(live_battles_sweep)(now=later) == 1
     assert (await get_battle(battle_id)).state == Battle.State.ABORTED
+
+
+def assert_text_precedes_ends(frames: list[dict]) -> None:
+    """No side's text comes after its ``side_end``, and ``turn_end`` is the last frame."""
+    ended: set[str] = set()
+    for frame in frames:
+        if frame["type"] == "deltas":
+            assert set(frame) - {"type"} <= {"a", "b"} - ended, frame
+            assert all(isinstance(frame[s], str) and frame[s] for s in set(frame) - {"type"})
+        elif frame["type"] == "side_end":
+            ended.add(frame["side"])
+    assert ended == {"a", "b"} and frames[-1]["type"] == "turn_end"
+
+
+async def test_both_sides_pieces_share_frames_and_each_side_streams_its_whole_answer(
+    fake_upstream, live_models, settings
+):
+    # A window wider than the gap between chunks: every frame carries several of them.
+    settings.ARENA_DELTA_COALESCE_MS = 50
+    tokens_1 = [f"one{i} " for i in range(26)]
+    tokens_2 = [f"two{i} " for i in range(26)]
+    serve(
+        fake_upstream,
+        live_models,
+        m1=FakeModel(tokens=tokens_1, delay=0.02),
+        m2=FakeModel(tokens=tokens_2, delay=0.02),
+    )
+    comm = await open_socket()
+    await comm.send_json_to({"type": "start", "prompt": "Count"})
+    frames = await frames_until(comm, "turn_end")
+    battle = await get_battle(frames[0]["battle"]["id"])
+    by_upstream = {battle.model_a.upstream_model_id: "a", battle.model_b.upstream_model_id: "b"}
+    side_1, side_2 = by_upstream["upstream-quokka-1"], by_upstream["upstream-quokka-2"]
+    streamed = texts(frames)
+    assert streamed[side_1] == "".join(tokens_1) and streamed[side_2] == "".join(tokens_2)
+    carrying = [f for f in frames if f["type"] == "deltas"]
+    assert len(carrying) < len(tokens_1 + tokens_2) / 2
+    assert any("a" in f and "b" in f for f in carrying)  # both sides in one frame
+    assert_text_precedes_ends(frames)
+    messages = await current_messages(battle.pk)
+    assert {side: m.content for side, m in messages.items()} == streamed
+    await comm.disconnect()
+
+
+@pytest.mark.parametrize("window_ms", [0, 2])
+async def test_text_shown_before_a_stop_is_exactly_what_is_saved(
+    fake_upstream, live_models, settings, window_ms
+):
+    settings.ARENA_DELTA_COALESCE_MS = window_ms
+    fake_upstream.default = FakeModel(fault="endless", delay=0.005)
+    comm = await open_socket()
+    await comm.send_json_to({"type": "start", "prompt": "Stop me"})
+    frames = await frames_until(comm, "deltas")
+    while not all(texts(frames).values()):
+        frames += await frames_until(comm, "deltas")
+    await comm.send_json_to({"type": "stop"})
+    frames += await frames_until(comm, "turn_end")
+    assert_text_precedes_ends(frames)
+    streamed = texts(frames)
+    messages = await current_messages(frames[0]["battle"]["id"])
+    assert {side: m.content for side, m in messages.items()} == streamed
+    await comm.disconnect()

@@ -342,6 +342,9 @@ ARENA_LIVE_SAVE_SECONDS = env.float("ARENA_LIVE_SAVE_SECONDS", default=5.0)
 # Circuit breaker: this many consecutive failed answers open it for the cool-down.
 ARENA_LIVE_BREAKER_FAILURES = env.int("ARENA_LIVE_BREAKER_FAILURES", default=3)
 ARENA_LIVE_BREAKER_COOLDOWN_SECONDS = env.float("ARENA_LIVE_BREAKER_COOLDOWN_SECONDS", default=60.0)
+# Answer pieces are buffered this long per socket and sent as one frame (both sides' together);
+# 0 sends them on the next event-loop iteration. It is the most a piece waits.
+ARENA_DELTA_COALESCE_MS = env.float("ARENA_DELTA_COALESCE_MS", default=2.0)
 
 # --- Environment API (arena.env) ------------------------------------------------------------
 # Limits of a submission: completions per group, characters of a completion and of the prompt

@@ -76,7 +76,7 @@ function startLive() {
   function onFrame(frame) {
     switch (frame.type) {
       case "turn_start": return onTurnStart(frame);
-      case "delta": return onDelta(frame);
+      case "deltas": return onDeltas(frame);
       case "side_end": return onSideEnd(frame);
       case "turn_end": return onTurnEnd(frame);
       case "models": return fillPicker(frame.models);
@@ -112,11 +112,15 @@ function startLive() {
 
   function current() { return turns[turns.length - 1]; }
 
-  function onDelta(frame) {
+  // One frame carries the next text of each side that has some: {type, a?, b?}.
+  function onDeltas(frame) {
     const turn = current();
-    if (!turn || !turn[frame.side]) return;
-    turn[frame.side].text += frame.text;
-    dirty.add(frame.side);
+    if (!turn) return;
+    ["a", "b"].forEach((side) => {
+      if (typeof frame[side] !== "string" || !turn[side]) return;
+      turn[side].text += frame[side];
+      dirty.add(side);
+    });
     if (!frameRequested) {
       frameRequested = true;
       requestAnimationFrame(flush);
