@@ -17,6 +17,13 @@ under:
 - while the shared cache is unreachable (or was flushed) the generation is new on every read, so
   every battle reads the database, as without this module.
 
+A live battle's start keeps the "live" scope: the active live models with their providers (the
+breaker's state included; the caller compares it with the clock, so a cool-down's end needs no
+write) and the *Live battle limits*. Saving or deleting a ``Provider`` or ``LiveLimits``, a change
+of the circuit breaker (``arena.live.breaker`` bumps it where it writes with ``update()``), a
+changed ``ARENA_LIVE_*`` setting and every new pool generation (the models are the same rows)
+start a new live generation.
+
 Without Redis (the local settings' per-process memory cache) a change made by another process,
 such as an import command beside a running server, is seen within ``MAX_AGE_SECONDS``.
 """
@@ -32,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
 
 from django.core.cache import cache
+from django.core.signals import setting_changed
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -39,13 +47,18 @@ from django.dispatch import receiver
 from answer_style import AnswerStyle, style_counts
 from arena.inputs import text_storable
 from arena.leaks import answer_names_model
-from arena.models import ArenaModel, Completion, EnvRun, Prompt
+from arena.models import ArenaModel, Completion, EnvRun, LiveLimits, Prompt, Provider
+from arena.selectors import Limits, live_limits
 
-Scope = Literal["pool", "env"]
+Scope = Literal["pool", "env", "live"]
 GENERATION_KEYS: dict[Scope, str] = {
     "pool": "arena:generation:pool:v1",
     "env": "arena:generation:env:v1",
+    "live": "arena:generation:live:v1",
 }
+# Scopes whose copies are read from the rows of another's: a new generation of the key is one
+# of each value too (their copies are valid under both tokens).
+_FOLLOWERS: dict[Scope, tuple[Scope, ...]] = {"pool": ("live",)}
 # The oldest a copy may be, for writes that send no signal.
 MAX_AGE_SECONDS = 30.0
 # Answers (prompt, model) kept per process: a pool of any size costs bounded memory.
@@ -73,7 +86,7 @@ class _Copies:
 
 
 _lock = threading.Lock()
-_copies: dict[Scope, _Copies] = {"pool": _Copies(), "env": _Copies()}
+_copies: dict[Scope, _Copies] = {scope: _Copies() for scope in GENERATION_KEYS}
 
 
 def _generations() -> dict[Scope, str]:
@@ -91,6 +104,9 @@ def _generations() -> dict[Scope, str]:
             if not cache.add(key, token, timeout=None):
                 token = cache.get(key) or token
         tokens[scope] = token
+    for leader, followers in _FOLLOWERS.items():
+        for follower in followers:
+            tokens[follower] = f"{tokens[follower]}:{tokens[leader]}"
     return tokens
 
 
@@ -173,6 +189,27 @@ class PoolCache:
 
         return self._get("pool", ("pair", low, high), load)
 
+    def live_models(self) -> list[ArenaModel]:
+        """Active models with a provider and an upstream model, their providers joined, by id.
+
+        Shared by every request of the process: callers copy a model before changing it. The
+        breaker's ``breaker_open_until`` is as read; the caller compares it with the clock.
+        """
+        return self._get(
+            "live",
+            "models",
+            lambda: list(
+                ArenaModel.objects.filter(is_active=True, provider__isnull=False)
+                .exclude(upstream_model_id="")
+                .select_related("provider")
+                .order_by("id")
+            ),
+        )
+
+    def live_limits(self) -> Limits:
+        """The live limits in force (``arena.selectors.live_limits``)."""
+        return self._get("live", "limits", live_limits)
+
     def answers(self, prompt_id: int, model_ids: list[int]) -> dict[int, list[PoolTurn]]:
         """Each model's pool answer to the prompt, turn by turn, as battle messages store it
         (one query for those not kept yet). A model with no pool answer to it is left out."""
@@ -221,9 +258,11 @@ def pool_cache() -> PoolCache:
 
 def generation_bump(scope: Scope) -> None:
     """Start a new generation of ``scope``: every process reads those rows again."""
+    scopes = (scope, *_FOLLOWERS.get(scope, ()))
     with _lock:
-        _copies[scope].generation = None
-        _copies[scope].values = OrderedDict()
+        for each in scopes:
+            _copies[each].generation = None
+            _copies[each].values = OrderedDict()
     cache.set(GENERATION_KEYS[scope], uuid.uuid4().hex, timeout=None)
 
 
@@ -262,3 +301,18 @@ def _env_runs_changed(**kwargs: Any) -> None:
     if update_fields is not None and "state" not in update_fields:
         return
     _bump_now_and_after_commit("env")
+
+
+@receiver(post_save, sender=Provider, dispatch_uid="arena.pool_cache.provider_saved")
+@receiver(post_delete, sender=Provider, dispatch_uid="arena.pool_cache.provider_deleted")
+@receiver(post_save, sender=LiveLimits, dispatch_uid="arena.pool_cache.live_limits_saved")
+@receiver(post_delete, sender=LiveLimits, dispatch_uid="arena.pool_cache.live_limits_deleted")
+def _live_changed(**kwargs: Any) -> None:
+    _bump_now_and_after_commit("live")
+
+
+@receiver(setting_changed, dispatch_uid="arena.pool_cache.setting_changed")
+def _live_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    # The limits kept fall back on these settings (tests change them; a server never does).
+    if setting.startswith("ARENA_LIVE_"):
+        generation_bump("live")

@@ -4,6 +4,11 @@ After ``ARENA_LIVE_BREAKER_FAILURES`` consecutive failed answers a provider's br
 models are skipped when live battles are drawn until the cool-down ends. Then they are drawn
 again (half-open); one more failure reopens the breaker at once, one success closes it. Which
 providers can be drawn is a read: ``arena.selectors.providers_available``.
+
+Live starts keep the providers' breaker states per process (``arena.pool_cache``, "live"): a
+breaker opened is a ``save()``, whose signal starts a new generation; a breaker closed here is an
+``update()``, which sends none, so these functions start one themselves (at once, for this
+process, and after the commit, for a process that read the old row meanwhile).
 """
 
 from datetime import timedelta
@@ -14,6 +19,12 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from arena.models import Provider
+from arena.pool_cache import generation_bump
+
+
+def _breakers_changed() -> None:
+    generation_bump("live")
+    transaction.on_commit(lambda: generation_bump("live"))
 
 
 def provider_failure_record(*, provider_id: int) -> Provider:
@@ -30,13 +41,20 @@ def provider_failure_record(*, provider_id: int) -> Provider:
 
 def provider_success_record(*, provider_id: int) -> None:
     """A successful answer closes the breaker."""
-    Provider.objects.filter(pk=provider_id).filter(
-        Q(breaker_failures__gt=0) | Q(breaker_open_until__isnull=False)
-    ).update(breaker_failures=0, breaker_open_until=None)
+    closed = (
+        Provider.objects.filter(pk=provider_id)
+        .filter(Q(breaker_failures__gt=0) | Q(breaker_open_until__isnull=False))
+        .update(breaker_failures=0, breaker_open_until=None)
+    )
+    if closed:
+        _breakers_changed()
 
 
 def provider_breaker_reset(*, provider_ids: list[int]) -> int:
     """Close the breakers of these providers (an admin action)."""
-    return Provider.objects.filter(pk__in=provider_ids).update(
+    reset = Provider.objects.filter(pk__in=provider_ids).update(
         breaker_failures=0, breaker_open_until=None
     )
+    if reset:
+        _breakers_changed()
+    return reset

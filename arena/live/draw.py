@@ -4,20 +4,45 @@ Anonymous mode draws two different available models (``arena.selectors.live_mode
 active, live, positive weight, provider's breaker not open) by the active pair rule
 (``arena.sampling_stats``; by sampling weight when it is off) and places them in random
 order; named mode takes the two the visitor picked, in that order.
+
+Both read the live models from the process's copy (``arena.pool_cache``: one cache round trip,
+no query while no model, provider, breaker or limit changed) and compare each provider's breaker
+with the clock here, so a cool-down's end needs no write. The models returned are copies: the
+kept ones are shared by every request of the process.
 """
 
+import copy
 import random
+
+from django.utils import timezone
 
 from arena import sampling
 from arena.errors import ArenaError, ErrorCode
 from arena.inputs import text_problem
 from arena.models import ArenaModel
+from arena.pool_cache import PoolCache, pool_cache
 from arena.sampling_stats import pair_probabilities_active, sampling_active
-from arena.selectors import live_models_available
 
 
-def draw_pair(rng: random.Random) -> tuple[ArenaModel, ArenaModel]:
-    candidates = list(live_models_available())
+def _available(kept: PoolCache) -> list[ArenaModel]:
+    """As ``arena.selectors.live_models_available``: positive weight, breaker not open."""
+    now = timezone.now()
+
+    def breaker_closed(model: ArenaModel) -> bool:
+        if model.provider is None:  # not live (the kept list has none)
+            return False
+        until = model.provider.breaker_open_until
+        return until is None or until <= now
+
+    return [m for m in kept.live_models() if m.sampling_weight > 0 and breaker_closed(m)]
+
+
+def _own(a: ArenaModel, b: ArenaModel) -> tuple[ArenaModel, ArenaModel]:
+    return copy.copy(a), copy.copy(b)
+
+
+def draw_pair(rng: random.Random, kept: PoolCache | None = None) -> tuple[ArenaModel, ArenaModel]:
+    candidates = _available(kept or pool_cache())
     if len(candidates) < 2:
         raise ArenaError(
             ErrorCode.NO_LIVE_MODELS,
@@ -30,14 +55,14 @@ def draw_pair(rng: random.Random) -> tuple[ArenaModel, ArenaModel]:
         probabilities = pair_probabilities_active({m.pk: m.sampling_weight for m in candidates})
         if probabilities:
             a, b = sampling.draw_pair(probabilities, rng)
-            return by_id[a], by_id[b]
+            return _own(by_id[a], by_id[b])
     first = rng.choices(candidates, weights=[m.sampling_weight for m in candidates], k=1)[0]
     rest = [m for m in candidates if m.pk != first.pk]
     second = rng.choices(rest, weights=[m.sampling_weight for m in rest], k=1)[0]
-    return (first, second) if rng.random() < 0.5 else (second, first)
+    return _own(first, second) if rng.random() < 0.5 else _own(second, first)
 
 
-def named_pair(model_slugs: object) -> tuple[ArenaModel, ArenaModel]:
+def named_pair(model_slugs: object, kept: PoolCache | None = None) -> tuple[ArenaModel, ArenaModel]:
     if (
         not isinstance(model_slugs, list | tuple)
         or len(model_slugs) != 2
@@ -52,10 +77,8 @@ def named_pair(model_slugs: object) -> tuple[ArenaModel, ArenaModel]:
         raise ArenaError(ErrorCode.INVALID, "Pick two different models.", field="models")
     found = {
         m.slug: m
-        for m in ArenaModel.objects.filter(
-            slug__in=model_slugs, is_active=True, is_public=True
-        ).select_related("provider")
-        if m.is_live
+        for m in (kept or pool_cache()).live_models()
+        if m.slug in model_slugs and m.is_public and m.is_live
     }
     missing = [s for s in model_slugs if s not in found]
     if missing:
@@ -64,4 +87,4 @@ def named_pair(model_slugs: object) -> tuple[ArenaModel, ArenaModel]:
             f"Unknown or unavailable model: {', '.join(missing)}.",
             field="models",
         )
-    return found[model_slugs[0]], found[model_slugs[1]]
+    return _own(found[model_slugs[0]], found[model_slugs[1]])

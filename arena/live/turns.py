@@ -27,6 +27,7 @@ from arena.live.moderation import prompt_moderate
 from arena.live.upstream import Answer, UpstreamTarget
 from arena.models import USER_PROMPT_SOURCE, ArenaModel, Battle, BattleMessage, Prompt
 from arena.payloads import BattlePayload, Side
+from arena.pool_cache import pool_cache
 from arena.selectors import (
     Limits,
     battle_current_messages,
@@ -75,16 +76,18 @@ def battle_start_live(
     """
     if not session_key:
         raise ArenaError(ErrorCode.NO_SESSION, "Open the battle page first.", status=403)
-    limits = live_limits()
+    # The models and limits as this process keeps them (arena.pool_cache: one cache round trip).
+    kept = pool_cache()
+    limits = kept.live_limits()
     text = clean_prompt(prompt, limits)
     check_call_rate(client_ip)  # counted first, so a refused prompt costs a call too
     prompt_moderate(text=text, session_key=session_key, client_ip=client_ip)
     if mode not in Battle.Mode.values:
         raise ArenaError(ErrorCode.INVALID, "Unknown battle mode.", field="mode")
     if mode == Battle.Mode.NAMED:
-        model_a, model_b = named_pair(model_slugs)
+        model_a, model_b = named_pair(model_slugs, kept)
     else:
-        model_a, model_b = draw_pair(rng or random.SystemRandom())
+        model_a, model_b = draw_pair(rng or random.SystemRandom(), kept)
     with transaction.atomic():
         check_concurrency(session_key=session_key, limits=limits, exclude=None)
         battle = Battle.objects.create(
