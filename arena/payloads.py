@@ -101,12 +101,12 @@ class TurnStartFrame(TypedDict):
     regenerated: bool
 
 
-class DeltaFrame(TypedDict):
-    """Built as text on the hot path (``consumer._run_side``); this is its shape."""
+class DeltasFrame(TypedDict):
+    """The sides' next text, buffered per socket (``consumer._queue_delta``): only sides with some."""
 
-    type: Literal["delta"]
-    side: Side
-    text: str
+    type: Literal["deltas"]
+    a: NotRequired[str]
+    b: NotRequired[str]
 
 
 class SideEndFrame(TypedDict):
@@ -144,7 +144,7 @@ Frame = (
     ModelsFrame
     | SuggestionFrame
     | TurnStartFrame
-    | DeltaFrame
+    | DeltasFrame
     | SideEndFrame
     | TurnEndFrame
     | ErrorFrame
