@@ -23,7 +23,7 @@
    next battle, on the same socket (static/js/live.js keeps it open across battles).
 4. After ``--warmup`` seconds the measured window of ``--seconds`` starts: battles/s counts the
    battles whose vote was acknowledged (201) inside it; latencies are those battles'. TTFT =
-   ``start`` sent -> first ``delta``; battle time = ``start`` sent -> ``turn_end``; overhead =
+   ``start`` sent -> first ``deltas``; battle time = ``start`` sent -> ``turn_end``; overhead =
    battle time - the direct stream time; vote = the vote's HTTP round trip.
 5. CPU over the window from /proc (user + system): the uvicorn processes, the Celery worker,
    this client process, and PostgreSQL and Redis whole (those servers are shared with anything
@@ -60,6 +60,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -304,7 +305,7 @@ async def _battle(socket: object, prompt: str, level: Level) -> tuple[str, float
             raise RuntimeError(f"socket {message.type.name}")
         frame = json.loads(message.data)
         kind = frame["type"]
-        if kind == "delta":
+        if kind in ("deltas", "delta"):  # "delta": a --baseline tree's one-piece frame
             if not first:
                 first = time.perf_counter()
         elif kind == "turn_end":
@@ -641,17 +642,25 @@ def row(level: Level, used: Cpu, seconds: float, direct_ms: float, stored: int) 
     }
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], baseline: list[dict] | None = None) -> str:
+    """The rows as a Markdown table; with ``baseline`` rows (another tree, the same run), a
+    column of battles/s against the baseline's at the same level."""
+    same_run = {r["visitors"]: r["battles_per_s"] for r in baseline or []}
     lines = [
-        "| visitors | battles/s | vs FastChat 7.0 | vs before | TTFT p50/p99 ms "
+        "| visitors | battles/s | vs FastChat 7.0 | vs before "
+        + ("| vs baseline, same run " if same_run else "")
+        + "| TTFT p50/p99 ms "
         "| overhead p50/p99 ms | vote p50/p99 ms | errors | acked / in DB "
         "| uvicorn CPU ms/battle | Celery | PostgreSQL* | Redis* | client | RSS/worker MB "
         "| DB conns/battle |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:" * (16 + bool(same_run)) + "|",
     ]
     for r in rows:
         before = BEFORE.get(r["visitors"])
         vs_before = f"{r['battles_per_s'] / before:.2f}x" if before else "-"
+        if same_run:
+            base = same_run.get(r["visitors"])
+            vs_before += f" | {r['battles_per_s'] / base:.2f}x" if base else " | -"
         lines.append(
             f"| {r['visitors']} | {r['battles_per_s']:.1f} "
             f"| {r['battles_per_s'] / FASTCHAT_PEAK:.2f}x | {vs_before} "
@@ -743,6 +752,116 @@ class Window:
         return count_statements(self.pg_log, *self.offsets[:2], self.database.name)
 
 
+@dataclass
+class Tree:
+    """One checkout's production shape: its own database (its own migrations), Redis database,
+    processes and logs. ``--baseline REV`` adds a git worktree of REV beside this checkout."""
+
+    label: str
+    root: Path
+    settings: dict[str, str]
+    worktree: bool = False
+    database: Database = field(init=False)
+    redis_db: RedisDb = field(init=False)
+    shape: Shape = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.database = Database("arena_bench_battles")
+        self.redis_db = RedisDb()
+        self.shape = Shape(self.database.url, self.redis_db.url, self.settings, root=self.root)
+
+    @classmethod
+    def checkout(cls, rev: str, settings: dict[str, str]) -> Tree:
+        path = Path(tempfile.mkdtemp(prefix="arena-bench-baseline-")) / "tree"
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(path), rev],
+            check=True,
+        )
+        return cls(f"baseline {rev}", path, settings, worktree=True)
+
+    def prepare(self, upstream_url: str) -> None:
+        shape = self.shape
+        shape.manage("migrate", "--noinput")
+        shape.manage("collectstatic", "--noinput")
+        shape.manage("load_demo")
+        shape.manage("rate_snapshot")
+        for slug in LIVE_MODELS:
+            shape.manage(
+                "add_model",
+                f"--slug={slug}",
+                f"--provider-url={upstream_url}",
+                f"--upstream-model={slug}",
+            )
+
+    def close(self) -> None:
+        self.shape.stop()
+        self.database.drop()
+        self.redis_db.release()
+        if self.worktree:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(self.root)],
+                check=False,
+            )
+
+
+def measure_level(
+    tree: Tree,
+    visitors: int,
+    warmup: float,
+    seconds: float,
+    direct_ms: float,
+    profile_out: Path | None,
+    pg_log: Path | None,
+) -> tuple[dict, list[Path]]:
+    """One level on a fresh server of ``tree``: its row (printed) and the profile files."""
+    import uvloop
+
+    shape, database = tree.shape, tree.database
+    fresh_server(shape)
+    # Warm-up: every request on a new connection, so that both workers (the kernel
+    # hands each connection to one) import what the first page, vote and battle need.
+    uvloop.run(run_level(shape.url, 8, 0.0, 6.0, shape, force_close=True))
+    window = Window(database, worker_pids(shape), seconds, profile_out, pg_log)
+    level, used = uvloop.run(run_level(shape.url, visitors, warmup, seconds, shape, window.mark))
+    shape.check_alive(f"level {visitors}")
+    for profiler in window.profilers:
+        profiler.wait(timeout=60)
+    files = sorted(window.out.glob("worker-*.txt")) if window.out is not None else []
+    result = row(
+        level, used, seconds, direct_ms, stored_votes(database, [d.battle_id for d in level.done])
+    )
+    result["tree"] = tree.label
+    result["rss_mb"] = [rss_mb(pid) for pid in worker_pids(shape)]
+    n = max(1, result["battles"])
+    result["connections"] = window.stats["connections"] / n
+    result["transactions"] = window.stats["transactions"] / n
+    statements = window.statements()
+    result["statements"] = sum(statements.values()) / n if pg_log else math.nan
+    result["statement_kinds"] = {k: v / n for k, v in statements.most_common()}
+    prefix = "" if tree.root == ROOT else f"[{tree.label}] "
+    print(
+        f"{prefix}{visitors:>4} visitors: {result['battles_per_s']:.1f} battles/s, TTFT p50/p99 "
+        f"{result['ttft_p50']:.0f}/{result['ttft_p99']:.0f} ms, overhead p50/p99 "
+        f"{result['overhead_p50']:.0f}/{result['overhead_p99']:.0f} ms, vote p50/p99 "
+        f"{result['vote_p50']:.0f}/{result['vote_p99']:.0f} ms, errors "
+        f"{result['error_kinds'] or 0}, acked/in DB {result['acknowledged']}/"
+        f"{result['stored']}, CPU ms per battle: uvicorn {result['web_cpu_ms']:.1f}, "
+        f"celery {result['worker_cpu_ms']:.1f}, postgres* "
+        f"{result['postgres_cpu_ms']:.1f}, redis* {result['redis_cpu_ms']:.1f}, client "
+        f"{result['client_cpu_ms']:.1f}; RSS per worker "
+        f"{', '.join(f'{x:.0f}' for x in result['rss_mb'])} MB; per battle: "
+        f"{result['connections']:.1f} PostgreSQL connections opened, "
+        f"{result['transactions']:.1f} transactions"
+        + (f", {result['statements']:.1f} statements" if pg_log else "")
+        + f"; machine load {result['machine_load']:.1f}",
+        flush=True,
+    )
+    if pg_log is not None:
+        kinds = result["statement_kinds"]
+        print("  statements per battle: " + ", ".join(f"{k} {v:.1f}" for k, v in kinds.items()))
+    return result, files
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--levels", default="1,10,50,100,200", help="visitors per level")
@@ -761,6 +880,12 @@ def main() -> None:
         "(ALTER DATABASE, superuser), read back from this PostgreSQL server log file",
     )
     parser.add_argument("--keep-logs", action="store_true", help="print the process logs' path")
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run a git worktree of REV (e.g. 33913fd, the tree issue 13 was measured on) "
+        "at every level, alternating with this checkout, and print both tables",
+    )
     parser.add_argument(
         "--env",
         action="append",
@@ -787,17 +912,24 @@ def main() -> None:
     )
     assert upstream.stdout is not None
     upstream_url = f"http://127.0.0.1:{int(upstream.stdout.readline())}/v1"
-    redis_db = RedisDb()
-    database = Database("arena_bench_battles")
-    pg_log: Path | None = None
     extra = dict(item.split("=", 1) for item in args.env)
     settings = BENCH_ENV | extra
-    shape = Shape(database.url, redis_db.url, settings)
+    current = Tree("this checkout", ROOT, settings)
+    trees = [current]
+    if args.baseline:
+        trees.insert(0, Tree.checkout(args.baseline, settings))
     rows: list[dict] = []
+    baseline_rows: list[dict] = []
     profiles: dict[int, list[Path]] = {}
+    direct_ms = math.nan
     started = time.monotonic()
     try:
-        print(f"database {database.name}, redis {redis_db.url}, logs {shape.tmp}", flush=True)
+        for tree in trees:
+            print(
+                f"{tree.label}: database {tree.database.name}, redis {tree.redis_db.url}, "
+                f"logs {tree.shape.tmp}",
+                flush=True,
+            )
         print(f"settings changed for the bench: {settings}", flush=True)
         direct_ms = uvloop.run(direct_stream_ms(upstream_url))
         print(
@@ -805,90 +937,39 @@ def main() -> None:
             f"(median of 7, idle) {direct_ms:.0f} ms",
             flush=True,
         )
-        shape.manage("migrate", "--noinput")
-        shape.manage("collectstatic", "--noinput")
-        shape.manage("load_demo")
-        shape.manage("rate_snapshot")
-        for slug in LIVE_MODELS:
-            shape.manage(
-                "add_model",
-                f"--slug={slug}",
-                f"--provider-url={upstream_url}",
-                f"--upstream-model={slug}",
-            )
+        for tree in trees:
+            tree.prepare(upstream_url)
         pg_log = args.count_queries
         if pg_log is not None:
             import psycopg
 
-            with psycopg.connect(database.url, autocommit=True) as conn:
-                conn.execute(f"ALTER DATABASE \"{database.name}\" SET log_statement = 'all'")
+            with psycopg.connect(current.database.url, autocommit=True) as conn:
+                conn.execute(
+                    f"ALTER DATABASE \"{current.database.name}\" SET log_statement = 'all'"
+                )
         print(f"set up in {time.monotonic() - started:.0f} s", flush=True)
         for visitors in levels:
-            fresh_server(shape)
-            # Warm-up: every request on a new connection, so that both workers (the kernel
-            # hands each connection to one) import what the first page, vote and battle need.
-            uvloop.run(run_level(shape.url, 8, 0.0, 6.0, shape, force_close=True))
-            window = Window(
-                database,
-                worker_pids(shape),
-                seconds,
-                args.profile / f"level-{visitors}" if args.profile else None,
-                pg_log,
-            )
-            level, used = uvloop.run(
-                run_level(shape.url, visitors, warmup, seconds, shape, window.mark)
-            )
-            shape.check_alive(f"level {visitors}")
-            for profiler in window.profilers:
-                profiler.wait(timeout=60)
-            if window.out is not None:
-                profiles[visitors] = sorted(window.out.glob("worker-*.txt"))
-            result = row(
-                level,
-                used,
-                seconds,
-                direct_ms,
-                stored_votes(database, [d.battle_id for d in level.done]),
-            )
-            result["rss_mb"] = [rss_mb(pid) for pid in worker_pids(shape)]
-            n = max(1, result["battles"])
-            result["connections"] = window.stats["connections"] / n
-            result["transactions"] = window.stats["transactions"] / n
-            statements = window.statements()
-            result["statements"] = sum(statements.values()) / n if pg_log else math.nan
-            result["statement_kinds"] = {k: v / n for k, v in statements.most_common()}
-            rows.append(result)
-            print(
-                f"{visitors:>4} visitors: {result['battles_per_s']:.1f} battles/s, TTFT p50/p99 "
-                f"{result['ttft_p50']:.0f}/{result['ttft_p99']:.0f} ms, overhead p50/p99 "
-                f"{result['overhead_p50']:.0f}/{result['overhead_p99']:.0f} ms, vote p50/p99 "
-                f"{result['vote_p50']:.0f}/{result['vote_p99']:.0f} ms, errors "
-                f"{result['error_kinds'] or 0}, acked/in DB {result['acknowledged']}/"
-                f"{result['stored']}, CPU ms per battle: uvicorn {result['web_cpu_ms']:.1f}, "
-                f"celery {result['worker_cpu_ms']:.1f}, postgres* "
-                f"{result['postgres_cpu_ms']:.1f}, redis* {result['redis_cpu_ms']:.1f}, client "
-                f"{result['client_cpu_ms']:.1f}; RSS per worker "
-                f"{', '.join(f'{x:.0f}' for x in result['rss_mb'])} MB; per battle: "
-                f"{result['connections']:.1f} PostgreSQL connections opened, "
-                f"{result['transactions']:.1f} transactions"
-                + (f", {result['statements']:.1f} statements" if pg_log else "")
-                + f"; machine load {result['machine_load']:.1f}",
-                flush=True,
-            )
-            if pg_log is not None:
-                kinds = result["statement_kinds"]
-                print(
-                    "  statements per battle: "
-                    + ", ".join(f"{k} {v:.1f}" for k, v in kinds.items())
+            for tree in trees:
+                is_current = tree is current
+                result, files = measure_level(
+                    tree,
+                    visitors,
+                    warmup,
+                    seconds,
+                    direct_ms,
+                    args.profile / f"level-{visitors}" if args.profile and is_current else None,
+                    pg_log if is_current else None,
                 )
+                (rows if is_current else baseline_rows).append(result)
+                if files:
+                    profiles[visitors] = files
     finally:
-        shape.stop()
-        database.drop()
-        redis_db.release()
+        for tree in trees:
+            tree.close()
         upstream.send_signal(signal.SIGTERM)
         upstream.wait(timeout=15)
         if args.keep_logs:
-            print(f"process logs kept in {shape.tmp}")
+            print(f"process logs kept in {[str(t.shape.tmp) for t in trees]}")
     print()
     print(
         f"Whole live battles, closed loop, no think time; fake upstream {args.tokens} chunks "
@@ -898,7 +979,10 @@ def main() -> None:
     )
     if not rows:
         return
-    print(table(rows))
+    print(table(rows, baseline_rows))
+    if baseline_rows:
+        print(f"\nThe baseline, {args.baseline}, in the same run:")
+        print(table(baseline_rows))
     print(
         f"vs FastChat 7.0: battles/s / 7.0, FastChat 0.2.36's peak on this machine (issue 13's "
         f"figure, not measured here). vs before: / issue 13's 'before' table ({BEFORE}). "

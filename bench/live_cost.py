@@ -250,7 +250,7 @@ async def _battle(port: int, key: str) -> int:
         frame = json.loads(await ws.recv())
         if frame["type"] == "error":
             raise SystemExit(f"error frame: {frame}")
-        deltas += frame["type"] == "delta"
+        deltas += frame["type"] == "deltas"
         if frame["type"] == "turn_end":
             break
     await ws.close()

@@ -105,6 +105,7 @@ class Shape:
     redis_url: str
     extra_env: dict[str, str]
     web_workers: int = 2
+    root: Path = ROOT  # the checkout whose code runs (bench/battles.py --baseline: another one)
     tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="arena-bench-")))
     port: int = field(default_factory=free_port)
     processes: list[tuple[str, subprocess.Popen[bytes], Path]] = field(default_factory=list)
@@ -138,7 +139,7 @@ class Shape:
         with log.open("wb") as out:
             done = subprocess.run(
                 [str(BIN / "python"), "manage.py", *args],
-                cwd=ROOT,
+                cwd=self.root,
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -154,7 +155,7 @@ class Shape:
         with log.open("wb") as out:
             popen = subprocess.Popen(
                 args,
-                cwd=ROOT,
+                cwd=self.root,
                 env=self.env | (env or {}),
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -192,7 +193,7 @@ class Shape:
     def start_web(self) -> None:
         self.start(
             "uvicorn",
-            str(ROOT / "bin" / "serve"),
+            str(self.root / "bin" / "serve"),
             env={
                 "ARENA_PYTHON": str(BIN / "python"),
                 "ARENA_HOST": "127.0.0.1",

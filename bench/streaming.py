@@ -210,13 +210,14 @@ class Battle:
                 now = time.monotonic_ns()
                 frame = json.loads(raw)
                 kind = frame["type"]
-                if kind == "delta":
+                if kind == "deltas":
                     if not self.first_delta_ns:
                         self.first_delta_ns = now
                     self.last_delta_ns = now
-                    for stamp in frame["text"].split():
-                        emitted.append(int(stamp))
-                        received.append(now)
+                    for side in ("a", "b"):
+                        for stamp in frame.get(side, "").split():
+                            emitted.append(int(stamp))
+                            received.append(now)
                     if stop_early and len(emitted) == 1:
                         await ws.send(json.dumps({"type": "stop"}))
                 elif kind == "turn_end":
