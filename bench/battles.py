@@ -60,7 +60,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -70,7 +69,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.shape import BIN, Database, RedisDb, Shape, free_port  # noqa: E402
+from bench.shape import BIN, Database, Shape, Tree, free_port  # noqa: E402
 
 FASTCHAT_PEAK = 7.0  # battles/s, FastChat 0.2.36 on this machine: issue 13's figure
 BEFORE = {1: 1.7, 10: 15.2, 50: 21.7, 100: 19.0, 200: 16.2}  # issue 13's "before" battles/s
@@ -752,58 +751,6 @@ class Window:
         return count_statements(self.pg_log, *self.offsets[:2], self.database.name)
 
 
-@dataclass
-class Tree:
-    """One checkout's production shape: its own database (its own migrations), Redis database,
-    processes and logs. ``--baseline REV`` adds a git worktree of REV beside this checkout."""
-
-    label: str
-    root: Path
-    settings: dict[str, str]
-    worktree: bool = False
-    database: Database = field(init=False)
-    redis_db: RedisDb = field(init=False)
-    shape: Shape = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.database = Database("arena_bench_battles")
-        self.redis_db = RedisDb()
-        self.shape = Shape(self.database.url, self.redis_db.url, self.settings, root=self.root)
-
-    @classmethod
-    def checkout(cls, rev: str, settings: dict[str, str]) -> Tree:
-        path = Path(tempfile.mkdtemp(prefix="arena-bench-baseline-")) / "tree"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(path), rev],
-            check=True,
-        )
-        return cls(f"baseline {rev}", path, settings, worktree=True)
-
-    def prepare(self, upstream_url: str) -> None:
-        shape = self.shape
-        shape.manage("migrate", "--noinput")
-        shape.manage("collectstatic", "--noinput")
-        shape.manage("load_demo")
-        shape.manage("rate_snapshot")
-        for slug in LIVE_MODELS:
-            shape.manage(
-                "add_model",
-                f"--slug={slug}",
-                f"--provider-url={upstream_url}",
-                f"--upstream-model={slug}",
-            )
-
-    def close(self) -> None:
-        self.shape.stop()
-        self.database.drop()
-        self.redis_db.release()
-        if self.worktree:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(self.root)],
-                check=False,
-            )
-
-
 def measure_level(
     tree: Tree,
     visitors: int,
@@ -914,10 +861,10 @@ def main() -> None:
     upstream_url = f"http://127.0.0.1:{int(upstream.stdout.readline())}/v1"
     extra = dict(item.split("=", 1) for item in args.env)
     settings = BENCH_ENV | extra
-    current = Tree("this checkout", ROOT, settings)
+    current = Tree("this checkout", ROOT, "arena_bench_battles", settings)
     trees = [current]
     if args.baseline:
-        trees.insert(0, Tree.checkout(args.baseline, settings))
+        trees.insert(0, Tree.checkout(args.baseline, "arena_bench_battles", settings))
     rows: list[dict] = []
     baseline_rows: list[dict] = []
     profiles: dict[int, list[Path]] = {}
@@ -938,7 +885,7 @@ def main() -> None:
             flush=True,
         )
         for tree in trees:
-            tree.prepare(upstream_url)
+            tree.prepare(live_models=LIVE_MODELS, upstream_url=upstream_url)
         pg_log = args.count_queries
         if pg_log is not None:
             import psycopg

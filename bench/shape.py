@@ -254,3 +254,68 @@ class Shape:
                 os.killpg(popen.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@dataclass
+class Tree:
+    """One checkout's production shape: its own database (its own migrations), Redis database,
+    processes and logs. ``checkout(REV)``: a git worktree of REV beside this checkout (the
+    benchmarks' ``--baseline``, measured in the same run)."""
+
+    label: str
+    root: Path
+    prefix: str
+    settings: dict[str, str]
+    web_workers: int = 2
+    worktree: bool = False
+    database: Database = field(init=False)
+    redis_db: RedisDb = field(init=False)
+    shape: Shape = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.database = Database(self.prefix)
+        self.redis_db = RedisDb()
+        self.shape = Shape(
+            self.database.url,
+            self.redis_db.url,
+            self.settings,
+            web_workers=self.web_workers,
+            root=self.root,
+        )
+
+    @classmethod
+    def checkout(
+        cls, rev: str, prefix: str, settings: dict[str, str], web_workers: int = 2
+    ) -> Tree:
+        path = Path(tempfile.mkdtemp(prefix="arena-bench-baseline-")) / "tree"
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(path), rev],
+            check=True,
+        )
+        return cls(f"baseline {rev}", path, prefix, settings, web_workers, worktree=True)
+
+    def prepare(self, live_models: tuple[str, ...] = (), upstream_url: str = "") -> None:
+        """Migrate, collect static files, load the demo, rate it, and add ``live_models``
+        against ``upstream_url``."""
+        shape = self.shape
+        shape.manage("migrate", "--noinput")
+        shape.manage("collectstatic", "--noinput")
+        shape.manage("load_demo")
+        shape.manage("rate_snapshot")
+        for slug in live_models:
+            shape.manage(
+                "add_model",
+                f"--slug={slug}",
+                f"--provider-url={upstream_url}",
+                f"--upstream-model={slug}",
+            )
+
+    def close(self) -> None:
+        self.shape.stop()
+        self.database.drop()
+        self.redis_db.release()
+        if self.worktree:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(self.root)],
+                check=False,
+            )

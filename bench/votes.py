@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.shape import Database, RedisDb, Shape  # noqa: E402
+from bench.shape import Database, Tree  # noqa: E402
 
 TARGET_VOTES_PER_S = 500.0
 TARGET_P99_MS = 200.0
@@ -193,17 +193,61 @@ def _row(level: Level, stored: int) -> dict[str, object]:
     }
 
 
-def _table(rows: list[dict[str, object]]) -> str:
+def _measure(tree: Tree, sessions: int, seconds: float) -> dict[str, object]:
+    """One level against ``tree``'s running server: its row (printed)."""
+    shape = tree.shape
+    cpu_before = shape.cpu_seconds()
+    level = asyncio.run(_run_level(shape.url, sessions, seconds))
+    cpu_after = shape.cpu_seconds()
+    shape.check_alive(f"level {sessions}")
+    row = _row(level, _stored(tree.database, level.acknowledged))
+    web_cpu = cpu_after["uvicorn"] - cpu_before["uvicorn"]
+    worker_cpu = cpu_after["celery-worker"] - cpu_before["celery-worker"]
+    n = max(1, len(level.acknowledged))
+    row["tree"] = tree.label
+    row["web_cpu_ms_per_vote"] = web_cpu * 1000 / n
+    row["worker_cpu_ms_per_vote"] = worker_cpu * 1000 / n
+    row["load_avg_1m"] = os.getloadavg()[0]
+    prefix = "" if tree.root == ROOT else f"[{tree.label}] "
+    print(
+        f"{prefix}{sessions:>4} sessions: {row['votes_per_s']:.1f} votes/s, "
+        f"vote p50/p99 {row['vote_p50']:.0f}/{row['vote_p99']:.0f} ms, "
+        f"start p50/p99 {row['start_p50']:.0f}/{row['start_p99']:.0f} ms, "
+        f"errors {row['error_kinds'] or 0}, in db {row['stored']}/{row['votes']}, "
+        f"machine load (1 min) {row['load_avg_1m']:.1f}, CPU per vote (battle start "
+        f"included): uvicorn {row['web_cpu_ms_per_vote']:.0f} ms, "
+        f"worker {row['worker_cpu_ms_per_vote']:.0f} ms",
+        flush=True,
+    )
+    return row
+
+
+def _table(rows: list[dict[str, object]], baseline: list[dict[str, object]] | None = None) -> str:
+    """The rows as a Markdown table; with ``baseline`` rows (another tree, the same run), a
+    column of votes/s against the baseline's at the same level."""
+    same_run = {r["sessions"]: float(r["votes_per_s"]) for r in baseline or []}  # type: ignore[arg-type]
     lines = [
-        "| sessions | votes | votes/s | vs 500/s | vote p50 ms | vote p99 ms "
+        "| sessions | votes | votes/s | vs 500/s "
+        + ("| vs baseline, same run " if same_run else "")
+        + "| vote p50 ms | vote p99 ms "
         "| start p50 ms | start p99 ms | errors | acknowledged in db "
         "| uvicorn CPU ms per vote | load |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+        "|---:|---:|---:|---:|"
+        + ("---:|" if same_run else "")
+        + "---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for r in rows:
+        base = same_run.get(r["sessions"])
+        vs_base = (
+            ""
+            if not same_run
+            else (f"| {float(r['votes_per_s']) / base:.2f}x " if base else "| - ")
+        )  # type: ignore[arg-type]
         lines.append(
             f"| {r['sessions']} | {r['votes']} | {r['votes_per_s']:.1f} "
             f"| {float(r['votes_per_s']) / TARGET_VOTES_PER_S:.3f}x "  # type: ignore[arg-type]
+            + vs_base
+            + f"| {r['vote_p50']:.0f} | {r['vote_p99']:.0f} "
             f"| {r['vote_p50']:.0f} | {r['vote_p99']:.0f} "
             f"| {r['start_p50']:.0f} | {r['start_p99']:.0f} | {r['errors']} "
             f"| {r['stored']}/{r['votes']}{' (LOST ' + str(r['lost']) + ')' if r['lost'] else ''} "
@@ -221,6 +265,12 @@ def main() -> None:
     parser.add_argument("--keep-logs", action="store_true", help="print the process logs' paths")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run a git worktree of REV (e.g. 33913fd, the tree issue 13 was measured on) "
+        "at every level, alternating with this checkout, and print both tables",
+    )
+    parser.add_argument(
         "--env",
         action="append",
         default=[],
@@ -234,56 +284,47 @@ def main() -> None:
     if args.quick:
         levels, seconds = [1, 10], 8.0
 
-    redis_db = RedisDb()
-    database = Database("arena_bench_votes")
     extra = dict(item.split("=", 1) for item in args.env)
-    shape = Shape(database.url, redis_db.url, BENCH_ENV | extra, web_workers=args.web_workers)
+    settings = BENCH_ENV | extra
+    current = Tree("this checkout", ROOT, "arena_bench_votes", settings, args.web_workers)
+    trees = [current]
+    if args.baseline:
+        trees.insert(
+            0, Tree.checkout(args.baseline, "arena_bench_votes", settings, args.web_workers)
+        )
     rows: list[dict[str, object]] = []
+    baseline_rows: list[dict[str, object]] = []
     try:
-        print(f"database {database.name}, redis {redis_db.url}, logs {shape.tmp}", flush=True)
-        print(f"settings for the bench: {BENCH_ENV | extra}", flush=True)
-        shape.manage("migrate", "--noinput")
-        shape.manage("collectstatic", "--noinput")
-        shape.manage("load_demo")
-        shape.manage("rate_snapshot")
-        shape.start_web()
-        shape.start_worker()
-        asyncio.run(_run_level(shape.url, 2, 2.0))  # warm-up: imports, connections, caches
-        for sessions in levels:
-            cpu_before = shape.cpu_seconds()
-            level = asyncio.run(_run_level(shape.url, sessions, seconds))
-            cpu_after = shape.cpu_seconds()
-            shape.check_alive(f"level {sessions}")
-            row = _row(level, _stored(database, level.acknowledged))
-            web_cpu = cpu_after["uvicorn"] - cpu_before["uvicorn"]
-            worker_cpu = cpu_after["celery-worker"] - cpu_before["celery-worker"]
-            n = max(1, len(level.acknowledged))
-            row["web_cpu_ms_per_vote"] = web_cpu * 1000 / n
-            row["worker_cpu_ms_per_vote"] = worker_cpu * 1000 / n
-            row["load_avg_1m"] = os.getloadavg()[0]
-            rows.append(row)
+        for tree in trees:
             print(
-                f"{sessions:>4} sessions: {row['votes_per_s']:.1f} votes/s, "
-                f"vote p50/p99 {row['vote_p50']:.0f}/{row['vote_p99']:.0f} ms, "
-                f"start p50/p99 {row['start_p50']:.0f}/{row['start_p99']:.0f} ms, "
-                f"errors {row['error_kinds'] or 0}, in db {row['stored']}/{row['votes']}, "
-                f"machine load (1 min) {row['load_avg_1m']:.1f}, CPU per vote (battle start "
-                f"included): uvicorn {row['web_cpu_ms_per_vote']:.0f} ms, "
-                f"worker {row['worker_cpu_ms_per_vote']:.0f} ms",
+                f"{tree.label}: database {tree.database.name}, redis {tree.redis_db.url}, "
+                f"logs {tree.shape.tmp}",
                 flush=True,
             )
+        print(f"settings for the bench: {settings}", flush=True)
+        for tree in trees:
+            tree.prepare()
+            tree.shape.start_web()
+            tree.shape.start_worker()
+            asyncio.run(_run_level(tree.shape.url, 2, 2.0))  # warm-up: imports, connections
+        for sessions in levels:
+            for tree in trees:  # the trees' levels alternate; the other server is idle
+                row = _measure(tree, sessions, seconds)
+                (rows if tree is current else baseline_rows).append(row)
     finally:
-        shape.stop()
-        database.drop()
-        redis_db.release()
+        for tree in trees:
+            tree.close()
         if args.keep_logs:
-            print(f"process logs kept in {shape.tmp}")
+            print(f"process logs kept in {[str(t.shape.tmp) for t in trees]}")
     print()
     print(
         f"Target (2 cores): >= {TARGET_VOTES_PER_S:.0f} votes/s with vote p99 < "
         f"{TARGET_P99_MS:.0f} ms, none lost."
     )
-    print(_table(rows))
+    print(_table(rows, baseline_rows))
+    if baseline_rows:
+        print(f"\nThe baseline, {args.baseline}, in the same run:")
+        print(_table(baseline_rows))
     best = max(rows, key=lambda r: float(r["votes_per_s"]))  # type: ignore[arg-type]
     met = (
         float(best["votes_per_s"]) >= TARGET_VOTES_PER_S  # type: ignore[arg-type]
