@@ -248,7 +248,6 @@ def _table(rows: list[dict[str, object]], baseline: list[dict[str, object]] | No
             f"| {float(r['votes_per_s']) / TARGET_VOTES_PER_S:.3f}x "  # type: ignore[arg-type]
             + vs_base
             + f"| {r['vote_p50']:.0f} | {r['vote_p99']:.0f} "
-            f"| {r['vote_p50']:.0f} | {r['vote_p99']:.0f} "
             f"| {r['start_p50']:.0f} | {r['start_p99']:.0f} | {r['errors']} "
             f"| {r['stored']}/{r['votes']}{' (LOST ' + str(r['lost']) + ')' if r['lost'] else ''} "
             f"| {r['web_cpu_ms_per_vote']:.0f} | {r['load_avg_1m']:.1f} |"
