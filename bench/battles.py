@@ -541,7 +541,7 @@ COST_CENTRES: dict[str, tuple[str, ...]] = {
 # What a sample was doing for a battle: the innermost of these frames on its stack (a token's
 # frame sent from inside the upstream stream counts as the frame sent). Exclusive: adds to 100%.
 PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("websocket frames out (delta, side_end, turn_start/end)", ("on_delta (", "._send_text (")),
+    ("websocket frames out (deltas, side_end, turn_start/end)", ("on_delta (", "._send_text (")),
     ("turn end save + payload (turn_finish)", ("turn_finish (",)),
     ("battle start (battle_start_live)", ("battle_start_live (",)),
     ("upstream stream: openai client, SSE parse, transport", ("stream_answer (",)),
