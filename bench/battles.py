@@ -841,6 +841,8 @@ def main() -> None:
         help="an extra setting for the server processes (repeatable)",
     )
     args = parser.parse_args()
+    if args.baseline:
+        Tree.resolve(args.baseline)
     levels = [int(x) for x in args.levels.split(",")]
     seconds, warmup = args.seconds, args.warmup
     if args.quick:

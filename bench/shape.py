@@ -283,6 +283,18 @@ class Tree:
             root=self.root,
         )
 
+    @staticmethod
+    def resolve(rev: str) -> str:
+        """REV's commit, or SystemExit naming it (before anything is created or started)."""
+        found = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+            capture_output=True,
+            text=True,
+        )
+        if found.returncode != 0:
+            raise SystemExit(f"--baseline: {rev!r} is not a commit of this repository")
+        return found.stdout.strip()
+
     @classmethod
     def checkout(
         cls, rev: str, prefix: str, settings: dict[str, str], web_workers: int = 2

@@ -278,6 +278,8 @@ def main() -> None:
         "DATABASE_CONN_MAX_AGE=60 to compare persistent connections",
     )
     args = parser.parse_args()
+    if args.baseline:
+        Tree.resolve(args.baseline)
     levels = [int(x) for x in args.levels.split(",")]
     seconds = args.seconds
     if args.quick:
