@@ -69,7 +69,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.shape import BIN, Database, Shape, Tree, free_port  # noqa: E402
+from bench.shape import (  # noqa: E402
+    BIN,
+    USER_AGENT,
+    Database,
+    Shape,
+    Tree,
+    add_tree_arguments,
+    close_trees,
+    free_port,
+    open_trees,
+    stored_votes,
+)
 
 FASTCHAT_PEAK = 7.0  # battles/s, FastChat 0.2.36 on this machine: issue 13's figure
 BEFORE = {1: 1.7, 10: 15.2, 50: 21.7, 100: 19.0, 200: 16.2}  # issue 13's "before" battles/s
@@ -77,10 +88,6 @@ TARGET_BATTLES_PER_S = 70.0
 TARGET_CPU_MS = 10.0
 TARGET_OVERHEAD_P99_MS = 50.0  # at 10 visitors
 TARGET_RSS_MB = 250.0
-USER_AGENT = (
-    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
-    "Chrome/131.0 Safari/537.36"
-)
 BENCH_ENV = {
     "ARENA_RATELIMIT_ENABLE": "false",
     "ARENA_MIN_VOTE_SECONDS": "0",
@@ -191,7 +198,6 @@ class Cpu:
     postgres: float
     redis: float
     client: float
-    at: float
 
     @classmethod
     def now(cls, shape: Shape) -> Cpu:
@@ -203,7 +209,6 @@ class Cpu:
             postgres=server_cpu_seconds("postgres"),
             redis=server_cpu_seconds("redis-server"),
             client=mine.user + mine.system,
-            at=time.monotonic(),
         )
 
     def __sub__(self, other: Cpu) -> Cpu:
@@ -711,15 +716,6 @@ def count_statements(log: Path, start: int, end: int, dbname: str) -> Counter[st
     return kinds
 
 
-def stored_votes(database: Database, battle_ids: list[str]) -> int:
-    if not battle_ids:
-        return 0
-    rows = database.query(
-        "SELECT count(*) FROM arena_vote WHERE battle_id = ANY(%s::uuid[])", battle_ids
-    )
-    return int(rows[0][0])
-
-
 @dataclass
 class Window:
     """What is read as the measured window opens and closes: PostgreSQL's counters, the
@@ -785,7 +781,7 @@ def measure_level(
     statements = window.statements()
     result["statements"] = sum(statements.values()) / n if pg_log else math.nan
     result["statement_kinds"] = {k: v / n for k, v in statements.most_common()}
-    prefix = "" if tree.root == ROOT else f"[{tree.label}] "
+    prefix = f"[{tree.label}] " if tree.worktree else ""
     print(
         f"{prefix}{visitors:>4} visitors: {result['battles_per_s']:.1f} battles/s, TTFT p50/p99 "
         f"{result['ttft_p50']:.0f}/{result['ttft_p99']:.0f} ms, overhead p50/p99 "
@@ -827,22 +823,10 @@ def main() -> None:
         "(ALTER DATABASE, superuser), read back from this PostgreSQL server log file",
     )
     parser.add_argument("--keep-logs", action="store_true", help="print the process logs' path")
-    parser.add_argument(
-        "--baseline",
-        metavar="REV",
-        help="also run a git worktree of REV (e.g. 33913fd, the tree issue 13 was measured on) "
-        "at every level, alternating with this checkout, and print both tables",
-    )
-    parser.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="an extra setting for the server processes (repeatable)",
-    )
+    add_tree_arguments(parser)
     args = parser.parse_args()
     if args.baseline:
-        Tree.resolve(args.baseline)
+        Tree.resolve(args.baseline)  # a bad revision ends the run before anything starts
     levels = [int(x) for x in args.levels.split(",")]
     seconds, warmup = args.seconds, args.warmup
     if args.quick:
@@ -863,22 +847,14 @@ def main() -> None:
     upstream_url = f"http://127.0.0.1:{int(upstream.stdout.readline())}/v1"
     extra = dict(item.split("=", 1) for item in args.env)
     settings = BENCH_ENV | extra
-    current = Tree("this checkout", ROOT, "arena_bench_battles", settings)
-    trees = [current]
-    if args.baseline:
-        trees.insert(0, Tree.checkout(args.baseline, "arena_bench_battles", settings))
+    trees: list[Tree] = []
     rows: list[dict] = []
     baseline_rows: list[dict] = []
     profiles: dict[int, list[Path]] = {}
     direct_ms = math.nan
     started = time.monotonic()
     try:
-        for tree in trees:
-            print(
-                f"{tree.label}: database {tree.database.name}, redis {tree.redis_db.url}, "
-                f"logs {tree.shape.tmp}",
-                flush=True,
-            )
+        current = open_trees(trees, args, "arena_bench_battles", settings)
         print(f"settings changed for the bench: {settings}", flush=True)
         direct_ms = uvloop.run(direct_stream_ms(upstream_url))
         print(
@@ -913,12 +889,9 @@ def main() -> None:
                 if files:
                     profiles[visitors] = files
     finally:
-        for tree in trees:
-            tree.close()
+        close_trees(trees, args.keep_logs)
         upstream.send_signal(signal.SIGTERM)
         upstream.wait(timeout=15)
-        if args.keep_logs:
-            print(f"process logs kept in {[str(t.shape.tmp) for t in trees]}")
     print()
     print(
         f"Whole live battles, closed loop, no think time; fake upstream {args.tokens} chunks "
@@ -959,8 +932,8 @@ def main() -> None:
         for visitors, files in profiles.items():
             print(f"\nProfile of the uvicorn workers at {visitors} visitors:")
             print(summarise_profile(files))
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+    if args.json:  # each row names its tree
+        args.json.write_text(json.dumps(baseline_rows + rows, indent=2))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+sys.path.insert(0, str(ROOT))
+
+from bench.shape import free_port  # noqa: E402
+from bench.streaming import SESSIONS, wait_port  # noqa: E402
 
 SERVER = r"""
 import asyncio, collections, gc, json, os, signal, sys, threading, time, traceback
@@ -134,20 +137,6 @@ async def main():
 asyncio.run(main())
 """
 
-SESSIONS = r"""
-from django.contrib.sessions.backends.db import SessionStore
-keys = []
-for i in range(TOTAL):
-    s = SessionStore(); s["arena_voter_id"] = f"cost-{i}"; s.create(); keys.append(s.session_key)
-print("KEYS", " ".join(keys))
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -207,12 +196,7 @@ def main() -> int:
             cwd=ROOT,
             env={**env, "COST_PORT": str(port), "COST_REPORT": str(report)},
         )
-        for _ in range(300):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_port(port, server)
 
         def snapshot() -> dict:
             assert server is not None
@@ -275,7 +259,7 @@ async def _measure(port: int, keys: list[str], args: argparse.Namespace, snapsho
     return {
         "figures": {
             "battles": n,
-            "frames_per_battle": sum(deltas) / n,
+            "deltas_frames_per_battle": sum(deltas) / n,
             "server_cpu_ms_per_battle": round((after["cpu_s"] - before["cpu_s"]) * 1000 / n, 2),
             "redis_connects_per_battle": round((after["redis"] - before["redis"]) / n, 3),
             "postgres_connects_per_battle": round((after["pg"] - before["pg"]) / n, 3),

@@ -9,8 +9,10 @@ under the run's temporary directory; a process that exits early fails the run wi
 
 from __future__ import annotations
 
+import argparse
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,6 +29,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+USER_AGENT = (  # a browser's: the site flags votes from scripts' user agents
+    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/131.0 Safari/537.36"
+)
 REDIS_DBS = (10, 11, 12, 13, 14, 15)
 REDIS_CLAIM_KEY = "arena:bench-shape:claim"
 WAIT_SECONDS = 90
@@ -274,7 +280,11 @@ class Tree:
 
     def __post_init__(self) -> None:
         self.database = Database(self.prefix)
-        self.redis_db = RedisDb()
+        try:
+            self.redis_db = RedisDb()
+        except BaseException:
+            self.database.drop()
+            raise
         self.shape = Shape(
             self.database.url,
             self.redis_db.url,
@@ -300,11 +310,15 @@ class Tree:
         cls, rev: str, prefix: str, settings: dict[str, str], web_workers: int = 2
     ) -> Tree:
         path = Path(tempfile.mkdtemp(prefix="arena-bench-baseline-")) / "tree"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(path), rev],
-            check=True,
-        )
-        return cls(f"baseline {rev}", path, prefix, settings, web_workers, worktree=True)
+        try:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(path), rev],
+                check=True,
+            )
+            return cls(f"baseline {rev}", path, prefix, settings, web_workers, worktree=True)
+        except BaseException:
+            _remove_worktree(path)
+            raise
 
     def prepare(self, live_models: tuple[str, ...] = (), upstream_url: str = "") -> None:
         """Migrate, collect static files, load the demo, rate it, and add ``live_models``
@@ -327,7 +341,73 @@ class Tree:
         self.database.drop()
         self.redis_db.release()
         if self.worktree:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(self.root)],
-                check=False,
-            )
+            _remove_worktree(self.root)
+
+
+def _remove_worktree(path: Path) -> None:
+    """Remove a ``Tree.checkout`` worktree (if git added it) and its temporary parent."""
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
+        check=False,
+        capture_output=True,
+    )
+    shutil.rmtree(path.parent, ignore_errors=True)
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], check=False)
+
+
+def add_tree_arguments(parser: argparse.ArgumentParser, env_help: str = "") -> None:
+    """``--baseline REV`` and ``--env NAME=VALUE``, as bench/battles.py and bench/votes.py take."""
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run a git worktree of REV (e.g. 33913fd, the tree issue 13 was measured on) "
+        "at every level, alternating with this checkout, and print both tables",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an extra setting for the server processes (repeatable)" + env_help,
+    )
+
+
+def open_trees(
+    into: list[Tree],
+    args: argparse.Namespace,
+    prefix: str,
+    settings: dict[str, str],
+    web_workers: int = 2,
+) -> Tree:
+    """Append ``--baseline``'s tree (if asked) and this checkout's to ``into`` (the caller's
+    ``finally`` closes what is there, so a failure halfway leaves nothing behind), print where
+    each lives, and return this checkout's."""
+    if args.baseline:
+        commit = Tree.resolve(args.baseline)
+        into.append(Tree.checkout(commit[:12], prefix, settings, web_workers))
+    current = Tree("this checkout", ROOT, prefix, settings, web_workers)
+    into.append(current)
+    for tree in into:
+        print(
+            f"{tree.label}: database {tree.database.name}, redis {tree.redis_db.url}, "
+            f"logs {tree.shape.tmp}",
+            flush=True,
+        )
+    return current
+
+
+def close_trees(trees: list[Tree], keep_logs: bool) -> None:
+    for tree in trees:
+        tree.close()
+    if keep_logs:
+        print(f"process logs kept in {[str(t.shape.tmp) for t in trees]}")
+
+
+def stored_votes(database: Database, battle_ids: list[str]) -> int:
+    """Rows of arena_vote for these battles (what an acknowledged vote must have written)."""
+    if not battle_ids:
+        return 0
+    rows = database.query(
+        "SELECT count(*) FROM arena_vote WHERE battle_id = ANY(%s::uuid[])", battle_ids
+    )
+    return int(rows[0][0])

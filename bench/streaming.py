@@ -218,7 +218,7 @@ class Battle:
                         for stamp in frame.get(side, "").split():
                             emitted.append(int(stamp))
                             received.append(now)
-                    if stop_early and len(emitted) == 1:
+                    if stop_early and self.first_delta_ns == now:  # the first answer text
                         await ws.send(json.dumps({"type": "stop"}))
                 elif kind == "turn_end":
                     self.state = frame["battle"]["state"]

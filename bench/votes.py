@@ -41,14 +41,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.shape import Database, Tree  # noqa: E402
+from bench.shape import (  # noqa: E402
+    USER_AGENT,
+    Tree,
+    add_tree_arguments,
+    close_trees,
+    open_trees,
+    stored_votes,
+)
 
 TARGET_VOTES_PER_S = 500.0
 TARGET_P99_MS = 200.0
-USER_AGENT = (
-    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
-    "Chrome/131.0 Safari/537.36"
-)
 BENCH_ENV = {
     "ARENA_RATELIMIT_ENABLE": "false",
     "ARENA_MIN_VOTE_SECONDS": "0",
@@ -166,15 +169,6 @@ async def _run_level(base: str, sessions: int, seconds: float) -> Level:
     return level
 
 
-def _stored(database: Database, battle_ids: list[str]) -> int:
-    if not battle_ids:
-        return 0
-    rows = database.query(
-        "SELECT count(*) FROM arena_vote WHERE battle_id = ANY(%s::uuid[])", battle_ids
-    )
-    return int(rows[0][0])
-
-
 def _row(level: Level, stored: int) -> dict[str, object]:
     votes_per_s = len(level.acknowledged) / level.seconds if level.seconds else 0.0
     return {
@@ -200,7 +194,7 @@ def _measure(tree: Tree, sessions: int, seconds: float) -> dict[str, object]:
     level = asyncio.run(_run_level(shape.url, sessions, seconds))
     cpu_after = shape.cpu_seconds()
     shape.check_alive(f"level {sessions}")
-    row = _row(level, _stored(tree.database, level.acknowledged))
+    row = _row(level, stored_votes(tree.database, level.acknowledged))
     web_cpu = cpu_after["uvicorn"] - cpu_before["uvicorn"]
     worker_cpu = cpu_after["celery-worker"] - cpu_before["celery-worker"]
     n = max(1, len(level.acknowledged))
@@ -208,7 +202,7 @@ def _measure(tree: Tree, sessions: int, seconds: float) -> dict[str, object]:
     row["web_cpu_ms_per_vote"] = web_cpu * 1000 / n
     row["worker_cpu_ms_per_vote"] = worker_cpu * 1000 / n
     row["load_avg_1m"] = os.getloadavg()[0]
-    prefix = "" if tree.root == ROOT else f"[{tree.label}] "
+    prefix = f"[{tree.label}] " if tree.worktree else ""
     print(
         f"{prefix}{sessions:>4} sessions: {row['votes_per_s']:.1f} votes/s, "
         f"vote p50/p99 {row['vote_p50']:.0f}/{row['vote_p99']:.0f} ms, "
@@ -263,21 +257,10 @@ def main() -> None:
     parser.add_argument("--web-workers", type=int, default=2)
     parser.add_argument("--keep-logs", action="store_true", help="print the process logs' paths")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
-    parser.add_argument(
-        "--baseline",
-        metavar="REV",
-        help="also run a git worktree of REV (e.g. 33913fd, the tree issue 13 was measured on) "
-        "at every level, alternating with this checkout, and print both tables",
-    )
-    parser.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="an extra setting for the server processes (repeatable), e.g. "
-        "DATABASE_CONN_MAX_AGE=60 to compare persistent connections",
-    )
+    add_tree_arguments(parser, ", e.g. DATABASE_CONN_MAX_AGE=60 to compare persistent connections")
     args = parser.parse_args()
+    if args.baseline:
+        Tree.resolve(args.baseline)  # a bad revision ends the run before anything starts
     if args.baseline:
         Tree.resolve(args.baseline)
     levels = [int(x) for x in args.levels.split(",")]
@@ -287,21 +270,11 @@ def main() -> None:
 
     extra = dict(item.split("=", 1) for item in args.env)
     settings = BENCH_ENV | extra
-    current = Tree("this checkout", ROOT, "arena_bench_votes", settings, args.web_workers)
-    trees = [current]
-    if args.baseline:
-        trees.insert(
-            0, Tree.checkout(args.baseline, "arena_bench_votes", settings, args.web_workers)
-        )
+    trees: list[Tree] = []
     rows: list[dict[str, object]] = []
     baseline_rows: list[dict[str, object]] = []
     try:
-        for tree in trees:
-            print(
-                f"{tree.label}: database {tree.database.name}, redis {tree.redis_db.url}, "
-                f"logs {tree.shape.tmp}",
-                flush=True,
-            )
+        current = open_trees(trees, args, "arena_bench_votes", settings, args.web_workers)
         print(f"settings for the bench: {settings}", flush=True)
         for tree in trees:
             tree.prepare()
@@ -313,10 +286,7 @@ def main() -> None:
                 row = _measure(tree, sessions, seconds)
                 (rows if tree is current else baseline_rows).append(row)
     finally:
-        for tree in trees:
-            tree.close()
-        if args.keep_logs:
-            print(f"process logs kept in {[str(t.shape.tmp) for t in trees]}")
+        close_trees(trees, args.keep_logs)
     print()
     print(
         f"Target (2 cores): >= {TARGET_VOTES_PER_S:.0f} votes/s with vote p99 < "
@@ -337,8 +307,8 @@ def main() -> None:
         f"= {float(best['votes_per_s']) / TARGET_VOTES_PER_S:.3f}x the target; "  # type: ignore[arg-type]
         f"target {'met' if met else 'NOT met'}; lost votes: {sum(int(r['lost']) for r in rows)}."  # type: ignore[call-overload]
     )
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+    if args.json:  # each row names its tree
+        args.json.write_text(json.dumps(baseline_rows + rows, indent=2))
 
 
 if __name__ == "__main__":
