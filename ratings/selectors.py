@@ -317,6 +317,12 @@ def rating_battles_spill(
     ``observe`` sees each written batch before the next one is read (memory stays at about
     one batch); it must not use the database connection, which the COPY holds.
     """
+    from django.db import NotSupportedError, connection
+
+    if connection.vendor != "postgresql":
+        raise NotSupportedError(
+            f"the spill reads votes with PostgreSQL's COPY, not {connection.vendor}'s"
+        )
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be at least 1, not {batch_rows}")
     if observe is not None and restart is None:

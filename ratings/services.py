@@ -690,7 +690,8 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
         _advisory_xact_lock(SNAPSHOT_LOCK_KEY)
         started = time.monotonic()
         high_water, n_votes = rating_votes_mark()
-        streamed = n_votes > settings.RATINGS_STREAM_THRESHOLD
+        # The spill is PostgreSQL's COPY; SQLite (the demo's, the tests') loads the votes.
+        streamed = connection.vendor == "postgresql" and n_votes > settings.RATINGS_STREAM_THRESHOLD
         params = snapshot_params(streamed=streamed)
         digest = params_digest(params)
         excluded = excluded_counts()

@@ -79,11 +79,10 @@ from .data import (
 )
 from .errors import CannotRateError, EngineError
 from .identify import Identification, identify
-from .io import REQUIRED, _as_numpy, _first_line
+from .io import FLAT_COLUMNS, REQUIRED, _as_numpy, _first_line
 from .result import Method, RatingResult
 
 K = len(STYLE_ELEMENTS)
-FLAT_COLUMNS = tuple(CONV_METADATA_KEYS)
 #: Index pairs (j, l), j <= l, of the style products summed per pair in the first pass.
 _PRODUCTS = [(j, m) for j in range(K) for m in range(j, K)]
 
@@ -128,11 +127,9 @@ def rate_parquet(
         )
     if choice not in ("sandwich", "none"):
         raise EngineError(f"ci must be 'sandwich' or 'none', not {choice!r}")
-    _check_options("sandwich", 100, style_l2, None)
+    _check_options("sandwich", 100, style_l2, workers)
     if batch_rows < 1:
         raise EngineError(f"batch_rows must be at least 1, not {batch_rows}")
-    if workers < 1:
-        raise EngineError(f"workers must be at least 1, not {workers}")
     with threadpool_limits(limits=1, user_api="blas"):
         with tempfile.TemporaryDirectory(prefix="arena-rate-", dir=spill_dir) as folder:
             scan = _Scan(Path(folder) / "battles.bin" if style_control else None)

@@ -1,5 +1,5 @@
 """The streamed snapshot refresh: past ``RATINGS_STREAM_THRESHOLD`` votes the refit spills them
-to Parquet through a server-side cursor and fits each view from the file a batch at a time."""
+to Parquet through one streamed COPY and fits each view from the file a batch at a time."""
 
 import math
 from unittest import mock
@@ -14,9 +14,7 @@ from arena.selectors import votes_for_rating
 from ratings import engine, selectors, services, tasks
 from ratings.models import LeaderboardSnapshot
 
-pytestmark = pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="server-side cursors are PostgreSQL's"
-)
+pytestmark = pytest.mark.postgres  # the spill is PostgreSQL's COPY
 
 BATCH_ROWS = 40
 
