@@ -47,7 +47,15 @@ from django.dispatch import receiver
 from answer_style import AnswerStyle, style_counts
 from arena.inputs import text_storable
 from arena.leaks import answer_names_model
-from arena.models import ArenaModel, Completion, EnvRun, LiveLimits, Prompt, Provider
+from arena.models import (
+    USER_PROMPT_SOURCE,
+    ArenaModel,
+    Completion,
+    EnvRun,
+    LiveLimits,
+    Prompt,
+    Provider,
+)
 from arena.selectors import Limits, live_limits
 
 Scope = Literal["pool", "env", "live"]
@@ -266,9 +274,12 @@ def generation_bump(scope: Scope) -> None:
     cache.set(GENERATION_KEYS[scope], uuid.uuid4().hex, timeout=None)
 
 
-def _bump_now_and_after_commit(scope: Scope) -> None:
+def generation_bump_now_and_after_commit(scope: Scope) -> None:
+    """Start a new generation of ``scope`` now and, inside a transaction, again after its commit
+    (a process that read the old rows in between would otherwise keep them)."""
     generation_bump(scope)
-    transaction.on_commit(lambda: generation_bump(scope))
+    if transaction.get_connection().in_atomic_block:
+        transaction.on_commit(lambda: generation_bump(scope))
 
 
 @receiver(post_save, sender=ArenaModel, dispatch_uid="arena.pool_cache.model_saved")
@@ -276,21 +287,23 @@ def _bump_now_and_after_commit(scope: Scope) -> None:
 @receiver(post_delete, sender=Prompt, dispatch_uid="arena.pool_cache.prompt_deleted")
 @receiver(post_delete, sender=Completion, dispatch_uid="arena.pool_cache.completion_deleted")
 def _pool_changed(**kwargs: Any) -> None:
-    _bump_now_and_after_commit("pool")
+    generation_bump_now_and_after_commit("pool")
 
 
 @receiver(post_save, sender=Prompt, dispatch_uid="arena.pool_cache.prompt_saved")
-def _prompt_saved(*, created: bool, **kwargs: Any) -> None:
-    # A new prompt (each live battle's, each environment submission's) has no pool answer yet.
-    if not created:
-        _bump_now_and_after_commit("pool")
+def _prompt_saved(*, instance: Prompt, created: bool, **kwargs: Any) -> None:
+    # A new prompt (each live battle's, each environment submission's) has no pool answer yet,
+    # and a visitor's prompt never gets one: its follow-up turns (saved on every live turn
+    # added) leave every process's copies alone.
+    if not created and instance.source != USER_PROMPT_SOURCE:
+        generation_bump_now_and_after_commit("pool")
 
 
 @receiver(post_save, sender=Completion, dispatch_uid="arena.pool_cache.completion_saved")
 def _completion_saved(*, instance: Completion, created: bool, **kwargs: Any) -> None:
     # A new reference answer (arena.env) is no pool answer; any changed completion may have been.
     if not created or instance.source == Completion.Source.POOL:
-        _bump_now_and_after_commit("pool")
+        generation_bump_now_and_after_commit("pool")
 
 
 @receiver(post_save, sender=EnvRun, dispatch_uid="arena.pool_cache.env_run_saved")
@@ -300,7 +313,7 @@ def _env_runs_changed(**kwargs: Any) -> None:
     # A run's counters (reward_seq and the like) change often and say nothing about its state.
     if update_fields is not None and "state" not in update_fields:
         return
-    _bump_now_and_after_commit("env")
+    generation_bump_now_and_after_commit("env")
 
 
 @receiver(post_save, sender=Provider, dispatch_uid="arena.pool_cache.provider_saved")
@@ -308,7 +321,7 @@ def _env_runs_changed(**kwargs: Any) -> None:
 @receiver(post_save, sender=LiveLimits, dispatch_uid="arena.pool_cache.live_limits_saved")
 @receiver(post_delete, sender=LiveLimits, dispatch_uid="arena.pool_cache.live_limits_deleted")
 def _live_changed(**kwargs: Any) -> None:
-    _bump_now_and_after_commit("live")
+    generation_bump_now_and_after_commit("live")
 
 
 @receiver(setting_changed, dispatch_uid="arena.pool_cache.setting_changed")

@@ -133,7 +133,7 @@ def vote_create(request: HttpRequest, battle_id: str) -> tuple[BattlePayload, in
         vote_caps_release(counted)
         raise
     return battle_payload(
-        battle=recorded.battle, new_messages=recorded.messages, vote=recorded.vote
+        battle=recorded.vote.battle, new_messages=recorded.messages, vote=recorded.vote
     ), 201
 
 

@@ -19,12 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from arena.models import Provider
-from arena.pool_cache import generation_bump
-
-
-def _breakers_changed() -> None:
-    generation_bump("live")
-    transaction.on_commit(lambda: generation_bump("live"))
+from arena.pool_cache import generation_bump_now_and_after_commit
 
 
 def provider_failure_record(*, provider_id: int) -> Provider:
@@ -47,7 +42,7 @@ def provider_success_record(*, provider_id: int) -> None:
         .update(breaker_failures=0, breaker_open_until=None)
     )
     if closed:
-        _breakers_changed()
+        generation_bump_now_and_after_commit("live")
 
 
 def provider_breaker_reset(*, provider_ids: list[int]) -> int:
@@ -56,5 +51,5 @@ def provider_breaker_reset(*, provider_ids: list[int]) -> int:
         breaker_failures=0, breaker_open_until=None
     )
     if reset:
-        _breakers_changed()
+        generation_bump_now_and_after_commit("live")
     return reset

@@ -14,7 +14,7 @@ from django.db.models import Q
 
 from arena.errors import ArenaError, ErrorCode
 from arena.models import ArenaModel, Provider, Vote
-from arena.pool_cache import generation_bump
+from arena.pool_cache import generation_bump_now_and_after_commit
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,7 @@ def models_deactivate(*, model_ids: list[int]) -> int:
     and again after commit, or a deactivated model could still be drawn until the copies expire.
     """
     changed = ArenaModel.objects.filter(id__in=model_ids, is_active=True).update(is_active=False)
-    generation_bump("pool")
-    transaction.on_commit(lambda: generation_bump("pool"))
+    generation_bump_now_and_after_commit("pool")
     return changed
 
 

@@ -15,7 +15,7 @@ from arena.identity import ip_hash, session_hash_matches, user_agent_class
 from arena.leaks import IDENTITY_LEAK
 from arena.models import Battle, BattleMessage, TermsAcceptance, Vote
 from arena.payloads import WINNERS, is_winner
-from arena.selectors import battle_pk
+from arena.selectors import battle_current_messages, battle_pk
 from arena.signals import vote_recorded
 
 
@@ -24,8 +24,7 @@ class RecordedVote:
     """A vote just recorded, with its battle (models loaded) and the battle's current messages,
     so that the answer to the vote reads nothing back."""
 
-    vote: Vote
-    battle: Battle
+    vote: Vote  # vote.battle: the battle as the vote left it
     messages: list[BattleMessage]
 
 
@@ -115,9 +114,7 @@ def vote_record_with_battle(
                     status=403,
                     field="terms",
                 )
-            messages = list(
-                battle.messages.filter(superseded_at__isnull=True).order_by("turn", "side")
-            )
+            messages = battle_current_messages(battle=battle)
             style = conv_metadata(
                 [_answer_style(m) for m in messages if m.side == BattleMessage.Side.A],
                 [_answer_style(m) for m in messages if m.side == BattleMessage.Side.B],
@@ -145,7 +142,7 @@ def vote_record_with_battle(
             )
     except IntegrityError:
         raise ArenaError(ErrorCode.ALREADY_VOTED, ALREADY_VOTED_MESSAGE, status=409) from None
-    return RecordedVote(vote=vote, battle=battle, messages=messages)
+    return RecordedVote(vote=vote, messages=messages)
 
 
 def _answer_style(message: BattleMessage) -> AnswerStyle:
