@@ -16,7 +16,9 @@ def _rate_without_django(argv: list[str]) -> bool:
     neither the database nor the app registry: run it directly, without Django's start-up (the
     apps, the admin, the Celery app: ~0.3 s of a 1M-battle fit's ~1 s)."""
     return argv[1:2] == ["rate"] and not any(
-        arg.split("=", 1)[0] in DJANGO_OPTIONS for arg in argv[2:]
+        # "-v2": the short verbosity option with its value attached
+        arg.split("=", 1)[0] in DJANGO_OPTIONS or (arg.startswith("-v") and arg[2:].isdigit())
+        for arg in argv[2:]
     )
 
 

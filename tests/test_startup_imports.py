@@ -194,3 +194,10 @@ def test_manage_rate_with_a_django_option_goes_through_django_with_the_same_resu
     engine = _rate(["-m", "ratings.cli"], tmp_path)
     assert through_django.stdout == engine.stdout
     assert "django.core.management" in _imported(through_django.stderr)
+
+
+def test_manage_rate_with_djangos_attached_verbosity_goes_through_django(tmp_path):
+    through_django = _rate(["manage.py", "rate", "-v2"], tmp_path)
+    engine = _rate(["-m", "ratings.cli"], tmp_path)
+    assert through_django.stdout == engine.stdout
+    assert "django.core.management" in _imported(through_django.stderr)
