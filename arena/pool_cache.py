@@ -34,7 +34,9 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
 
@@ -274,9 +276,34 @@ def generation_bump(scope: Scope) -> None:
     cache.set(GENERATION_KEYS[scope], uuid.uuid4().hex, timeout=None)
 
 
+# The scopes a ``generation_bumps_deferred`` block's writes changed (None: not in one).
+_deferred: ContextVar[set[Scope] | None] = ContextVar("arena_pool_cache_deferred", default=None)
+
+
+@contextmanager
+def generation_bumps_deferred() -> Iterator[None]:
+    """A bulk write (a pool import: a prompt and a completion a line) starts each generation its
+    rows change once, when the block ends, instead of twice a row."""
+    if _deferred.get() is not None:  # an outer block bumps
+        yield
+        return
+    scopes: set[Scope] = set()
+    token = _deferred.set(scopes)
+    try:
+        yield
+    finally:
+        _deferred.reset(token)
+        for scope in sorted(scopes):
+            generation_bump_now_and_after_commit(scope)
+
+
 def generation_bump_now_and_after_commit(scope: Scope) -> None:
     """Start a new generation of ``scope`` now and, inside a transaction, again after its commit
     (a process that read the old rows in between would otherwise keep them)."""
+    pending = _deferred.get()
+    if pending is not None:
+        pending.add(scope)
+        return
     generation_bump(scope)
     if transaction.get_connection().in_atomic_block:
         transaction.on_commit(lambda: generation_bump(scope))

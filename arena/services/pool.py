@@ -28,6 +28,7 @@ from django.utils.text import slugify
 from arena.errors import ArenaError, ErrorCode
 from arena.inputs import text_problem
 from arena.models import ArenaModel, Completion, Prompt
+from arena.pool_cache import generation_bumps_deferred
 
 # The prompt categories a pool may use: MT-bench's eight (the demo pool's), and ``other``. The
 # leaderboard's *coding* view selects the ``coding`` category. Stored in lower case.
@@ -289,7 +290,7 @@ def pool_write(
     """
     model_defaults = model_defaults or {}
     result = PoolImportResult(lines=len(lines))
-    with transaction.atomic():
+    with generation_bumps_deferred(), transaction.atomic():
         models: dict[str, ArenaModel] = {}
         for line in lines:
             slug = _model_slug(line.model)

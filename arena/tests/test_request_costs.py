@@ -194,3 +194,39 @@ def test_counters_in_redis_are_one_round_trip_with_the_timeout_set(
     assert 0 < client.ttl(cache.make_key("c:one")) <= 60
     # Django's client builds a redis-py client per command; this one keeps one per pool.
     assert client is cache._cache.get_client(write=True)
+
+
+def test_a_pool_import_starts_one_pool_generation_and_its_models_are_drawn(db, monkeypatch):
+    from arena.services.pool import PoolLine, pool_write
+
+    bumps: list[str] = []
+    real_bump = pool_cache.generation_bump
+    monkeypatch.setattr(pool_cache, "generation_bump", lambda s: (bumps.append(s), real_bump(s)))
+    lines = [
+        PoolLine(i, (f"question {i // 2}",), f"model-{i % 2}", (f"answer {i}",), "", "en", "")
+        for i in range(6)
+    ]
+    result = pool_write(lines=lines, source="bulk-test")
+    assert result.completions_created == 6
+    assert bumps == ["pool"]  # once for the whole import, not for every row
+    assert {m.slug for m in ArenaModel.objects.filter(pk__in=drawn_models())} == {
+        "model-0",
+        "model-1",
+    }
+
+
+def test_a_visitors_prompt_saved_again_leaves_the_copies_and_a_pool_prompt_does_not(
+    db, monkeypatch
+):
+    from arena.models import USER_PROMPT_SOURCE, Prompt
+
+    _, prompts = pool_of(n_models=2, n_prompts=1)
+    bumps: list[str] = []
+    monkeypatch.setattr(pool_cache, "generation_bump", bumps.append)
+    visitors = Prompt.objects.create(turns=["hello"], source=USER_PROMPT_SOURCE)
+    visitors.turns = ["hello", "and a follow-up"]
+    visitors.save(update_fields=["turns"])  # what each live turn added does
+    assert bumps == []
+    prompts[0].turns = ["an edited pool question"]
+    prompts[0].save(update_fields=["turns"])
+    assert bumps == ["pool"]
