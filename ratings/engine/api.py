@@ -22,7 +22,7 @@ from .data import (
 )
 from .elo import online_elo
 from .errors import CannotRateError, EngineError
-from .identify import Identification, identify
+from .identify import Identification, Provisional, identify
 from .result import Matrices, Method, ModelRating, RatingResult
 
 if TYPE_CHECKING:
@@ -214,35 +214,48 @@ def _fit(
         coarse = bt.fit(bt.pair_rows(rows))
         start = np.concatenate([coarse.theta, np.zeros(rows.k)])
     result = bt.fit(rows, theta0=start)
-    transform = _rating_transform(p, anchor_index)
-    theta = transform @ result.theta[:p]
-    beta = result.theta[p:]
-    iterations = result.iterations
     if ci == "sandwich":
-        cov = bt.sandwich(rows, result)
-        se = np.sqrt(np.maximum(np.diag(transform @ cov[:p, :p] @ transform.T), 0.0))
-        lower, upper = theta - Z_95 * se, theta + Z_95 * se
-        beta_se = np.sqrt(np.maximum(np.diag(cov)[p:], 0.0))
-        beta_lower, beta_upper = beta - Z_95 * beta_se, beta + Z_95 * beta_se
+        fit = _sandwich_fit(result, bt.sandwich(rows, result), p, anchor_index)
         if progress is not None:
             progress(1, 1)
-    else:
-        samples, boot_iterations = bt.bootstrap(
-            rows, battles, result, rounds=rounds, seed=seed, progress=progress, workers=workers
-        )
-        iterations += boot_iterations
-        boot_theta = samples[:, :p] @ transform.T
-        lower, upper = np.percentile(boot_theta, [2.5, 97.5], axis=0)
-        beta_lower, beta_upper = np.percentile(samples[:, p:], [2.5, 97.5], axis=0)
+        return fit
+    transform = _rating_transform(p, anchor_index)
+    samples, boot_iterations = bt.bootstrap(
+        rows, battles, result, rounds=rounds, seed=seed, progress=progress, workers=workers
+    )
+    boot_theta = samples[:, :p] @ transform.T
+    lower, upper = np.percentile(boot_theta, [2.5, 97.5], axis=0)
+    beta_lower, beta_upper = np.percentile(samples[:, p:], [2.5, 97.5], axis=0)
     return _Fit(
-        theta=theta,
+        theta=transform @ result.theta[:p],
         lower=lower,
         upper=upper,
-        beta=beta,
+        beta=result.theta[p:],
         beta_lower=beta_lower,
         beta_upper=beta_upper,
         logits=result.theta[:p],
-        iterations=iterations,
+        iterations=result.iterations + boot_iterations,
+        gradient_max_norm=result.gradient_max_norm,
+    )
+
+
+def _sandwich_fit(result: bt.Fit, cov: FloatArray, p: int, anchor_index: int | None) -> _Fit:
+    """The ratings and 95% sandwich intervals of a fit whose robust covariance is ``cov``
+    (``bt.sandwich``'s in memory, ``bt.robust_covariance``'s from a streamed fit)."""
+    transform = _rating_transform(p, anchor_index)
+    theta = transform @ result.theta[:p]
+    beta = result.theta[p:]
+    se = np.sqrt(np.maximum(np.diag(transform @ cov[:p, :p] @ transform.T), 0.0))
+    beta_se = np.sqrt(np.maximum(np.diag(cov)[p:], 0.0))
+    return _Fit(
+        theta=theta,
+        lower=theta - Z_95 * se,
+        upper=theta + Z_95 * se,
+        beta=beta,
+        beta_lower=beta - Z_95 * beta_se,
+        beta_upper=beta + Z_95 * beta_se,
+        logits=result.theta[:p],
+        iterations=result.iterations,
         gradient_max_norm=result.gradient_max_norm,
     )
 
@@ -342,6 +355,38 @@ def _rate(
         progress=progress,
         workers=workers,
     )
+    return _result(
+        battles,
+        fit,
+        provisional=split.provisional,
+        n_input=n_input,
+        style_control=style_control,
+        ci=ci,
+        rounds=rounds,
+        seed=seed,
+        anchor=anchor,
+        reweight=reweight,
+        style_l2=style_l2,
+        with_online_elo=with_online_elo,
+    )
+
+
+def _result(
+    battles: Battles,
+    fit: _Fit,
+    *,
+    provisional: tuple[Provisional, ...],
+    n_input: int,
+    style_control: bool,
+    ci: str,
+    rounds: int | None,
+    seed: int | None,
+    anchor: tuple[str, float] | None,
+    reweight: bool,
+    style_l2: float,
+    with_online_elo: bool,
+) -> RatingResult:
+    """The ``RatingResult`` of a fit (``rate``'s and ``rate_parquet``'s)."""
     offset = CENTRE if anchor is None else float(anchor[1])
     order, rated = _model_ratings(battles, fit, offset)
     coefficients, intervals = _style(battles, fit) if style_control else (None, None)
@@ -352,7 +397,7 @@ def _rate(
     bootstrap = ci == "bootstrap"
     return RatingResult(
         models=rated,
-        provisional=split.provisional,
+        provisional=provisional,
         style_coefficients=coefficients,
         style_intervals=intervals,
         n_battles=battles.n_battles,

@@ -53,17 +53,12 @@ from threadpoolctl import threadpool_limits
 
 from . import bt
 from .api import (
-    CENTRE,
-    Z_95,
     _anchor_index,
     _check_options,
-    _Fit,
     _fit,
     _identified_rows,
-    _matrices,
-    _model_ratings,
-    _rating_transform,
-    _style,
+    _result,
+    _sandwich_fit,
 )
 from .data import (
     CONV_METADATA_KEYS,
@@ -80,7 +75,7 @@ from .data import (
 from .errors import CannotRateError, EngineError
 from .identify import Identification, identify
 from .io import FLAT_COLUMNS, REQUIRED, _as_numpy, _first_line
-from .result import Method, RatingResult
+from .result import RatingResult
 
 K = len(STYLE_ELEMENTS)
 #: Index pairs (j, l), j <= l, of the style products summed per pair in the first pass.
@@ -923,50 +918,19 @@ def _rate_scanned(
         fit = replace(
             fit, lower=fit.theta, upper=fit.theta, beta_lower=fit.beta, beta_upper=fit.beta
         )
-    offset = CENTRE if anchor is None else float(anchor[1])
-    order, rated_models = _model_ratings(battles, fit, offset)
-    coefficients, intervals = _style(battles, fit) if style_control else (None, None)
-    return RatingResult(
-        models=rated_models,
+    return _result(
+        battles,
+        fit,
         provisional=rated.split.provisional,
-        style_coefficients=coefficients,
-        style_intervals=intervals,
-        n_battles=battles.n_battles,
-        n_battles_input=rated.n_input,
-        method=Method(
-            style_control=style_control,
-            ci=ci,
-            rounds=None,
-            seed=None,
-            anchor=None if anchor is None else (anchor[0], float(anchor[1])),
-            reweight=reweight,
-            style_l2=style_l2,
-            iterations=fit.iterations,
-            gradient_max_norm=fit.gradient_max_norm,
-            degenerate_style_elements=tuple(battles.degenerate),
-        ),
-        matrices=_matrices(battles, order, fit.logits),
-        online_elo=None,
-    )
-
-
-def _sandwich_fit(result: bt.Fit, cov: FloatArray, p: int, anchor_index: int | None) -> _Fit:
-    """``api._fit``'s sandwich branch from a fit and its covariance."""
-    transform = _rating_transform(p, anchor_index)
-    theta = transform @ result.theta[:p]
-    beta = result.theta[p:]
-    se = np.sqrt(np.maximum(np.diag(transform @ cov[:p, :p] @ transform.T), 0.0))
-    beta_se = np.sqrt(np.maximum(np.diag(cov)[p:], 0.0))
-    return _Fit(
-        theta=theta,
-        lower=theta - Z_95 * se,
-        upper=theta + Z_95 * se,
-        beta=beta,
-        beta_lower=beta - Z_95 * beta_se,
-        beta_upper=beta + Z_95 * beta_se,
-        logits=result.theta[:p],
-        iterations=result.iterations,
-        gradient_max_norm=result.gradient_max_norm,
+        n_input=rated.n_input,
+        style_control=style_control,
+        ci=ci,
+        rounds=None,
+        seed=None,
+        anchor=anchor,
+        reweight=reweight,
+        style_l2=style_l2,
+        with_online_elo=False,
     )
 
 
