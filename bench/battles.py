@@ -551,7 +551,7 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("battle start (battle_start_live)", ("battle_start_live (",)),
     ("upstream stream: openai client, SSE parse, transport", ("stream_answer (",)),
     ("HTTP requests (the vote): middleware + view", ("convert_exception_to_response",)),
-    ("database thread hop (arena.live.runtime.db)", ("_DatabaseCall",)),
+    ("database thread hop (arena.live.runtime.db)", ("db.<locals>.call (",)),
     ("websocket receive + dispatch", ("BattleConsumer.receive (", "websocket_receive (")),
 )
 

@@ -10,6 +10,7 @@ saved again with back-off (``TurnSave``, ``retry_until_saved``, ``save_unsaved``
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -19,9 +20,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
-from asgiref.sync import SyncToAsync
+from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from arena.errors import ArenaError, ErrorCode
 from arena.live.turns import TurnPlan, battle_turn_finish_payload, messages_progress
@@ -71,18 +72,6 @@ def _keep_new_connections() -> None:
         kept[conn.alias] = raw
 
 
-class _DatabaseCall(SyncToAsync):  # type: ignore[type-arg]
-    """``database_sync_to_async`` whose threads keep their connections (``_keep_new_connections``)."""
-
-    def thread_handler(self, loop: Any, *args: Any, **kwargs: Any) -> Any:
-        close_old_connections()  # a kept connection that failed or is too old is closed first
-        try:
-            return super().thread_handler(loop, *args, **kwargs)  # type: ignore[no-untyped-call]
-        finally:
-            _keep_new_connections()
-            close_old_connections()
-
-
 def db(func: Callable[..., T]) -> Callable[..., Any]:
     """``func`` run in a small pool of database threads, with Django's connection upkeep.
 
@@ -92,7 +81,17 @@ def db(func: Callable[..., T]) -> Callable[..., Any]:
     is one self-contained service call, its transaction opened and closed inside it), so the
     calls run side by side, each thread on its own connection, which it keeps between calls.
     """
-    wrapped: Callable[..., Any] = _DatabaseCall(func, thread_sensitive=False, executor=_DB_POOL)
+
+    @functools.wraps(func)
+    def call(*args: Any, **kwargs: Any) -> T:
+        try:
+            return func(*args, **kwargs)
+        finally:
+            _keep_new_connections()  # before Channels' own upkeep closes a connection of age 0
+
+    wrapped: Callable[..., Any] = database_sync_to_async(
+        call, thread_sensitive=False, executor=_DB_POOL
+    )
     return wrapped
 
 
