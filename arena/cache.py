@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from django.core.cache import caches
-from django.core.cache.backends.base import DEFAULT_TIMEOUT
+from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -226,12 +226,7 @@ class FallbackRedisCache(RedisCache):
                 pipeline.incr(key)
             return [int(n) for n in pipeline.execute()[1::2]]
 
-        def per_process() -> list[int]:
-            return [
-                1 if self.fallback.add(key, 1, timeout) else self.fallback.incr(key) for key in keys
-            ]
-
-        return self._run(call, per_process)
+        return self._run(call, lambda: _count_each(self.fallback, keys, timeout))
 
 
 def counters_take(keys: list[str], timeout: int) -> list[int]:
@@ -240,4 +235,9 @@ def counters_take(keys: list[str], timeout: int) -> list[int]:
     backend = caches["default"]
     if isinstance(backend, FallbackRedisCache):
         return backend.count(keys, timeout)
+    return _count_each(backend, keys, timeout)
+
+
+def _count_each(backend: BaseCache, keys: list[str], timeout: int) -> list[int]:
+    """``counters_take`` on a cache without pipelines: ``add`` or ``incr`` each key."""
     return [1 if backend.add(key, 1, timeout) else backend.incr(key) for key in keys]
