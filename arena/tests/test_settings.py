@@ -10,13 +10,23 @@ from django.core.checks import run_checks
 BASE_DIR = Path(__file__).resolve().parents[2]
 
 
-def import_production_settings(**env):
+# What production's settings require, all set.
+REQUIRED_ENV = {
+    "DJANGO_SECRET_KEY": "x" * 50,
+    "DJANGO_ALLOWED_HOSTS": "arena.example",
+    "DATABASE_URL": "postgres://u@db:5432/arena",
+    "REDIS_URL": "redis://r:6379/0",
+}
+
+
+def import_production_settings(code: str = "import config.settings.production", **env):
+    """Run ``code`` in a fresh interpreter with only ``env`` of the settings' variables set."""
     clean = {
         k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_", "REDIS_"))
     }
     clean.update(env)
     return subprocess.run(
-        [sys.executable, "-c", "import config.settings.production"],
+        [sys.executable, "-c", code],
         cwd=BASE_DIR,
         env=clean,
         capture_output=True,
@@ -34,10 +44,7 @@ def test_production_settings_refuse_to_start_naming_everything_missing():
 
 def test_production_settings_refuse_sqlite():
     result = import_production_settings(
-        DJANGO_SECRET_KEY="x" * 50,
-        DJANGO_ALLOWED_HOSTS="arena.example",
-        REDIS_URL="redis://r:6379/0",
-        DATABASE_URL="sqlite:////tmp/x.sqlite3",
+        **{**REQUIRED_ENV, "DATABASE_URL": "sqlite:////tmp/x.sqlite3"}
     )
     assert (
         result.returncode != 0
@@ -47,37 +54,15 @@ def test_production_settings_refuse_sqlite():
 
 
 def test_production_settings_load_with_everything_set():
-    result = import_production_settings(
-        DJANGO_SECRET_KEY="x" * 50,
-        DJANGO_ALLOWED_HOSTS="arena.example",
-        DATABASE_URL="postgres://u@db:5432/arena",
-        REDIS_URL="redis://r:6379/0",
-    )
+    result = import_production_settings(**REQUIRED_ENV)
     assert result.returncode == 0, result.stderr
 
 
 def production_databases(**env) -> dict:
     """Production's DATABASES (JSON) with everything required set, plus ``env``."""
-    required = {
-        "DJANGO_SECRET_KEY": "x" * 50,
-        "DJANGO_ALLOWED_HOSTS": "arena.example",
-        "DATABASE_URL": "postgres://u@db:5432/arena",
-        "REDIS_URL": "redis://r:6379/0",
-    }
-    clean = {
-        k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_", "REDIS_"))
-    }
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import json, config.settings.production as p; print(json.dumps(p.DATABASES))",
-        ],
-        cwd=BASE_DIR,
-        env={**clean, **required, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
+    result = import_production_settings(
+        "import json, config.settings.production as p; print(json.dumps(p.DATABASES))",
+        **{**REQUIRED_ENV, **env},
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)["default"]
@@ -104,13 +89,7 @@ def test_production_without_a_pool_keeps_connections_as_configured():
 
 
 def test_production_refuses_kept_connections_with_the_pool():
-    result = import_production_settings(
-        DJANGO_SECRET_KEY="x" * 50,
-        DJANGO_ALLOWED_HOSTS="arena.example",
-        DATABASE_URL="postgres://u@db:5432/arena",
-        REDIS_URL="redis://r:6379/0",
-        DATABASE_CONN_MAX_AGE="60",
-    )
+    result = import_production_settings(**REQUIRED_ENV, DATABASE_CONN_MAX_AGE="60")
     assert result.returncode != 0
     assert "DATABASE_CONN_MAX_AGE must be 0 while the connection pool is on" in result.stderr
 
