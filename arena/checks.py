@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from celery import current_app as app
 from django.conf import settings
 from django.core.checks import Error, register
 
@@ -48,3 +49,35 @@ def production_safety(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
         )
     return errors
+
+
+@register()
+def celery_visibility_timeout(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse a broker visibility timeout that a task can outlast.
+
+    Redis hands an unacknowledged task to another worker once the timeout has passed since its
+    delivery: a task running longer than that (up to its hard time limit), or waiting longer
+    for a retry's countdown, would run twice at once. Every registered task is checked, the
+    ratings' refits included: each app registers its tasks when it is ready.
+    """
+    from arena.tasks import RETRY_COUNTDOWN_MAX
+
+    timeout = settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]
+    longest = [(RETRY_COUNTDOWN_MAX, "the longest retry countdown")]
+    for name, task in sorted(app.tasks.items()):
+        if name.startswith("celery."):
+            continue
+        limit = task.time_limit or app.conf.task_time_limit
+        if limit:
+            longest.append((int(limit), f"{name}'s hard time limit"))
+    seconds, what = max(longest)
+    if timeout > seconds:
+        return []
+    return [
+        Error(
+            f"The broker's visibility timeout ({timeout} s) does not exceed {what} "
+            f"({seconds} s): such a task would be handed to a second worker while it runs.",
+            hint=f"Set CELERY_VISIBILITY_TIMEOUT_SECONDS above {seconds}.",
+            id="arena.E005",
+        )
+    ]

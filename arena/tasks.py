@@ -43,9 +43,15 @@ def live_battles_sweep_task() -> int:
 _WEBHOOK_PAUSE_AFTER_GIVING_UP = 15 * 60
 
 
-# Back-off of the env tasks' retries: 30 s, 1, 2, 4 ... minutes, at most an hour.
+# The longest countdown a retry waits. A task waiting for its countdown is held by a worker as
+# delivered and unacknowledged, so this stays below the broker's visibility timeout (checked by
+# arena.E005), or Redis would hand the waiting task to a second worker.
+RETRY_COUNTDOWN_MAX = 10 * 60
+
+
+# Back-off of the env tasks' retries: 30 s, 1, 2, 4, 8, then every 10 minutes.
 def _backoff(retries: int) -> int:
-    return int(min(30 * 2**retries, 3600))
+    return int(min(30 * 2**retries, RETRY_COUNTDOWN_MAX))
 
 
 @shared_task(  # type: ignore[untyped-decorator]

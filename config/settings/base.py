@@ -12,6 +12,7 @@ from pathlib import Path
 import django_stubs_ext
 import environ
 from csp.constants import NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
 
 # Lets Django's classes be subscripted in annotations and bases (ModelAdmin[Provider]) at run time.
 django_stubs_ext.monkeypatch()
@@ -144,6 +145,21 @@ CELERY_TASK_ROUTES = {"ratings.tasks.*": {"queue": "ratings"}}
 CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
 CELERY_TASK_ACKS_LATE = True
+# A task is acknowledged when it ends, so a worker that dies mid-task leaves it in the broker.
+# A pool process killed under it (the OOM killer, SIGKILL) hands it back at once; a whole worker
+# killed leaves it unacknowledged, and Redis hands it to a live worker once the visibility
+# timeout has passed since its delivery (kombu's default is an hour). The timeout must exceed
+# the longest task's hard time limit and the longest retry countdown (a task waiting for its
+# countdown counts as delivered), or a task still running or waiting is handed out twice:
+# arena.E005 checks both. A task that ends by its own time limit is acknowledged, not retried.
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+_VISIBILITY_TIMEOUT = env.int("CELERY_VISIBILITY_TIMEOUT_SECONDS", default=20 * 60)
+if not 1 <= _VISIBILITY_TIMEOUT <= 7 * 24 * 3600:
+    raise ImproperlyConfigured(
+        "CELERY_VISIBILITY_TIMEOUT_SECONDS must be from 1 to 604800 (seconds), "
+        f"not {_VISIBILITY_TIMEOUT}."
+    )
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": _VISIBILITY_TIMEOUT}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
