@@ -16,11 +16,19 @@ from arena.env.webhook import WebhookFailed, webhook_deliver, webhook_runs_behin
 from arena.models import EnvRun
 from arena.tasks import env_webhook_deliver, env_webhook_sweep
 from arena.tests.env_helpers import eager_tasks, make_run, submit
+from arena.tests.outbound_helpers import LOOPBACK_ALLOWED
 from arena.tests.webhook_receiver import WebhookReceiver
 
 __all__ = ["eager_tasks"]  # a fixture, used by name
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _loopback_allowed(settings):
+    """The receivers here listen on loopback, which the guard refuses unless allowed."""
+    for name, value in LOOPBACK_ALLOWED.items():
+        setattr(settings, name, value)
 
 
 @pytest.fixture

@@ -6,12 +6,15 @@ in-memory channel layer, a local-memory cache and Celery tasks run eagerly. ``DA
 ``REDIS_URL`` switch to PostgreSQL and Redis (cache, channel layer, Celery broker).
 """
 
+import ipaddress
+import re
 from datetime import timedelta
 from pathlib import Path
 
 import django_stubs_ext
 import environ
 from csp.constants import NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
 
 # Lets Django's classes be subscripted in annotations and bases (ModelAdmin[Provider]) at run time.
 django_stubs_ext.monkeypatch()
@@ -359,3 +362,37 @@ ARENA_ENV_MAX_PENDING_SUBMISSIONS = env.int("ARENA_ENV_MAX_PENDING_SUBMISSIONS",
 ARENA_ENV_MAX_BODY_BYTES = env.int("ARENA_ENV_MAX_BODY_BYTES", default=2_000_000)
 # Requests per API token (django-ratelimit's rate syntax).
 ARENA_ENV_RATE = env("ARENA_ENV_RATE", default="600/m")
+
+# Runs per token: open at once, and created in any hour (0 turns either cap off); over either,
+# creating a run is a 429 with Retry-After. Each run holds a hidden model and, with a webhook,
+# deliveries: 50 open runs leave room for a sweep of experiments, and 60 an hour for a script
+# that opens one a minute, while a loop that creates runs stops within the hour.
+ARENA_ENV_MAX_OPEN_RUNS = env.int("ARENA_ENV_MAX_OPEN_RUNS", default=50)
+ARENA_ENV_RUNS_PER_HOUR = env.int("ARENA_ENV_RUNS_PER_HOUR", default=60)
+# Webhooks (arena.env.outbound): https only unless ARENA_ENV_WEBHOOK_ALLOW_HTTP; never to a
+# loopback, private, link-local or otherwise non-public address, except to the host names and
+# networks (an address or CIDR, such as 10.0.0.0/8) listed in ARENA_ENV_WEBHOOK_ALLOW_HOSTS,
+# for trainers inside the operator's network. Each POST gets ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS
+# in all (connection, request and answer): 5 s is ample for a receiver that only stores the
+# body, and a worker of the webhooks queue is held no longer by a host that never answers.
+ARENA_ENV_WEBHOOK_ALLOW_HTTP = env.bool("ARENA_ENV_WEBHOOK_ALLOW_HTTP", default=False)
+ARENA_ENV_WEBHOOK_ALLOW_HOSTS: list[str] = env.list("ARENA_ENV_WEBHOOK_ALLOW_HOSTS", default=[])
+ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS = env.float("ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+
+_HOST_NAME = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?)+$")
+for _name, _value, _low, _high in (
+    ("ARENA_ENV_MAX_OPEN_RUNS", ARENA_ENV_MAX_OPEN_RUNS, 0, 100_000),
+    ("ARENA_ENV_RUNS_PER_HOUR", ARENA_ENV_RUNS_PER_HOUR, 0, 100_000),
+    ("ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS", ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS, 0.5, 60),
+):
+    if not _low <= _value <= _high:
+        raise ImproperlyConfigured(f"{_name} must be from {_low} to {_high}; it is {_value}.")
+for _entry in ARENA_ENV_WEBHOOK_ALLOW_HOSTS:
+    try:
+        ipaddress.ip_network(_entry.strip(), strict=False)
+    except ValueError:
+        if not _HOST_NAME.match(_entry.strip().lower()):
+            raise ImproperlyConfigured(
+                f"ARENA_ENV_WEBHOOK_ALLOW_HOSTS holds {_entry!r}, which is neither a host name "
+                "nor an address or network (such as 127.0.0.1/32 or 10.0.0.0/8)."
+            ) from None
