@@ -143,7 +143,13 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
-CELERY_TASK_ROUTES = {"ratings.tasks.*": {"queue": "ratings"}}
+# Webhook deliveries go to trainers' hosts, which may never answer: on a queue (and a worker) of
+# their own, a dead receiver never holds up a refit or a sweep of the other queues.
+CELERY_TASK_ROUTES = {
+    "ratings.tasks.*": {"queue": "ratings"},
+    "arena.tasks.env_webhook_deliver": {"queue": "webhooks"},
+    "arena.tasks.env_webhook_sweep": {"queue": "webhooks"},
+}
 CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
 CELERY_TASK_ACKS_LATE = True
