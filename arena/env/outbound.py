@@ -120,7 +120,10 @@ def resolve_host(host: str, port: int) -> list[str]:
 
 def url_shown(url: str) -> str:
     """``url`` as the arena shows it: its userinfo, if any (older rows may hold one), masked."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        parts = urlsplit(url.replace("[", "").replace("]", ""))
     if "@" not in parts.netloc:
         return url
     return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
@@ -188,7 +191,10 @@ def _parsed(url: str) -> tuple[Literal["http", "https"], str, int, str]:
         raise OutboundRefused("the URL is empty")
     if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
         raise OutboundRefused("the URL holds whitespace or control characters")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed [ of an IPv6 address
+        raise OutboundRefused("the URL is not a valid URL") from None
     scheme = parts.scheme.lower()
     allowed = ("https", "http") if settings.ARENA_ENV_WEBHOOK_ALLOW_HTTP else ("https",)
     if scheme not in allowed:

@@ -371,6 +371,8 @@ def test_public_addresses_are_allowed_by_the_decision():
         ("https://hooks.trainer.example/a b", "whitespace"),
         ("https://hooks.trainer.example/\r\nX-Injected: 1", "whitespace or control"),
         ("not a url", "whitespace"),
+        ("https://[::1/hook", "not a valid URL"),
+        ("https://exa$mple.com/hook", "not a valid host name"),
     ],
 )
 def test_a_url_outside_the_guard_is_refused_before_any_lookup(url, reason):
@@ -407,6 +409,7 @@ def test_a_host_that_does_not_resolve_is_unresolved_not_refused():
 def test_userinfo_is_masked_wherever_a_url_is_shown():
     assert url_shown("https://user:pw@hooks.example/x") == "https://***@hooks.example/x"
     assert url_shown("https://hooks.example/x") == "https://hooks.example/x"
+    assert url_shown("https://u:p@[::1/x") == "https://***@::1/x"
 
 
 @pytest.mark.django_db
