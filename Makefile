@@ -10,7 +10,7 @@ PORT ?= 8000
 ENGINE_TESTS := ratings/tests/test_engine_*.py ratings/tests/test_style.py \
 	ratings/tests/test_cli_rate.py arena/tests/test_services_*.py arena/tests/test_live_services.py
 
-.PHONY: install demo test test-engine lint format serve worker beat admin bench clean FORCE
+.PHONY: install demo test test-engine lint format serve worker webhook-worker beat admin bench clean FORCE
 
 install: $(VENV)/.installed
 
@@ -64,8 +64,13 @@ format: install
 serve: install
 	ARENA_PYTHON=$(BIN)/python ARENA_HOST=$(HOST) ARENA_PORT=$(PORT) ARENA_WEB_WORKERS=1 bin/serve
 
+# Two workers, as docker-compose.yml runs them: `make worker` and `make webhook-worker` (webhook
+# deliveries on their own queue, so a trainer's dead host never delays a refit).
 worker: install
 	$(BIN)/celery -A config worker -Q default,ratings --loglevel INFO
+
+webhook-worker: install
+	$(BIN)/celery -A config worker -Q webhooks -n webhooks@%h --loglevel INFO --concurrency 4
 
 beat: install
 	$(BIN)/celery -A config beat --loglevel INFO

@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 
+from arena.env.outbound import url_shown
 from arena.env.runs import env_run_close
 from arena.env.selectors import env_run_counts
 from arena.env.tokens import token_revoke
@@ -274,11 +275,17 @@ class EnvRunAdmin(ReadOnlyAdmin):
         "created_at",
         "closed_at",
     ]
-    list_filter = ["state"]
+    list_filter = ["state", "webhook_status"]
     search_fields = ["name", "id"]
-    exclude = ["webhook_secret"]
+    # The URL is shown through webhook (its userinfo, which older rows may hold, masked).
+    exclude = ["webhook_secret", "webhook_url"]
+    readonly_fields = ["webhook", "webhook_status", "webhook_error", "webhook_attempted_at"]
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     actions = ["close"]
+
+    @admin.display(description="webhook URL")
+    def webhook(self, obj: EnvRun) -> str:
+        return url_shown(obj.webhook_url)
 
     @admin.display(description="submissions / completions (pending, complete, expired) / votes")
     def counts(self, obj: EnvRun) -> str:

@@ -59,6 +59,7 @@ class ErrorCode(StrEnum):
     RUN_CLOSED = "run_closed"
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"
     TOO_MANY_PENDING = "too_many_pending"
+    TOO_MANY_RUNS = "too_many_runs"
     # the server
     SERVER_ERROR = "server_error"
     ERROR = "error"  # an HTTP error status no other code names
@@ -74,12 +75,18 @@ class ArenaError(Exception):
     """A failure a client can act on.
 
     ``code`` is an ``ErrorCode`` (anything else is a programming error, refused at once),
-    ``status`` the HTTP status it maps to, and ``field`` names the offending input field when
-    there is one.
+    ``status`` the HTTP status it maps to, ``field`` names the offending input field when
+    there is one, and ``retry_after`` (seconds) is sent as ``Retry-After`` with an HTTP answer.
     """
 
     def __init__(
-        self, code: ErrorCode, message: str, *, status: int = 400, field: str | None = None
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        status: int = 400,
+        field: str | None = None,
+        retry_after: int | None = None,
     ) -> None:
         if not isinstance(code, ErrorCode):
             raise TypeError(f"ArenaError codes are ErrorCode members, not {code!r}")
@@ -88,6 +95,7 @@ class ArenaError(Exception):
         self.message = message
         self.status = status
         self.field = field
+        self.retry_after = retry_after
 
     def as_dict(self) -> ErrorBody:
         """The HTTP body: ``{"error": {code, message, field?}}``."""

@@ -405,6 +405,12 @@ class EnvRun(models.Model):
         OPEN = "open", "Open"
         CLOSED = "closed", "Closed"
 
+    class WebhookStatus(models.TextChoices):
+        NONE = "", "Not attempted"
+        DELIVERED = "delivered", "Delivered"
+        FAILED = "failed", "Failed"
+        REFUSED = "refused", "Refused"
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     token = models.ForeignKey(ApiToken, on_delete=models.PROTECT, related_name="runs")
     name = models.CharField(max_length=200)
@@ -425,6 +431,14 @@ class EnvRun(models.Model):
     reward_seq = models.PositiveBigIntegerField(default=0)
     # The last sequence number the webhook has delivered (everything up to it was acknowledged).
     webhook_seq = models.PositiveBigIntegerField(default=0)
+    # The outcome of the latest delivery attempt, shown to the trainer (GET /runs/{id}) and to
+    # staff: delivered, failed (the receiver's status, a timeout, a connection) or refused (the
+    # guard of arena.env.outbound: the host now resolves to an address it does not send to).
+    webhook_status = models.CharField(
+        max_length=10, choices=WebhookStatus.choices, blank=True, default=WebhookStatus.NONE
+    )
+    webhook_error = models.CharField(max_length=500, blank=True)
+    webhook_attempted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     closed_at = models.DateTimeField(null=True, blank=True)
 

@@ -37,9 +37,10 @@ BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": crontab(minute="*/5"),
         "options": {"queue": "default", "expires": 4 * 60},
     },
+    # On the webhooks queue, with the deliveries it queues (see CELERY_TASK_ROUTES).
     "arena-env-webhook-sweep": {
         "task": "arena.tasks.env_webhook_sweep",
         "schedule": crontab(minute="*/5"),
-        "options": {"queue": "default", "expires": 4 * 60},
+        "options": {"queue": "webhooks", "expires": 4 * 60},
     },
 }

@@ -1,4 +1,5 @@
-"""docker-compose.yml describes the production stack: postgres, redis, web, worker, beat."""
+"""docker-compose.yml describes the production stack: postgres, redis, web, the two workers
+(default and ratings; webhooks), beat."""
 
 import os
 import shutil
@@ -21,10 +22,10 @@ SECURITY_SWITCHES = (
 )
 
 
-def test_compose_defines_the_five_services_on_production_settings():
+def test_compose_defines_the_six_services_on_production_settings():
     spec = yaml.safe_load(COMPOSE.read_text())
-    assert set(spec["services"]) == {"postgres", "redis", "web", "worker", "beat"}
-    for name in ("web", "worker", "beat"):
+    assert set(spec["services"]) == {"postgres", "redis", "web", "worker", "webhooks", "beat"}
+    for name in ("web", "worker", "webhooks", "beat"):
         service = spec["services"][name]
         env = service["environment"]
         assert env["DJANGO_SETTINGS_MODULE"] == "config.settings.production"
@@ -34,6 +35,9 @@ def test_compose_defines_the_five_services_on_production_settings():
             assert name in env, name
     assert "bin/serve" in spec["services"]["web"]["command"]
     assert "-Q default,ratings" in spec["services"]["worker"]["command"]
+    # Webhook deliveries on a worker of their own, with its own concurrency.
+    assert "-Q webhooks" in spec["services"]["webhooks"]["command"]
+    assert "--concurrency" in spec["services"]["webhooks"]["command"]
     assert "beat" in spec["services"]["beat"]["command"]
 
 

@@ -20,6 +20,7 @@ from arena.selectors import votes_for_export
 from arena.services.demo import DEMO_DATA_DIR, _pool_lines
 from arena.services.pool import PoolLine, pool_write
 from arena.tests.env_helpers import eager_tasks
+from arena.tests.outbound_helpers import LOOPBACK_ALLOWED
 from arena.tests.webhook_receiver import WebhookReceiver
 from ratings.services import snapshot_refresh
 
@@ -123,6 +124,9 @@ def test_a_trainer_gets_human_rewards_back_through_the_cursor_and_the_webhook(
     eager_tasks, settings
 ):
     settings.RATINGS_REFRESH_ON_VOTE = False  # the leaderboard is refreshed once, at the end
+    # The receiver listens on loopback, which the webhook guard refuses unless allowed.
+    for name, value in LOOPBACK_ALLOWED.items():
+        setattr(settings, name, value)
     questions = load_small_real_pool()
     trainer = Trainer()
     with WebhookReceiver() as receiver:

@@ -2,7 +2,8 @@
 
 Every process runs ``config.settings.production`` as a subprocess: ``migrate``,
 ``collectstatic`` (whitenoise's manifest storage, into a temporary STATIC_ROOT), the demo data,
-a staff user, uvicorn with two workers, a Celery worker on both queues and Celery beat. They use
+a staff user, uvicorn with two workers, a Celery worker on the default and ratings queues, one
+on the webhooks queue and Celery beat. They use
 a PostgreSQL database and a Redis db number of their own (never pytest-django's test database:
 subprocesses cannot see a test's transaction). The one fake is the loopback OpenAI-compatible
 upstream behind the two live models. With live models and the demo's pool both present, the page
@@ -17,8 +18,9 @@ api_token`` (a subprocess, as an operator runs it), a run and a group of two com
 over HTTP to uvicorn, the visitor's next pool battle being that group's battle (revealed as
 "Submitted answer", never on the leaderboard), and its reward refit waiting in the broker's
 ``default`` queue until the worker runs it: the reward feed shows the records pending and
-unscored before, voted and scored after. The same token's ``export`` scope downloads the votes
-export from uvicorn.
+unscored before, voted and scored after; the run's webhook (a loopback receiver the operator's
+allow-list admits) gets the scored records from the webhooks worker, signed, through the guarded
+client. The same token's ``export`` scope downloads the votes export from uvicorn.
 
 Every process's output is written to a file in the test's temporary directory and printed at
 teardown, so a failing step shows it (pytest shows a passing test's output only with -rP).
@@ -46,6 +48,7 @@ import pytest
 from django.conf import settings
 
 from arena.tests.fake_openai import FakeModel, FakeUpstream
+from arena.tests.webhook_receiver import WebhookReceiver
 from conftest import free_port
 from tests.helpers import revealed_names
 
@@ -154,6 +157,10 @@ class ProductionShape:
             RATINGS_REFRESH_DEBOUNCE_SECONDS="1",
             DJANGO_SUPERUSER_PASSWORD=STAFF_PASSWORD,
             PYTHONUNBUFFERED="1",
+            # The trainer's webhook receiver listens on loopback (plain http): allowed here as
+            # an operator allows an internal trainer.
+            ARENA_ENV_WEBHOOK_ALLOW_HOSTS="127.0.0.1/32",
+            ARENA_ENV_WEBHOOK_ALLOW_HTTP="true",
         )
         return env
 
@@ -235,6 +242,26 @@ class ProductionShape:
             f"production-shape-{self.port}@%h",
         )
         self.wait_for("the worker", lambda: " ready." in _read(worker.log), worker)
+        return worker
+
+    def start_webhooks_worker(self) -> Process:
+        # docker-compose.yml's webhooks service: the webhooks queue alone, its own processes.
+        worker = self.start(
+            "celery-webhooks",
+            str(BIN / "celery"),
+            "-A",
+            "config",
+            "worker",
+            "-Q",
+            "webhooks",
+            "--loglevel",
+            "INFO",
+            "--concurrency",
+            "2",
+            "--hostname",
+            f"production-shape-webhooks-{self.port}@%h",
+        )
+        self.wait_for("the webhooks worker", lambda: " ready." in _read(worker.log), worker)
         return worker
 
     def start_beat(self) -> Process:
@@ -363,6 +390,7 @@ def production(tmp_path: Path) -> Iterator[tuple[ProductionShape, Database]]:
                 )
                 shape.start_web()
                 shape.start_beat()
+                shape.start_webhooks_worker()
                 yield shape, database
             finally:
                 shape.stop()
@@ -445,10 +473,18 @@ def _latest_vote(database: Database) -> tuple[str, str, str, str]:
     return rows[0]
 
 
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    """The trainer's webhook receiver, on loopback."""
+    with WebhookReceiver() as receiver:
+        yield receiver
+
+
 def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leaderboard_admin_static(
-    production, browser
+    production, browser, receiver
 ):
     shape, database = production
+    [webhooks_worker] = [p for p in shape.processes if p.name == "celery-webhooks"]
     baseline = shape.snapshot()
     assert baseline is not None and baseline["n_votes"] > 0  # the demo's votes, by rate_snapshot
 
@@ -540,7 +576,12 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
             token,
             "POST",
             "/runs",
-            {"name": "production-shape", "share": 1.0, "votes_per_completion": 1},
+            {
+                "name": "production-shape",
+                "share": 1.0,
+                "votes_per_completion": 1,
+                "webhook_url": receiver.url,
+            },
         )
         assert status == 201, run
         status, submission = _env_call(
@@ -621,6 +662,24 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
         assert won["meta"] == {"step": 1, "index": ENV_COMPLETIONS.index(shown_a)}
         assert lost["meta"] == {"step": 1, "index": ENV_COMPLETIONS.index(shown_b)}
 
+        # --- The webhook: the webhooks worker delivers the scored records, signed, through
+        # the guarded client to the (allow-listed) loopback receiver.
+        def delivered() -> dict[str, dict[str, Any]]:
+            latest: dict[str, dict[str, Any]] = {}
+            for delivery in receiver.deliveries:
+                for record in delivery.payload["records"]:
+                    latest[record["completion_id"]] = record
+            return latest
+
+        shape.wait_for(
+            "the webhooks worker's delivery of the scored records",
+            lambda: delivered() == records,
+            webhooks_worker,
+        )
+        assert all(d.signed_by(run["webhook_secret"]) for d in receiver.deliveries)
+        status, shown = _env_call(shape, token, "GET", f"/runs/{run['id']}")
+        assert shown["webhook_delivery"]["status"] == "delivered"
+
         # --- The votes export with the token's export scope, streamed by uvicorn: the live
         # battle's vote (an environment battle's is never exported).
         request = urllib.request.Request(
@@ -662,6 +721,6 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
         modules = {hashed.sub(r"\1", path) for path in scripts}
         assert modules == {"live", "battle", "render", "leaderboard", "challenge"}
         assert errors == []
-        assert shape.exited() == []  # web, beat and worker ran through the whole walk
+        assert shape.exited() == []  # web, beat and both workers ran through the whole walk
     finally:
         context.close()

@@ -9,4 +9,5 @@ judge them in ordinary anonymous battles, and the trainer reads rewards back.
 - ``references``: reference models' answers to a submission's prompt (pool, or generated once).
 - ``rewards``: storing reward records after votes (the fit itself is the rating side's).
 - ``webhook``: signed, retried delivery of changed records.
+- ``outbound``: the one guarded client of trainers' URLs (public addresses only, pinned).
 """

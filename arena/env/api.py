@@ -74,8 +74,8 @@ class RateLimited(ArenaError):
             ErrorCode.RATE_LIMITED,
             f"Too many requests for this API token (the limit is {settings.ARENA_ENV_RATE}).",
             status=429,
+            retry_after=retry_after,
         )
-        self.retry_after = retry_after
 
 
 class BearerToken(HttpBearer):
@@ -150,7 +150,7 @@ def _arena_error(request: HttpRequest, exc: object) -> HttpResponse:
     response = error_json(exc)
     if exc.status == 401:
         response["WWW-Authenticate"] = BEARER_CHALLENGE
-    if isinstance(exc, RateLimited):
+    if exc.retry_after is not None:
         response["Retry-After"] = str(exc.retry_after)
     return response
 
@@ -228,7 +228,12 @@ class RunIn(_Strict):
         description="The highest fraction of the battles served that may come from this run.",
     )
     webhook_url: str = Field(
-        "", max_length=WEBHOOK_URL_MAX, description="http(s) URL; empty for no webhook."
+        "",
+        max_length=WEBHOOK_URL_MAX,
+        description=(
+            "https URL (http only where the operator allows it) of a public host, without "
+            "user:password@; empty for no webhook."
+        ),
     )
 
 
@@ -293,7 +298,10 @@ def _run(request: HttpRequest, run_id: uuid.UUID) -> EnvRun:
     operation_id="create_run",
 )
 def create_run(request: HttpRequest, payload: RunIn) -> Status[RunCreated]:
-    """A new run. The answer holds, this once, the secret its webhook bodies are signed with."""
+    """A new run. The answer holds, this once, the secret its webhook bodies are signed with.
+    A webhook_url whose host does not resolve, or resolves to a loopback, private, link-local or
+    other non-public address, is a 400 naming it. A token with ARENA_ENV_MAX_OPEN_RUNS open
+    runs, or ARENA_ENV_RUNS_PER_HOUR created in the last hour, gets a 429 with Retry-After."""
     run = env_run_create(
         token=_token(request),
         name=payload.name,
@@ -313,6 +321,7 @@ def create_run(request: HttpRequest, payload: RunIn) -> Status[RunCreated]:
         "ttl_hours": shown["ttl_hours"],
         "share": shown["share"],
         "webhook_url": shown["webhook_url"],
+        "webhook_delivery": shown["webhook_delivery"],
         "created_at": shown["created_at"],
         "closed_at": shown["closed_at"],
         "counts": shown["counts"],

@@ -17,6 +17,7 @@ from typing_extensions import TypedDict
 
 RunState = Literal["open", "closed"]
 RewardStatus = Literal["pending", "complete", "expired"]
+WebhookStatus = Literal["none", "delivered", "failed", "refused"]
 Role = Literal["system", "user", "assistant"]
 
 
@@ -37,6 +38,17 @@ class RunCounts(TypedDict):
     battles: int  # environment battles served to visitors
 
 
+class WebhookDelivery(TypedDict):
+    """The outcome of the run's latest webhook delivery attempt: ``none`` before the first (or
+    without a webhook), ``delivered``, ``failed`` (the receiver's status, a redirect, a timeout,
+    a connection) or ``refused`` (the host resolved to an address the arena does not send to);
+    ``error`` says what went wrong."""
+
+    status: WebhookStatus
+    error: str | None
+    attempted_at: str | None
+
+
 class RunPayload(TypedDict):
     """``GET /runs/{id}``, ``POST /runs/{id}/close``."""
 
@@ -47,7 +59,8 @@ class RunPayload(TypedDict):
     votes_per_completion: int
     ttl_hours: int
     share: float
-    webhook_url: str
+    webhook_url: str  # its userinfo, if an older run holds one, masked
+    webhook_delivery: WebhookDelivery
     created_at: str
     closed_at: str | None
     counts: RunCounts

@@ -22,12 +22,11 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from answer_style.counts import style_counts
+from arena.env.outbound import OutboundRefused, OutboundUnresolved, outbound_check
 from arena.env.payloads import Message
 from arena.env.references import references_request
 from arena.errors import ArenaError, ErrorCode
@@ -50,8 +49,6 @@ TTL_HOURS_RANGE = (1, 720)
 RUN_NAME_MAX = 200
 IDEMPOTENCY_KEY_MAX = 200
 WEBHOOK_URL_MAX = 500
-
-_url_validator = URLValidator(schemes=["http", "https"])
 
 
 def _invalid(field: str, message: str) -> ArenaError:
@@ -120,7 +117,9 @@ def env_run_create(
 ) -> EnvRun:
     """A new open run of ``token``, with its hidden model (see ``EnvRun.model``) and a fresh
     webhook secret. Each invalid field is a 400 naming it (the values are checked at run time
-    too: they may come from untrusted JSON)."""
+    too: they may come from untrusted JSON); a ``webhook_url`` the guarded client would not send
+    to is one of them. A token over its caps (``ARENA_ENV_MAX_OPEN_RUNS``,
+    ``ARENA_ENV_RUNS_PER_HOUR``) gets a 429 with Retry-After."""
     name = _text(name, field="name", max_chars=RUN_NAME_MAX).strip()
     reference_models = _references([] if references is None else references)
     votes = _int_in(
@@ -139,13 +138,11 @@ def env_run_create(
     url = _text(webhook_url, field="webhook_url", max_chars=WEBHOOK_URL_MAX, allow_empty=True)
     url = url.strip()
     if url:
-        try:
-            _url_validator(url)
-        except ValidationError:
-            raise _invalid("webhook_url", "webhook_url must be an http or https URL.") from None
+        _webhook_url_check(url)
 
     run_id = uuid.uuid4()
     with transaction.atomic():
+        _run_caps_check(token=token)
         model = ArenaModel.objects.create(
             slug=env_model_slug(run_id),
             display_name=ENV_MODEL_DISPLAY_NAME,
@@ -166,6 +163,54 @@ def env_run_create(
         )
         run.references.set(reference_models)
     return run
+
+
+def _webhook_url_check(url: str) -> None:
+    """A 400 naming ``webhook_url`` unless the guarded client would send to it now: its host
+    resolves, and to no address the guard refuses. A host that does not resolve is refused too
+    (a typo, or a name only the trainer's network knows): the trainer learns it at once rather
+    than from failed deliveries. The guard checks again at every delivery, as DNS can change."""
+    try:
+        outbound_check(url)
+    except (OutboundRefused, OutboundUnresolved) as exc:
+        raise _invalid("webhook_url", f"webhook_url is refused: {exc}.") from None
+
+
+# Nothing frees an open run's place but its close, so a retry after a minute is as good a
+# guess as any.
+OPEN_RUNS_RETRY_SECONDS = 60
+
+
+def _run_caps_check(*, token: ApiToken) -> None:
+    """A 429 (with Retry-After) when ``token`` holds ``ARENA_ENV_MAX_OPEN_RUNS`` open runs or
+    created ``ARENA_ENV_RUNS_PER_HOUR`` in the last hour. Under the token's row lock, so
+    concurrent creations of one token count each other."""
+    ApiToken.objects.select_for_update().filter(pk=token.pk).first()
+    max_open = settings.ARENA_ENV_MAX_OPEN_RUNS
+    if max_open and EnvRun.objects.filter(token=token, state=EnvRun.State.OPEN).count() >= max_open:
+        raise ArenaError(
+            ErrorCode.TOO_MANY_RUNS,
+            f"This token has {max_open} open runs, the most it may have; close one first.",
+            status=429,
+            retry_after=OPEN_RUNS_RETRY_SECONDS,
+        )
+    per_hour = settings.ARENA_ENV_RUNS_PER_HOUR
+    if not per_hour:
+        return
+    now = timezone.now()
+    recent = EnvRun.objects.filter(token=token, created_at__gt=now - timedelta(hours=1))
+    if recent.count() >= per_hour:
+        oldest = recent.order_by("created_at").values_list("created_at", flat=True).first()
+        assert oldest is not None  # per_hour >= 1 runs in the window
+        # When the oldest run of the window leaves it, a place is free.
+        wait = (oldest + timedelta(hours=1) - now).total_seconds()
+        raise ArenaError(
+            ErrorCode.TOO_MANY_RUNS,
+            f"This token created {per_hour} runs in the last hour, the most it may; "
+            "try again later.",
+            status=429,
+            retry_after=max(1, math.ceil(wait)),
+        )
 
 
 def env_run_close(*, run: EnvRun) -> EnvRun:

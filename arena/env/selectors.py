@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Q, Sum
 
+from arena.env.outbound import url_shown
 from arena.env.payloads import (
     RewardRecord,
     RewardsPage,
@@ -75,7 +76,14 @@ def env_run_payload(*, run: EnvRun) -> RunPayload:
         "votes_per_completion": run.votes_per_completion,
         "ttl_hours": run.ttl_hours,
         "share": run.share,
-        "webhook_url": run.webhook_url,
+        "webhook_url": url_shown(run.webhook_url),
+        "webhook_delivery": {
+            "status": run.webhook_status or "none",  # type: ignore[typeddict-item]
+            "error": run.webhook_error or None,
+            "attempted_at": (
+                run.webhook_attempted_at.isoformat() if run.webhook_attempted_at else None
+            ),
+        },
         "created_at": run.created_at.isoformat(),
         "closed_at": run.closed_at.isoformat() if run.closed_at else None,
         "counts": env_run_counts(run=run),

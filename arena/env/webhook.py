@@ -10,14 +10,17 @@ A run with a ``webhook_url`` gets every record whose ``seq`` is above ``EnvRun.w
 
     {"id": "<run id>:<first seq>-<last seq>", "run_id": "<run id>", "records": [...]}
 
-The records are exactly those of the rewards feed (``arena.env.selectors.reward_record``). A 2xx
-answer moves ``webhook_seq`` forward to the batch's last ``seq`` (under the run's row lock, never
-backwards); anything else (another status, a timeout, a refused connection) leaves it, and the
-task (``arena.tasks.env_webhook_deliver``) retries with exponential back-off. A periodic sweep
-(``arena.tasks.env_webhook_sweep``) queues every run still behind whose retries are not pending
-(a mark in the cache while a retry waits, and for a while after the last one gave up, so a dead
-receiver gets one chain of retries at a time), so delivery is at least once;
-a receiver drops a repeated delivery by its id (a record sent again after it changed comes in a
+The records are exactly those of the rewards feed (``arena.env.selectors.reward_record``). Every
+POST goes through the guarded client of ``arena.env.outbound`` (https, a public address checked
+and pinned at each POST, no redirects, a bounded time and answer). A 2xx answer moves
+``webhook_seq`` forward to the batch's last ``seq`` (under the run's row lock, never
+backwards); anything else (another status, a redirect, a timeout, a refused connection, the
+guard's refusal) leaves it, is stored on the run as its delivery status, and the task
+(``arena.tasks.env_webhook_deliver``, on the ``webhooks`` queue) retries with exponential
+back-off. A periodic sweep (``arena.tasks.env_webhook_sweep``) queues every run still behind
+whose retries are not pending (a mark in the cache while a retry waits, and for a while after
+the last one gave up, so a dead receiver gets one chain of retries at a time), so delivery is at
+least once; a receiver drops a repeated delivery by its id (a record sent again after it changed comes in a
 batch with a new id, carrying its new state).
 """
 
@@ -28,18 +31,16 @@ import hmac
 import json
 import logging
 import uuid
-from typing import TYPE_CHECKING
 
 from celery import current_app
 from django.core.cache import cache
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
+from arena.env.outbound import OutboundFailed, OutboundRefused, Resolver, outbound_post
 from arena.env.selectors import reward_record
 from arena.models import EnvCompletion, EnvRun
-
-if TYPE_CHECKING:
-    import httpx2
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +48,7 @@ DELIVER_TASK = "arena.tasks.env_webhook_deliver"
 WEBHOOK_BATCH = 100
 # Batches one task run sends before it hands the rest to a fresh task (keeps a run short).
 WEBHOOK_BATCHES_PER_RUN = 20
-WEBHOOK_TIMEOUT_SECONDS = 10.0
-WEBHOOK_CONNECT_SECONDS = 5.0
+WEBHOOK_ERROR_MAX = 500
 SIGNATURE_HEADER = "X-Arena-Signature"
 DELIVERY_HEADER = "X-Arena-Delivery"
 
@@ -98,57 +98,66 @@ def _acknowledge(run_id: uuid.UUID, last_seq: int) -> None:
         EnvRun.objects.select_for_update().filter(pk=run_id, webhook_seq__lt=last_seq).update(
             webhook_seq=last_seq
         )
+        _outcome_record(run_id, EnvRun.WebhookStatus.DELIVERED, "")
 
 
-def webhook_deliver(*, run_id: uuid.UUID, client: httpx2.Client | None = None) -> int:
-    """POST the run's unacknowledged records, a batch at a time; returns how many records were
-    acknowledged. Raises ``WebhookFailed`` at the first batch not acknowledged (the records
-    before it stay acknowledged). A run without a webhook, or with nothing new, sends nothing.
+def _outcome_record(run_id: uuid.UUID, status: str, error: str) -> None:
+    EnvRun.objects.filter(pk=run_id).update(
+        webhook_status=status,
+        webhook_error=error[:WEBHOOK_ERROR_MAX],
+        webhook_attempted_at=timezone.now(),
+    )
+
+
+def _failed(run_id: uuid.UUID, delivery_id: str, status: str, error: str) -> WebhookFailed:
+    _outcome_record(run_id, status, error)
+    return WebhookFailed(f"{delivery_id}: {status}: {error}")
+
+
+def webhook_deliver(*, run_id: uuid.UUID, resolve: Resolver | None = None) -> int:
+    """POST the run's unacknowledged records, a batch at a time, through the guarded client
+    (``arena.env.outbound``: the URL and every address of its host are checked again at each
+    POST); returns how many records were acknowledged. Raises ``WebhookFailed`` at the first
+    batch not acknowledged (the records before it stay acknowledged). Each attempt's outcome is
+    stored on the run (``webhook_status``, ``webhook_error``). A run without a webhook, or with
+    nothing new, sends nothing. ``resolve`` replaces the host's DNS resolution (tests).
     """
-    # The HTTP client is loaded by the process that delivers (a Celery worker), not by every
-    # process that imports the env's rewards (every web worker and command, via ratings.tasks).
-    import httpx2
-
     run = EnvRun.objects.filter(pk=run_id).first()
     if run is None or not run.webhook_url:
         return 0
     delivered = 0
-    own_client = client is None
-    http = client or httpx2.Client(
-        timeout=httpx2.Timeout(WEBHOOK_TIMEOUT_SECONDS, connect=WEBHOOK_CONNECT_SECONDS),
-        follow_redirects=False,
-    )
-    try:
-        for _ in range(WEBHOOK_BATCHES_PER_RUN):
-            run.refresh_from_db(fields=["webhook_seq", "webhook_url", "webhook_secret"])
-            completions = list(
-                EnvCompletion.objects.filter(run=run, seq__gt=run.webhook_seq).order_by("seq")[
-                    :WEBHOOK_BATCH
-                ]
+    for _ in range(WEBHOOK_BATCHES_PER_RUN):
+        run.refresh_from_db(fields=["webhook_seq", "webhook_url", "webhook_secret"])
+        completions = list(
+            EnvCompletion.objects.filter(run=run, seq__gt=run.webhook_seq).order_by("seq")[
+                :WEBHOOK_BATCH
+            ]
+        )
+        if not completions:
+            return delivered
+        delivery_id, body = _batch_body(run, completions)
+        headers = {
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: webhook_signature(run.webhook_secret, body),
+            DELIVERY_HEADER: delivery_id,
+            "User-Agent": "arena-env-webhook/1",
+        }
+        try:
+            response = outbound_post(run.webhook_url, body=body, headers=headers, resolve=resolve)
+        except OutboundRefused as exc:
+            raise _failed(run.pk, delivery_id, EnvRun.WebhookStatus.REFUSED, str(exc)) from exc
+        except OutboundFailed as exc:
+            raise _failed(run.pk, delivery_id, EnvRun.WebhookStatus.FAILED, str(exc)) from exc
+        if not 200 <= response.status < 300:
+            note = " (redirects are not followed)" if 300 <= response.status < 400 else ""
+            raise _failed(
+                run.pk, delivery_id, EnvRun.WebhookStatus.FAILED, f"HTTP {response.status}{note}"
             )
-            if not completions:
-                return delivered
-            delivery_id, body = _batch_body(run, completions)
-            headers = {
-                "Content-Type": "application/json",
-                SIGNATURE_HEADER: webhook_signature(run.webhook_secret, body),
-                DELIVERY_HEADER: delivery_id,
-                "User-Agent": "arena-env-webhook/1",
-            }
-            try:
-                response = http.post(run.webhook_url, content=body, headers=headers)
-            except httpx2.HTTPError as exc:
-                raise WebhookFailed(f"{delivery_id}: {type(exc).__name__}: {exc}") from exc
-            if not 200 <= response.status_code < 300:
-                raise WebhookFailed(f"{delivery_id}: HTTP {response.status_code}")
-            _acknowledge(run.pk, completions[-1].seq)
-            delivered += len(completions)
-        # More than one run's worth: the rest goes to a fresh task.
-        webhook_enqueue(run_id=run.pk)
-        return delivered
-    finally:
-        if own_client:
-            http.close()
+        _acknowledge(run.pk, completions[-1].seq)
+        delivered += len(completions)
+    # More than one run's worth: the rest goes to a fresh task.
+    webhook_enqueue(run_id=run.pk)
+    return delivered
 
 
 def _retrying_key(run_id: uuid.UUID | str) -> str:

@@ -3,12 +3,15 @@
 import json
 import threading
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection, transaction
 from django.test import Client
+from django.utils import timezone
 
+from arena.env import outbound
 from arena.env.runs import env_run_close
 from arena.env.tokens import token_create, token_revoke
 from arena.models import (
@@ -19,6 +22,7 @@ from arena.models import (
     Prompt,
 )
 from arena.tests.factories import ArenaModelFactory, CompletionFactory, ProviderFactory
+from arena.tests.outbound_helpers import StubResolver
 
 BASE = "/api/env/v1"
 
@@ -157,7 +161,10 @@ def test_the_api_takes_no_csrf_token(api):
 # --- runs -----------------------------------------------------------------------------------
 
 
-def test_a_run_is_created_with_its_hidden_model(api):
+def test_a_run_is_created_with_its_hidden_model(api, monkeypatch):
+    monkeypatch.setattr(
+        outbound, "resolve_host", StubResolver({"trainer.example": ["93.184.215.14"]})
+    )
     pool_model = ArenaModelFactory(slug="pooled")
     CompletionFactory(model=pool_model)
     live = ArenaModelFactory(slug="live", provider=ProviderFactory(), upstream_model_id="m")
@@ -221,6 +228,35 @@ def test_each_invalid_run_field_is_a_400_naming_it(api, fields, field):
     assert error["field"] == field
     assert error["code"] == "invalid"
     assert not EnvRun.objects.exists()
+
+
+def test_a_token_over_its_open_runs_gets_a_429_with_retry_after(api, settings):
+    settings.ARENA_ENV_MAX_OPEN_RUNS = 2
+    settings.ARENA_ENV_RUNS_PER_HOUR = 0
+    first, _ = _run(api), _run(api)
+    response = api.post("/runs", {"name": "third"})
+    assert response.status_code == 429
+    assert _error(response)["code"] == "too_many_runs"
+    assert int(response["Retry-After"]) > 0
+    assert EnvRun.objects.count() == 2
+    api.post(f"/runs/{first['id']}/close")  # a closed run frees its place
+    assert api.post("/runs", {"name": "third"}).status_code == 201
+
+
+def test_a_token_over_its_runs_per_hour_gets_a_429_until_the_oldest_leaves_the_hour(
+    api, other_api, settings
+):
+    settings.ARENA_ENV_MAX_OPEN_RUNS = 0
+    settings.ARENA_ENV_RUNS_PER_HOUR = 2
+    for _ in range(2):
+        api.post(f"/runs/{_run(api)['id']}/close")
+    response = api.post("/runs", {"name": "third"})
+    assert response.status_code == 429
+    assert _error(response)["code"] == "too_many_runs"
+    assert 0 < int(response["Retry-After"]) <= 3600
+    assert other_api.post("/runs", {"name": "theirs"}).status_code == 201  # per token
+    EnvRun.objects.update(created_at=timezone.now() - timedelta(hours=1, seconds=1))
+    assert api.post("/runs", {"name": "third"}).status_code == 201
 
 
 def test_a_reference_must_be_active_and_able_to_answer(api):

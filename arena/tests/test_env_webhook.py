@@ -16,11 +16,19 @@ from arena.env.webhook import WebhookFailed, webhook_deliver, webhook_runs_behin
 from arena.models import EnvRun
 from arena.tasks import env_webhook_deliver, env_webhook_sweep
 from arena.tests.env_helpers import eager_tasks, make_run, submit
+from arena.tests.outbound_helpers import LOOPBACK_ALLOWED
 from arena.tests.webhook_receiver import WebhookReceiver
 
 __all__ = ["eager_tasks"]  # a fixture, used by name
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _loopback_allowed(settings):
+    """The receivers here listen on loopback, which the guard refuses unless allowed."""
+    for name, value in LOOPBACK_ALLOWED.items():
+        setattr(settings, name, value)
 
 
 @pytest.fixture
@@ -209,3 +217,61 @@ def test_the_env_tasks_are_scheduled_and_registered_in_a_web_process_too(setting
         check=True,
     )
     assert out.stdout.strip() == "True"
+
+
+def _queue_of(name):
+    from config.celery_app import app
+
+    return app.amqp.router.route({}, name)["queue"].name
+
+
+def test_the_webhook_tasks_are_routed_to_their_own_queue(settings):
+    assert _queue_of("arena.tasks.env_webhook_deliver") == "webhooks"
+    assert _queue_of("arena.tasks.env_webhook_sweep") == "webhooks"
+    for name in ("ratings.tasks.snapshot_refresh", "ratings.tasks.env_rewards_refresh"):
+        assert _queue_of(name) != "webhooks"
+    [sweep] = [
+        entry
+        for entry in settings.CELERY_BEAT_SCHEDULE.values()
+        if entry["task"] == "arena.tasks.env_webhook_sweep"
+    ]
+    assert sweep["options"]["queue"] == "webhooks"
+
+
+@pytest.mark.redis
+def test_a_refit_is_not_queued_behind_webhook_deliveries(settings):
+    import json
+
+    import redis
+
+    from config.celery_app import app
+
+    if app.conf.task_always_eager:
+        pytest.skip("needs the Redis broker (REDIS_URL)")
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    queues = ("webhooks", "default", "ratings")
+    client.delete(*queues)
+    try:
+        for _ in range(3):
+            env_webhook_deliver.apply_async(
+                kwargs={"run_id": "00000000-0000-0000-0000-000000000000"}
+            )
+        env_webhook_sweep.apply_async()
+        # Queued as the vote's refit queues it (ratings.tasks), by name.
+        app.send_task(
+            "ratings.tasks.env_rewards_refresh", kwargs={"submission_id": "x"}, queue="default"
+        )
+        app.send_task("ratings.tasks.snapshot_refresh")
+
+        def names(queue):
+            return [json.loads(raw)["headers"]["task"] for raw in client.lrange(queue, 0, -1)]
+
+        assert set(names("webhooks")) == {
+            "arena.tasks.env_webhook_deliver",
+            "arena.tasks.env_webhook_sweep",
+        }
+        assert names("default") == ["ratings.tasks.env_rewards_refresh"]
+        assert names("ratings") == ["ratings.tasks.snapshot_refresh"]
+    finally:
+        client.delete(*queues)
+        client.close()

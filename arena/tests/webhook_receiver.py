@@ -25,10 +25,13 @@ class Delivery:
 
 @dataclass
 class WebhookReceiver:
-    """Answers each POST with ``statuses.pop(0)`` (200 once the list is empty)."""
+    """Answers each POST with ``statuses.pop(0)`` (200 once the list is empty), with
+    ``answer_headers`` and ``answer_body``."""
 
     statuses: list[int] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
+    answer_headers: dict[str, str] = field(default_factory=dict)
+    answer_body: bytes = b""
 
     def __enter__(self) -> "WebhookReceiver":
         receiver = self
@@ -42,8 +45,14 @@ class WebhookReceiver:
                 )
                 status = receiver.statuses.pop(0) if receiver.statuses else 200
                 self.send_response(status)
-                self.send_header("Content-Length", "0")
+                for name, value in receiver.answer_headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(receiver.answer_body)))
                 self.end_headers()
+                try:
+                    self.wfile.write(receiver.answer_body)
+                except OSError:
+                    pass  # the client read what it wanted and left
 
             def log_message(self, *args: object) -> None:
                 pass

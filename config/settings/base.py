@@ -6,6 +6,8 @@ in-memory channel layer, a local-memory cache and Celery tasks run eagerly. ``DA
 ``REDIS_URL`` switch to PostgreSQL and Redis (cache, channel layer, Celery broker).
 """
 
+import ipaddress
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -141,7 +143,13 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
-CELERY_TASK_ROUTES = {"ratings.tasks.*": {"queue": "ratings"}}
+# Webhook deliveries go to trainers' hosts, which may never answer: on a queue (and a worker) of
+# their own, a dead receiver never holds up a refit or a sweep of the other queues.
+CELERY_TASK_ROUTES = {
+    "ratings.tasks.*": {"queue": "ratings"},
+    "arena.tasks.env_webhook_deliver": {"queue": "webhooks"},
+    "arena.tasks.env_webhook_sweep": {"queue": "webhooks"},
+}
 CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
 CELERY_TASK_ACKS_LATE = True
@@ -375,3 +383,37 @@ ARENA_ENV_MAX_PENDING_SUBMISSIONS = env.int("ARENA_ENV_MAX_PENDING_SUBMISSIONS",
 ARENA_ENV_MAX_BODY_BYTES = env.int("ARENA_ENV_MAX_BODY_BYTES", default=2_000_000)
 # Requests per API token (django-ratelimit's rate syntax).
 ARENA_ENV_RATE = env("ARENA_ENV_RATE", default="600/m")
+
+# Runs per token: open at once, and created in any hour (0 turns either cap off); over either,
+# creating a run is a 429 with Retry-After. Each run holds a hidden model and, with a webhook,
+# deliveries: 50 open runs leave room for a sweep of experiments, and 60 an hour for a script
+# that opens one a minute, while a loop that creates runs stops within the hour.
+ARENA_ENV_MAX_OPEN_RUNS = env.int("ARENA_ENV_MAX_OPEN_RUNS", default=50)
+ARENA_ENV_RUNS_PER_HOUR = env.int("ARENA_ENV_RUNS_PER_HOUR", default=60)
+# Webhooks (arena.env.outbound): https only unless ARENA_ENV_WEBHOOK_ALLOW_HTTP; never to a
+# loopback, private, link-local or otherwise non-public address, except to the host names and
+# networks (an address or CIDR, such as 10.0.0.0/8) listed in ARENA_ENV_WEBHOOK_ALLOW_HOSTS,
+# for trainers inside the operator's network. Each POST gets ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS
+# in all (connection, request and answer): 5 s is ample for a receiver that only stores the
+# body, and a worker of the webhooks queue is held no longer by a host that never answers.
+ARENA_ENV_WEBHOOK_ALLOW_HTTP = env.bool("ARENA_ENV_WEBHOOK_ALLOW_HTTP", default=False)
+ARENA_ENV_WEBHOOK_ALLOW_HOSTS: list[str] = env.list("ARENA_ENV_WEBHOOK_ALLOW_HOSTS", default=[])
+ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS = env.float("ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+
+_HOST_NAME = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?)+$")
+for _name, _value, _low, _high in (
+    ("ARENA_ENV_MAX_OPEN_RUNS", ARENA_ENV_MAX_OPEN_RUNS, 0, 100_000),
+    ("ARENA_ENV_RUNS_PER_HOUR", ARENA_ENV_RUNS_PER_HOUR, 0, 100_000),
+    ("ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS", ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS, 0.5, 60),
+):
+    if not _low <= _value <= _high:
+        raise ImproperlyConfigured(f"{_name} must be from {_low} to {_high}; it is {_value}.")
+for _entry in ARENA_ENV_WEBHOOK_ALLOW_HOSTS:
+    try:
+        ipaddress.ip_network(_entry.strip(), strict=False)
+    except ValueError:
+        if not _HOST_NAME.match(_entry.strip().lower()):
+            raise ImproperlyConfigured(
+                f"ARENA_ENV_WEBHOOK_ALLOW_HOSTS holds {_entry!r}, which is neither a host name "
+                "nor an address or network (such as 127.0.0.1/32 or 10.0.0.0/8)."
+            ) from None
