@@ -287,8 +287,7 @@ async def _dead_webhooks(tree: Tree, runs: int) -> float:
     tree.shape.manage(
         "shell",
         "-c",
-        "from celery import current_app; "
-        "current_app.send_task('arena.tasks.env_webhook_sweep')",
+        "from celery import current_app; current_app.send_task('arena.tasks.env_webhook_sweep')",
     )
     deadline = time.monotonic() + 30
     while tarpit.connections < min(runs, 2) and time.monotonic() < deadline:

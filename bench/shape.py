@@ -1,7 +1,8 @@
 """The production shape, started natively for a benchmark (as tests/test_production_shape.py does).
 
 ``config.settings.production`` in every process: ``migrate``, the demo data (``load_demo``),
-``bin/serve`` (uvicorn, two workers), a Celery worker on both queues. A PostgreSQL database of
+``bin/serve`` (uvicorn, two workers), a Celery worker on the default and ratings queues and,
+where the tree's docker-compose.yml has one, the webhooks worker. A PostgreSQL database of
 its own on the server ``DATABASE_URL`` names (created here, dropped at the end) and an empty
 Redis db claimed with a key (never another run's broker). Each process's output goes to a file
 under the run's temporary directory; a process that exits early fails the run with its log.
@@ -226,6 +227,27 @@ class Shape:
             f"bench-{self.port}@%h",
         )
         self.wait_for("the worker", lambda: " ready." in log.read_text(errors="replace"))
+        # Trees whose docker-compose.yml runs a worker of its own for trainers' webhooks (a
+        # --baseline tree from before it delivers them from the worker above).
+        if "-Q webhooks" in (self.root / "docker-compose.yml").read_text():
+            hooks = self.start(
+                "celery-webhooks",
+                str(BIN / "celery"),
+                "-A",
+                "config",
+                "worker",
+                "-Q",
+                "webhooks",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                "4",
+                "--hostname",
+                f"bench-webhooks-{self.port}@%h",
+            )
+            self.wait_for(
+                "the webhooks worker", lambda: " ready." in hooks.read_text(errors="replace")
+            )
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU time (user + system) so far of every live process in each started process's
