@@ -135,13 +135,15 @@ class ArenaHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer_cancel()
         url: bytes = getattr(self, "url", b"") or b""
         if url.startswith(_API_PREFIX):
-            code = ErrorCode.BAD_REQUEST
-            if status in (
+            too_large = (
                 HTTPStatus.REQUEST_URI_TOO_LONG,
                 HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
-            ):
-                code = ErrorCode.REQUEST_TOO_LARGE
-            body = json.dumps(ArenaError(code, message, status=status).as_dict()).encode()
+            )
+            if status in too_large:
+                error = ArenaError(ErrorCode.REQUEST_TOO_LARGE, message, status=status)
+            else:
+                error = ArenaError(ErrorCode.BAD_REQUEST, message, status=status)
+            body = json.dumps(error.as_dict()).encode()
             content_type = b"application/json"
         else:
             body = message.encode()
