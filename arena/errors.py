@@ -26,6 +26,7 @@ class ErrorCode(StrEnum):
     FORBIDDEN = "forbidden"
     CSRF_FAILED = "csrf_failed"
     RATE_LIMITED = "rate_limited"
+    TOO_MANY_SOCKETS = "too_many_sockets"
     # battles and votes
     NO_SESSION = "no_session"
     TERMS_REQUIRED = "terms_required"

@@ -46,14 +46,19 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from arena.errors import ArenaError, ErrorCode, server_error, still_streaming
+from arena.identity import session_hash
 from arena.inputs import json_parse
 from arena.live.runtime import (
     TurnSave,
     db,
+    owner_marks,
     progress_saver,
     retry_until_saved,
     save_unsaved,
+    socket_counts,
 )
+from arena.live.sockets import SocketTicket, socket_admit, socket_release
+from arena.live.sweep import live_battles_settle_orphans
 from arena.live.turns import TurnPlan, battle_regenerate, battle_start_live, battle_turn_add
 from arena.live.upstream import Answer, stream_answer
 from arena.models import Battle
@@ -77,7 +82,31 @@ def _session_key(session: Any) -> str:
     return str(session.session_key or "")
 
 
+def _socket_open(session: Any, client_ip: str | None) -> tuple[str, SocketTicket | None]:
+    """A new socket's session key and its place in its address's socket count (None: over the
+    cap). The session's battles left streaming by a worker that is gone are settled here, so a
+    page that reconnects finds them ended rather than streaming for minutes."""
+    session_key = _session_key(session)
+    if session_key:
+        live_battles_settle_orphans(session_hash=session_hash(session_key))
+    return session_key, socket_admit(client_ip)
+
+
+# Close codes, in the range kept for applications (4000-4999), after the last 3 digits of the
+# matching HTTP status; 1009 (message too big) is the protocol's own.
+CLOSE_TOO_MANY_SOCKETS = 4429
+CLOSE_IDLE = 4408
+CLOSE_TOO_BIG = 1009
+
 SERVER_ERROR_FRAME = server_error().as_frame()
+FRAME_TOO_LARGE_FRAME = ArenaError(
+    ErrorCode.REQUEST_TOO_LARGE, "The frame is too large.", status=413, field="frame"
+).as_frame()
+TOO_MANY_SOCKETS_FRAME = ArenaError(
+    ErrorCode.TOO_MANY_SOCKETS,
+    "Too many arena pages are open from your network; close some and reload this one.",
+    status=429,
+).as_frame()
 TURN_LOST_FRAME = ArenaError(
     ErrorCode.TURN_LOST,
     "The answers could not be saved yet (they will be once the database is back). "
@@ -92,13 +121,12 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
     channel_layer_alias = None
 
     async def connect(self) -> None:
-        # Loaded here, in the consumer's database threads (config/asgi.py: the socket's stack
-        # loads no user, which nothing here reads).
-        self.session_key = await db(_session_key)(self.scope.get("session"))
         # The peer's address as the ASGI server reports it (behind a proxy, the server's
-        # --forwarded-allow-ips makes it the visitor's): the key of the live-call rate limit.
+        # --forwarded-allow-ips makes it the visitor's): the key of the live-call rate limit
+        # and of the socket cap.
         client = self.scope.get("client") or (None, None)
         self.client_ip: str | None = client[0]
+        self.ticket: SocketTicket | None = None
         self.turn_task: asyncio.Task[None] | None = None
         self.lost: set[uuid.UUID] = set()  # battles whose last turn is not saved yet
         self.connected = True
@@ -108,11 +136,62 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
         self.flush_tasks: set[asyncio.Task[None]] = set()
         self.send_lock = asyncio.Lock()
         self.coalesce_seconds = max(0.0, settings.ARENA_DELTA_COALESCE_MS / 1000)
+        self.max_frame_bytes: int = settings.ARENA_WS_MAX_FRAME_BYTES
+        self.idle_seconds: float = settings.ARENA_WS_IDLE_SECONDS
+        self.idle_timer: asyncio.TimerHandle | None = None
+        # The session is loaded here, in the consumer's database threads (config/asgi.py: the
+        # socket's stack loads no user, which nothing here reads), with the socket counted.
+        self.session_key, self.ticket = await db(_socket_open)(
+            self.scope.get("session"), self.client_ip
+        )
         await self.accept()
+        if self.ticket is None:
+            # Accepted first so that the page reads why before the close.
+            await self._send(TOO_MANY_SOCKETS_FRAME)
+            await self.close(code=CLOSE_TOO_MANY_SOCKETS)
+            return
+        socket_counts().add(self.ticket)
+        self._active()
 
     async def disconnect(self, code: int) -> None:
         self.connected = False
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
         await self._stop_turn()
+        ticket, self.ticket = self.ticket, None
+        if ticket is not None:
+            socket_counts().remove(ticket)
+            await db(socket_release)(ticket)
+
+    # --- the idle timeout -------------------------------------------------------------------
+    # A socket with no frame from the page and no turn streaming for ``ARENA_WS_IDLE_SECONDS``
+    # is closed (CLOSE_IDLE); the page opens a new one when it next sends a frame.
+    def _active(self) -> None:
+        self.active_at = asyncio.get_running_loop().time()
+        if self.idle_timer is None and self.idle_seconds > 0 and self.connected:
+            self.idle_timer = asyncio.get_running_loop().call_later(
+                self.idle_seconds, self._idle_due
+            )
+
+    def _idle_due(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.idle_timer = None
+        if not self.connected:
+            return
+        if self.turn_task is not None and not self.turn_task.done():
+            self.active_at = loop.time()  # streaming is not idling
+        left = self.active_at + self.idle_seconds - loop.time()
+        if left > 0:
+            self.idle_timer = loop.call_later(left, self._idle_due)
+            return
+        task = loop.create_task(self._close_idle())
+        self.flush_tasks.add(task)  # held until done (the loop keeps only weak references)
+        task.add_done_callback(self.flush_tasks.discard)
+
+    async def _close_idle(self) -> None:
+        if self.connected:
+            await self.close(code=CLOSE_IDLE)
 
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
@@ -126,6 +205,13 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
         The turn itself streams in its own task (``_run_turn``), after this has returned: its
         failures end in ``side_end`` and ``turn_end``/``turn_lost`` frames, not here.
         """
+        self._active()
+        if self._too_big(text_data, bytes_data):
+            # Refused unread: the largest frame the page sends is far smaller (a start with the
+            # longest prompt allowed), and parsing megabytes of JSON would hold the event loop.
+            await self._send(FRAME_TOO_LARGE_FRAME)
+            await self.close(code=CLOSE_TOO_BIG)
+            return
         try:
             if text_data is None:
                 raise ArenaError(
@@ -189,6 +275,15 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
         else:
             shown = repr(kind) if isinstance(kind, str) and len(kind) <= 40 else "this"
             raise ArenaError(ErrorCode.INVALID, f"Unknown frame type {shown}.", field="type")
+
+    def _too_big(self, text: str | None, data: bytes | None) -> bool:
+        """Whether a frame is over ``ARENA_WS_MAX_FRAME_BYTES`` (UTF-8 bytes, as on the wire)."""
+        limit = self.max_frame_bytes
+        if data is not None and len(data) > limit:
+            return True
+        if text is None or len(text) * 4 <= limit:  # 4 bytes a character at most
+            return False
+        return len(text) > limit or len(text.encode("utf-8", "surrogatepass")) > limit
 
     def _refuse_while_streaming(self) -> None:
         if self.turn_task is not None and not self.turn_task.done():
@@ -273,6 +368,8 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
         ]
         progress = progress_saver()
         progress.add(plan, answers)
+        owners = owner_marks()
+        owners.hold(plan.battle_id)
         try:
             await asyncio.wait(sides)
         finally:
@@ -286,7 +383,10 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                 if answer.status in ("streaming", "aborted"):
                     answer.status = "aborted"
                     await self._send({"type": "side_end", "side": side, "status": "aborted"})
-            await self._finish_turn(plan, answers)
+            try:
+                await self._finish_turn(plan, answers)
+            finally:  # a lost turn stays marked while its end is held (runtime.unsaved_turns)
+                owners.release(plan.battle_id)
 
     async def _finish_turn(self, plan: TurnPlan, answers: dict[Side, Answer]) -> None:
         """Save the turn's end and send it; a failed save is retried once, then reported.

@@ -25,6 +25,8 @@ from django.conf import settings
 from django.db import connections
 
 from arena.errors import ArenaError, ErrorCode
+from arena.live.owners import owners_mark
+from arena.live.sockets import SLOT_SECONDS, SocketTicket, current_slot, sockets_recount
 from arena.live.turns import TurnPlan, battle_turn_finish_payload, messages_progress
 from arena.live.upstream import Answer
 from arena.payloads import BattlePayload, Frame, Side
@@ -247,6 +249,99 @@ async def _retry_save(save: TurnSave, consumer: weakref.ref[FrameSender]) -> Non
         unsaved = unsaved_turns()
         if unsaved.get(save.battle_id) is save:
             del unsaved[save.battle_id]
+
+
+class OwnerMarks:
+    """Keeps the liveness marks (``arena.live.owners``) of the battles this event loop streams,
+    and of those whose lost turn it still holds, refreshed until their turn has ended.
+
+    One refresh (one thread hop, one cache write) every third of the marks' life for all of
+    them. A mark is first set when the turn is planned, and left to lapse when it ends: the
+    battle is then no longer streaming, and a mark says nothing about other battles.
+    """
+
+    def __init__(self) -> None:
+        self.battles: dict[uuid.UUID, int] = {}  # battle id -> its turns streaming here
+        self.task: asyncio.Task[None] | None = None
+
+    def hold(self, battle_id: uuid.UUID) -> None:
+        self.battles[battle_id] = self.battles.get(battle_id, 0) + 1
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def release(self, battle_id: uuid.UUID) -> None:
+        left = self.battles.pop(battle_id, 0) - 1
+        if left > 0:
+            self.battles[battle_id] = left
+
+    def owned(self) -> set[uuid.UUID]:
+        return set(self.battles) | set(unsaved_turns())
+
+    async def _run(self) -> None:
+        interval = max(0.05, settings.ARENA_LIVE_OWNER_TTL_SECONDS / 3)
+        while True:
+            await asyncio.sleep(interval)
+            owned = self.owned()
+            if not owned:
+                return
+            try:
+                await db(owners_mark)(owned)
+            except Exception:
+                log.exception("refreshing the liveness marks of live battles failed")
+
+
+_OWNERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, OwnerMarks] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def owner_marks() -> OwnerMarks:
+    loop = asyncio.get_running_loop()
+    marks = _OWNERS.get(loop)
+    if marks is None:
+        marks = _OWNERS[loop] = OwnerMarks()
+    return marks
+
+
+class SocketCounts:
+    """The open sockets of this event loop, counted again in each new slot of their address's
+    counts (``arena.live.sockets``) as it begins: one thread hop per slot for all of them."""
+
+    def __init__(self) -> None:
+        self.tickets: set[SocketTicket] = set()
+        self.task: asyncio.Task[None] | None = None
+
+    def add(self, ticket: SocketTicket) -> None:
+        if not ticket.digest:
+            return
+        self.tickets.add(ticket)
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def remove(self, ticket: SocketTicket) -> None:
+        self.tickets.discard(ticket)
+
+    async def _run(self) -> None:
+        while self.tickets:
+            # Just past the start of the next slot, by the wall clock every process shares.
+            await asyncio.sleep(SLOT_SECONDS - time.time() % SLOT_SECONDS + 0.01)
+            try:
+                await db(sockets_recount)(list(self.tickets), current_slot())
+            except Exception:
+                log.exception("counting the open battle sockets again failed")
+
+
+_SOCKETS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SocketCounts] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def socket_counts() -> SocketCounts:
+    loop = asyncio.get_running_loop()
+    counts = _SOCKETS.get(loop)
+    if counts is None:
+        counts = _SOCKETS[loop] = SocketCounts()
+    return counts
 
 
 def progress_saver() -> ProgressSaver:

@@ -24,6 +24,8 @@ from arena.live.breaker import provider_failure_record, provider_success_record
 from arena.live.draw import draw_pair, named_pair
 from arena.live.limits import check_call_rate, check_concurrency, clean_prompt
 from arena.live.moderation import prompt_moderate
+from arena.live.owners import owners_mark
+from arena.live.sweep import orphan_check, settling_orphans
 from arena.live.upstream import Answer, UpstreamTarget
 from arena.models import USER_PROMPT_SOURCE, ArenaModel, Battle, BattleMessage, Prompt
 from arena.payloads import BattlePayload, Side
@@ -118,7 +120,16 @@ def _locked_battle(*, battle_id: object, session_key: str) -> Battle:
     return battle
 
 
+def _refuse_while_streaming(battle: Battle) -> None:
+    """``still_streaming`` for a battle whose turn streams in a live process; a battle left
+    streaming by a process that is gone (a killed worker) is settled first."""
+    if battle.state == Battle.State.STREAMING:
+        orphan_check(battle)
+        raise still_streaming()
+
+
 def _refuse_unless_ready(battle: Battle, action: str) -> None:
+    _refuse_while_streaming(battle)
     if battle.state == Battle.State.READY:
         return
     if battle.state == Battle.State.VOTED:
@@ -127,8 +138,6 @@ def _refuse_unless_ready(battle: Battle, action: str) -> None:
             f"This battle has a vote; start a new battle to {action}.",
             status=409,
         )
-    if battle.state == Battle.State.STREAMING:
-        raise still_streaming()
     raise ArenaError(
         ErrorCode.NOT_CONTINUABLE,
         "An answer in this battle failed or was stopped, so it cannot go on; "
@@ -145,6 +154,12 @@ def battle_turn_add(
     text = clean_prompt(prompt, limits)
     check_call_rate(client_ip)  # counted first, so a refused prompt costs a call too
     prompt_moderate(text=text, session_key=session_key, client_ip=client_ip)
+    return settling_orphans(
+        lambda: _turn_add(battle_id=battle_id, session_key=session_key, text=text, limits=limits)
+    )
+
+
+def _turn_add(*, battle_id: object, session_key: str, text: str, limits: Limits) -> TurnPlan:
     with transaction.atomic():
         battle = _locked_battle(battle_id=battle_id, session_key=session_key)
         _refuse_unless_ready(battle, "ask more")
@@ -176,14 +191,19 @@ def battle_regenerate(
     """
     limits = live_limits()
     check_call_rate(client_ip)
+    return settling_orphans(
+        lambda: _regenerate(battle_id=battle_id, session_key=session_key, limits=limits)
+    )
+
+
+def _regenerate(*, battle_id: object, session_key: str, limits: Limits) -> TurnPlan:
     with transaction.atomic():
         battle = _locked_battle(battle_id=battle_id, session_key=session_key)
         if battle.state == Battle.State.VOTED:
             raise ArenaError(
                 ErrorCode.ALREADY_VOTED, "Answers cannot be regenerated after the vote.", status=409
             )
-        if battle.state == Battle.State.STREAMING:
-            raise still_streaming()
+        _refuse_while_streaming(battle)
         check_concurrency(session_key=session_key, limits=limits, exclude=battle.pk)
         current = list(battle.messages.filter(superseded_at__isnull=True).order_by("-turn"))
         if not current:
@@ -227,6 +247,9 @@ def _plan_turn(
             for side in SIDES
         ]
     )
+    # Marked as this process's before the turn's transaction commits: no request finds the
+    # battle streaming without a live owner (arena.live.owners).
+    owners_mark([battle.pk])
     sides: dict[Side, SidePlan] = {}
     for side, model, message in zip(SIDES, (battle.model_a, battle.model_b), messages, strict=True):
         history: list[dict[str, str]] = []

@@ -1,5 +1,6 @@
 """Recording a visitor's vote."""
 
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import cast
@@ -13,8 +14,9 @@ from answer_style import AnswerStyle, conv_metadata, style_counts
 from arena.errors import ALREADY_VOTED_MESSAGE, ArenaError, ErrorCode, not_found
 from arena.identity import ip_hash, session_hash_matches, user_agent_class
 from arena.leaks import IDENTITY_LEAK
+from arena.live.sweep import orphan_check, settling_orphans
 from arena.models import Battle, BattleMessage, TermsAcceptance, Vote
-from arena.payloads import WINNERS, is_winner
+from arena.payloads import WINNERS, Winner, is_winner
 from arena.selectors import battle_current_messages, battle_pk
 from arena.signals import vote_recorded
 
@@ -75,6 +77,29 @@ def vote_record_with_battle(
             field="winner",
         )
     pk = battle_pk(battle_id)
+    # A live battle left streaming by a worker that is gone is settled first (it is then not
+    # votable, and says so): the vote does not wait for the sweep to learn it.
+    return settling_orphans(
+        lambda: _vote_record(
+            pk=pk,
+            session_key=session_key,
+            voter_id=voter_id,
+            winner=winner,
+            ip=ip,
+            user_agent=user_agent,
+        )
+    )
+
+
+def _vote_record(
+    *,
+    pk: uuid.UUID,
+    session_key: str,
+    voter_id: str,
+    winner: Winner,
+    ip: str | None,
+    user_agent: str | None,
+) -> RecordedVote:
     try:
         with transaction.atomic():
             # Only the battle's row is locked (``of``), not its models' rows, which every vote
@@ -101,6 +126,8 @@ def vote_record_with_battle(
                 )
             if battle.state == Battle.State.VOTED or battle.has_vote:
                 raise ArenaError(ErrorCode.ALREADY_VOTED, ALREADY_VOTED_MESSAGE, status=409)
+            if battle.state == Battle.State.STREAMING:
+                orphan_check(battle)
             if battle.state != Battle.State.READY:
                 raise ArenaError(
                     ErrorCode.NOT_VOTABLE,

@@ -369,6 +369,33 @@ ARENA_LIVE_BREAKER_COOLDOWN_SECONDS = env.float("ARENA_LIVE_BREAKER_COOLDOWN_SEC
 # Answer pieces are buffered this long per socket and sent as one frame (both sides' together);
 # 0 sends them on the next event-loop iteration. It is the most a piece waits.
 ARENA_DELTA_COALESCE_MS = env.float("ARENA_DELTA_COALESCE_MS", default=2.0)
+# The process streaming a battle marks it alive for this long, refreshed every third of it; a
+# battle still streaming without a mark (its worker was killed) is settled by the next request
+# for it (a vote, a regenerate, a follow-up, the page's reconnect) instead of by the sweep.
+ARENA_LIVE_OWNER_TTL_SECONDS = env.float("ARENA_LIVE_OWNER_TTL_SECONDS", default=15.0)
+
+# --- The HTTP server (config/protocols.py, selected by bin/serve) -----------------------------
+# A request's head (request line and headers) must arrive within this many seconds of its first
+# byte (or of the connection's opening), or the connection is closed (slowloris); 0: no bound.
+ARENA_HTTP_HEADER_TIMEOUT_SECONDS = env.float("ARENA_HTTP_HEADER_TIMEOUT_SECONDS", default=10.0)
+# The longest head taken (bytes): a longer URL is a 414, longer headers a 431.
+ARENA_HTTP_MAX_HEAD_BYTES = env.int("ARENA_HTTP_MAX_HEAD_BYTES", default=65536)
+
+# --- Battle sockets -------------------------------------------------------------------------
+# Sockets one client address may hold open at once, over every worker (0: no cap); the next is
+# told so in an error frame and closed with code 4429.
+ARENA_WS_MAX_PER_ADDRESS = env.int("ARENA_WS_MAX_PER_ADDRESS", default=32)
+# A socket with no frame from the page and nothing streaming for this long is closed (code
+# 4408); the page opens a new one when it next sends. 0: never.
+ARENA_WS_IDLE_SECONDS = env.float("ARENA_WS_IDLE_SECONDS", default=120.0)
+# The largest frame a socket reads (bytes). The largest the page sends is a start with the
+# longest prompt allowed, every character JSON-escaped at most 6 bytes (a control character,
+# \u0001), plus the frame's other fields; above the limit a frame is refused unread (code
+# 1009). bin/serve gives uvicorn the same limit (--ws-max-size). A staff member who raises the
+# prompt limit above ARENA_LIVE_MAX_PROMPT_CHARS in the admin raises this setting too.
+ARENA_WS_MAX_FRAME_BYTES = env.int(
+    "ARENA_WS_MAX_FRAME_BYTES", default=6 * ARENA_LIVE_MAX_PROMPT_CHARS + 4096
+)
 
 # --- Environment API (arena.env) ------------------------------------------------------------
 # Limits of a submission: completions per group, characters of a completion and of the prompt

@@ -143,6 +143,14 @@ function startLive() {
     renderCurrent(frame.side);
     const note = SIDE_ENDS[frame.status] || "";
     setSideStatus(frame.side, frame.error ? note + " " + frame.error : note);
+    // One side failing while the other still streams is said at once, not at the turn's end.
+    const other = frame.side === "a" ? "b" : "a";
+    if (frame.status === "error" && streaming && turn[other].status === "streaming") {
+      const name = "Model " + frame.side.toUpperCase();
+      const reason = frame.error ? " (" + frame.error.replace(/\.$/, "") + ")" : "";
+      setStatus(name + " failed" + reason + "; Model " + other.toUpperCase() +
+        " is still answering. This battle cannot be voted on.", true);
+    }
   }
 
   function onTurnEnd(frame) {
