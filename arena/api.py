@@ -46,7 +46,8 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
     """The request's JSON object ({} for an empty body).
 
     A form (multipart or urlencoded) is a 415, JSON that is not an object, nests too deep or
-    holds a NUL or a lone surrogate in any string is a 400 naming the field (its top-level key).
+    holds a NUL or a lone surrogate in any string is a 400 naming the field (``json_parse``:
+    the dotted path of the string, such as ``note.0.deep``).
     """
     content_type = (request.content_type or "").lower()
     if content_type.startswith(FORM_CONTENT_TYPES):
@@ -57,35 +58,13 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
         raise not_json(content_type or "a stream") from None
     if not raw:
         return {}
-    # Not JSON, or nested past the parser's recursion limit: a 400 naming the body.
+    # Not JSON, nested past the parser's recursion limit or holding unstorable text: a 400.
     data = json_parse(raw, what="The request body", field="body")
     if not isinstance(data, dict):
         raise ArenaError(
             ErrorCode.INVALID_JSON, "The request body must be a JSON object.", field="body"
         )
-    for key, value in data.items():
-        field = key if text_problem(key) is None else "body"
-        problem = text_problem(key) or _json_text_problem(value)
-        if problem is not None:
-            raise ArenaError(ErrorCode.INVALID, f"{field} {problem}.", field=field)
     return data
-
-
-def _json_text_problem(value: Any) -> str | None:
-    """What makes a string somewhere inside parsed JSON unstorable (``text_problem``), or None."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            problem = text_problem(item)
-            if problem is not None:
-                return problem
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return None
 
 
 def text_inputs_problem(request: HttpRequest, url_args: dict[str, Any]) -> ArenaError | None:
