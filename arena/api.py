@@ -132,6 +132,16 @@ def is_api_request(request: HttpRequest) -> bool:
     return request.path_info.startswith(API_PREFIX)
 
 
+# Downloads outside /api/ (the leaderboard's /leaderboard.csv and /leaderboard.json): no page.
+DOWNLOAD_SUFFIXES = (".csv", ".json")
+
+
+def errors_as_json(request: HttpRequest) -> bool:
+    """Whether an error answering this request takes the API's JSON shape: under /api/ and on
+    a download, whose callers are programs; a page's error is a page."""
+    return is_api_request(request) or request.path_info.endswith(DOWNLOAD_SUFFIXES)
+
+
 def error_json(error: ArenaError) -> JsonResponse:
     """The one HTTP response of an ``ArenaError``: its body (``as_dict``) with its status."""
     return JsonResponse(error.as_dict(), status=error.status)
@@ -157,8 +167,8 @@ def no_store(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBa
 
 
 class ApiErrorMiddleware:
-    """Give every error response under /api/ the JSON error shape, and every response under
-    /api/ ``Cache-Control: no-store``.
+    """Give every error response under /api/ and on a download (``errors_as_json``) the JSON
+    error shape, and every response under /api/ ``Cache-Control: no-store``.
 
     Views decorated with ``api_view`` already answer in it; this catches the rest: a 405 from
     ``require_POST``, a 404 for an unknown path, a 400 for a request Django refused, and with
@@ -194,7 +204,7 @@ class ApiErrorMiddleware:
     def shape(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
         if (
             response.status_code < 400
-            or not is_api_request(request)
+            or not errors_as_json(request)
             or response.get("Content-Type", "").startswith("application/json")
         ):
             return response
