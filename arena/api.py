@@ -46,7 +46,8 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
     """The request's JSON object ({} for an empty body).
 
     A form (multipart or urlencoded) is a 415, JSON that is not an object, nests too deep or
-    holds a NUL or a lone surrogate in any string is a 400 naming the field (its top-level key).
+    holds a NUL or a lone surrogate in any string is a 400 naming the field (``json_parse``:
+    the dotted path of the string, such as ``note.0.deep``).
     """
     content_type = (request.content_type or "").lower()
     if content_type.startswith(FORM_CONTENT_TYPES):
@@ -57,35 +58,13 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
         raise not_json(content_type or "a stream") from None
     if not raw:
         return {}
-    # Not JSON, or nested past the parser's recursion limit: a 400 naming the body.
+    # Not JSON, nested past the parser's recursion limit or holding unstorable text: a 400.
     data = json_parse(raw, what="The request body", field="body")
     if not isinstance(data, dict):
         raise ArenaError(
             ErrorCode.INVALID_JSON, "The request body must be a JSON object.", field="body"
         )
-    for key, value in data.items():
-        field = key if text_problem(key) is None else "body"
-        problem = text_problem(key) or _json_text_problem(value)
-        if problem is not None:
-            raise ArenaError(ErrorCode.INVALID, f"{field} {problem}.", field=field)
     return data
-
-
-def _json_text_problem(value: Any) -> str | None:
-    """What makes a string somewhere inside parsed JSON unstorable (``text_problem``), or None."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            problem = text_problem(item)
-            if problem is not None:
-                return problem
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return None
 
 
 def text_inputs_problem(request: HttpRequest, url_args: dict[str, Any]) -> ArenaError | None:
@@ -153,6 +132,16 @@ def is_api_request(request: HttpRequest) -> bool:
     return request.path_info.startswith(API_PREFIX)
 
 
+# Downloads outside /api/ (the leaderboard's /leaderboard.csv and /leaderboard.json): no page.
+DOWNLOAD_SUFFIXES = (".csv", ".json")
+
+
+def errors_as_json(request: HttpRequest) -> bool:
+    """Whether an error answering this request takes the API's JSON shape: under /api/ and on
+    a download, whose callers are programs; a page's error is a page."""
+    return is_api_request(request) or request.path_info.endswith(DOWNLOAD_SUFFIXES)
+
+
 def error_json(error: ArenaError) -> JsonResponse:
     """The one HTTP response of an ``ArenaError``: its body (``as_dict``) with its status."""
     return JsonResponse(error.as_dict(), status=error.status)
@@ -178,8 +167,8 @@ def no_store(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBa
 
 
 class ApiErrorMiddleware:
-    """Give every error response under /api/ the JSON error shape, and every response under
-    /api/ ``Cache-Control: no-store``.
+    """Give every error response under /api/ and on a download (``errors_as_json``) the JSON
+    error shape, and every response under /api/ ``Cache-Control: no-store``.
 
     Views decorated with ``api_view`` already answer in it; this catches the rest: a 405 from
     ``require_POST``, a 404 for an unknown path, a 400 for a request Django refused, and with
@@ -215,7 +204,7 @@ class ApiErrorMiddleware:
     def shape(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
         if (
             response.status_code < 400
-            or not is_api_request(request)
+            or not errors_as_json(request)
             or response.get("Content-Type", "").startswith("application/json")
         ):
             return response

@@ -4,7 +4,9 @@ JSON is parsed with a nesting limit: Python's parser recurses, so a body or fram
 a thousand deep raises ``RecursionError`` instead of a ``ValueError``, and nothing the arena
 takes is nested more than a few levels. Text must be storable: PostgreSQL refuses the NUL
 character in text, and a lone surrogate (JSON's ``"\\ud800"``) is not a Unicode character and
-cannot be encoded as UTF-8.
+cannot be encoded as UTF-8. ``json_parse`` refuses both anywhere in a document, keys included,
+naming the first by its dotted path, so that no parser of a body or a frame (the visitor API,
+the environment API, the websocket) lets one reach a field, a service or the database.
 """
 
 import json
@@ -54,7 +56,42 @@ def json_parse(data: str | bytes, *, what: str, field: str) -> Any:
         ) from None
     if json_too_deep(value):
         raise too_deep
+    bad = json_unstorable_text(value)
+    if bad is not None:
+        path, problem = bad
+        named = path or field
+        raise ArenaError(ErrorCode.INVALID, f"{named} {problem}.", field=named)
     return value
+
+
+def json_unstorable_text(value: Any) -> tuple[str, str] | None:
+    """The first string of parsed JSON, in document order and keys included, that is not
+    storable text: its dotted path and its problem (``text_problem``, phrased after the path),
+    or None.
+
+    The path names array items by index (``references.0``, ``completions.2.meta.note``); a bad
+    key is named by the path of the object holding it ("" for the top level), since the key
+    itself is the text that cannot be shown or stored.
+    """
+    # Each entry: a value and its path, or (for a key) the key and its object's path.
+    stack: list[tuple[Any, str, bool]] = [(value, "", False)]
+    while stack:
+        item, path, is_key = stack.pop()
+        if isinstance(item, str):
+            problem = text_problem(item)
+            if problem is not None:
+                return path, f"has a key that {problem}" if is_key else problem
+        elif isinstance(item, dict):
+            entries: list[tuple[Any, str, bool]] = []
+            for key, child in item.items():
+                entries += [(key, path, True), (child, f"{path}.{key}" if path else key, False)]
+            stack.extend(reversed(entries))
+        elif isinstance(item, list):
+            stack.extend(
+                (child, f"{path}.{index}" if path else str(index), False)
+                for index, child in reversed(list(enumerate(item)))
+            )
+    return None
 
 
 def text_problem(value: str) -> str | None:

@@ -13,6 +13,12 @@ from django.db.models import Q
 ENV_VAR_NAME = RegexValidator(
     r"^[A-Za-z_][A-Za-z0-9_]*$", "An environment variable name: letters, digits and _."
 )
+# A model's slug: letters (any script), digits, "-", "_" and ".", as the pool import keeps a
+# model's name (``vicuna-13b-v1.3``); Django's slug rule would refuse the dot.
+MODEL_SLUG_MAX = 100
+MODEL_SLUG = RegexValidator(
+    r"^[-\w.]+\Z", "A model slug: letters, digits, hyphens, underscores and dots."
+)
 
 
 def aliases_valid(value: object) -> None:
@@ -61,7 +67,7 @@ class Provider(models.Model):
 class ArenaModel(models.Model):
     """A model that takes part in battles. A pool-only model has no provider."""
 
-    slug = models.SlugField(max_length=100, unique=True)
+    slug = models.CharField(max_length=MODEL_SLUG_MAX, unique=True, validators=[MODEL_SLUG])
     display_name = models.CharField(max_length=200)
     organization = models.CharField(max_length=200, blank=True)
     license = models.CharField(max_length=100, blank=True)

@@ -1,4 +1,5 @@
-"""Error handlers: the API's JSON error shape under /api/, a page for everyone else.
+"""Error handlers: the API's JSON error shape under /api/ and on downloads (``errors_as_json``),
+a page for everyone else.
 
 Wired in config/urls.py (handler400/403/404/500) and settings.CSRF_FAILURE_VIEW. None of them
 shows a debug page or an exception's text; an unexpected exception has already been logged with
@@ -11,12 +12,12 @@ from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import render
 from django.template import loader
 
-from arena.api import error_json, error_response, is_api_request, not_json
+from arena.api import error_json, error_response, errors_as_json, not_json
 from arena.errors import ErrorCode
 
 
 def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponseBase:
-    if is_api_request(request):
+    if errors_as_json(request):
         if isinstance(exception, RequestDataTooBig):
             return error_response(
                 400, code=ErrorCode.REQUEST_TOO_LARGE, message="The request body is too large."
@@ -28,19 +29,19 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
 
 
 def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponseBase:
-    if is_api_request(request):
+    if errors_as_json(request):
         return error_response(403)
     return render(request, "403.html", status=403)
 
 
 def page_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponseBase:
-    if is_api_request(request):
+    if errors_as_json(request):
         return error_response(404)
     return render(request, "404.html", status=404)
 
 
 def server_error(request: HttpRequest) -> HttpResponseBase:
-    if is_api_request(request):
+    if errors_as_json(request):
         return error_response(500)
     # No request context and no database: whatever failed may be what a context would need.
     return HttpResponse(loader.get_template("500.html").render(), status=500)
@@ -49,7 +50,7 @@ def server_error(request: HttpRequest) -> HttpResponseBase:
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponseBase:
     # ``reason`` is Django's wording ("CSRF cookie not set." ...); it names no secret, and
     # Django has already logged the failure (logger ``django.security.csrf``).
-    if is_api_request(request):
+    if errors_as_json(request):
         return error_response(
             403,
             code=ErrorCode.CSRF_FAILED,

@@ -48,6 +48,11 @@ TEXT_FIELDS = ("model", "name", "organization", "license")
 NOT_COMPUTED = "The leaderboard has not been computed yet."
 
 
+def _not_computed() -> JsonResponse:
+    """A download's 404 before the first snapshot, in the JSON error shape of every download."""
+    return JsonResponse({"error": {"code": "not_computed", "message": NOT_COMPUTED}}, status=404)
+
+
 def _view(request: HttpRequest) -> LeaderboardView | None:
     snapshot = snapshot_latest()
     if snapshot is None:
@@ -139,7 +144,7 @@ def _filename(view: LeaderboardView, ext: str) -> str:
 def leaderboard_csv(request: HttpRequest) -> HttpResponse:
     view = _view(request)
     if view is None:
-        return HttpResponse(NOT_COMPUTED, status=404, content_type="text/plain; charset=utf-8")
+        return _not_computed()
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, extrasaction="ignore")
     writer.writeheader()
@@ -177,9 +182,7 @@ def _pick(row: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
 def leaderboard_json(request: HttpRequest) -> JsonResponse:
     view = _view(request)
     if view is None:
-        return JsonResponse(
-            {"error": {"code": "not_computed", "message": NOT_COMPUTED}}, status=404
-        )
+        return _not_computed()
     snapshot = view.snapshot
     result = view.result
     category: dict[str, Any] = dict(view.category)

@@ -50,6 +50,23 @@ def test_wrong_method_on_an_api_endpoint_is_a_json_405_naming_the_allowed_one(cl
     assert response["Allow"] == "POST" and "GET" in error["message"]
 
 
+@pytest.mark.parametrize("path", ["/leaderboard.csv", "/leaderboard.json"])
+@pytest.mark.parametrize("method", ["post", "put", "delete"])
+def test_wrong_method_on_a_download_is_a_json_405_naming_the_allowed_ones(client, path, method):
+    response = getattr(client, method)(path)
+    error = assert_api_error(response, 405, "method_not_allowed")
+    assert response["Allow"] == "GET" and method.upper() in error["message"]
+
+
+def test_an_unknown_download_is_a_json_404(client):
+    assert_api_error(client.get("/leaderboard.xml.json"), 404, "not_found")
+
+
+def test_a_download_before_the_first_snapshot_is_a_json_404_saying_so(client):
+    error = assert_api_error(client.get("/leaderboard.csv"), 404, "not_computed")
+    assert "not been computed" in error["message"]
+
+
 def test_csrf_failure_on_the_api_is_json(db):
     client = Client(enforce_csrf_checks=True)
     client.get("/")  # a session and a CSRF cookie, but no token sent back

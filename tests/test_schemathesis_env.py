@@ -7,6 +7,17 @@ content type and schema, and a request the document rules out must be refused. R
 valid bearer token (the security parameters are the test's, not generated); half of those
 naming a run name a real run of that token, so submissions and reward pages are exercised, not
 only 404s.
+
+Strings are generated without NUL characters (``allow_x00``) and as UTF-8 (no lone
+surrogates): no JSON Schema pattern a generator understands says "no NUL anywhere, keys of a
+free-form object included", and the parser refuses both with a 400 naming the field before any
+schema applies (arena/tests/test_inputs.py). Three rules of ``POST /runs`` and ``submissions``
+depend on data or span fields, so no schema can state them, and a valid request is made to
+follow them before it is sent (a request the document rules out is sent as generated): each
+reference names a model of this arena that can answer, the webhook URL is empty (which URLs
+its guard takes depends on where their hosts resolve; arena/tests/test_env_webhook.py), and a
+list of messages ends with a user message and is at most ARENA_ENV_MAX_PROMPT_CHARS long in
+all.
 """
 
 import itertools
@@ -15,24 +26,28 @@ import uuid
 
 import pytest
 import schemathesis
+from django.conf import settings
 from django.test import Client
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
 from arena.env.runs import env_run_create
 from arena.env.tokens import token_create
+from arena.tests.factories import CompletionFactory
 from config.asgi import application
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 DOCUMENT_URL = "/api/env/v1/openapi.json"
 MAX_EXAMPLES = 25
+MAX_PROMPT_CHARS = settings.ARENA_ENV_MAX_PROMPT_CHARS
 CHECKS = [
     schemathesis.checks.not_a_server_error,
     schemathesis.checks.status_code_conformance,
     schemathesis.checks.content_type_conformance,
     schemathesis.checks.response_schema_conformance,
     schemathesis.checks.negative_data_rejection,
+    schemathesis.checks.positive_data_acceptance,
     schemathesis.checks.unsupported_method,
 ]
 
@@ -44,16 +59,34 @@ schema.config.generation.update(
     deterministic=True,
     database="none",
     with_security_parameters=False,
+    allow_x00=False,
+    codec="utf-8",
 )
 
 
 class Trainer:
-    """A token with the env scope and one open run of it."""
+    """A token with the env scope, one open run of it and a model that can be a reference."""
 
     def __init__(self) -> None:
         token, self.raw = token_create(name="fuzzer", scopes=["env"])
         self.run_id = str(env_run_create(token=token, name="fuzzed").pk)
+        self.reference = CompletionFactory().model.slug  # a pool answer: it can answer
         self.turn = itertools.count()
+
+    def follow_data_rules(self, case) -> None:
+        """A valid body made to follow the rules that depend on data or span fields."""
+        body = case.body if isinstance(case.body, dict) else {}
+        if case.operation.label == "POST /api/env/v1/runs":
+            if isinstance(body.get("references"), list):
+                body["references"] = [self.reference for _ in body["references"]]
+            if "webhook_url" in body:
+                body["webhook_url"] = ""
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and prompt:
+            if prompt[-1].get("role") != "user":
+                prompt.append({"role": "user", "content": "And then?"})
+            if sum(len(message["content"]) for message in prompt) > MAX_PROMPT_CHARS:
+                del prompt[:-1]  # the last message alone is within the limit
 
 
 @pytest.fixture
@@ -100,4 +133,6 @@ def test_the_env_api_answers_every_generated_request_as_its_document_says(case, 
     path = case.path_parameters or {}
     if "run_id" in path and _is_uuid(path["run_id"]) and next(trainer.turn) % 2:
         path["run_id"] = trainer.run_id
+    if case.meta is not None and case.meta.generation.mode.is_positive:
+        trainer.follow_data_rules(case)
     case.call_and_validate(headers={"Authorization": f"Bearer {trainer.raw}"}, checks=CHECKS)

@@ -10,8 +10,9 @@ body (``ArenaError.as_dict``), a request that does not validate as a 400 naming 
 field by its dotted path (``completions.3.text``). No cookie is read, so no CSRF token is asked.
 """
 
+import json
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -22,7 +23,7 @@ from ninja.errors import HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 from ninja.security import HttpBearer
-from pydantic import ConfigDict
+from pydantic import BeforeValidator, ConfigDict
 
 from arena.api import error_json
 from arena.env.payloads import RewardsPage, RunCreated, RunPayload, SubmissionPayload
@@ -47,7 +48,7 @@ from arena.env.selectors import (
 from arena.env.tokens import BEARER_CHALLENGE, token_for_request
 from arena.errors import ArenaError, ErrorCode, not_found
 from arena.inputs import json_parse
-from arena.models import ApiToken, EnvRun
+from arena.models import MODEL_SLUG_MAX, ApiToken, EnvRun
 
 API_VERSION = "1"
 RATE_GROUP = "arena.env.api"
@@ -158,30 +159,65 @@ def _arena_error(request: HttpRequest, exc: object) -> HttpResponse:
 def _validation_error(request: HttpRequest, exc: object) -> HttpResponse:
     """The first failing field, by its dotted path inside the body (or its query or path name)."""
     assert isinstance(exc, NinjaValidationError)
+    body = _parsed_body(request)
     # The first failing field; of its errors, the deepest: a union (the prompt's string or
     # messages) reports one error per branch, and the deepest names the part at fault.
     errors = exc.errors or [{}]
-    top = _field_path(errors[0])[:1]
+    top = _field_path(errors[0], body)[:1]
     first = max(
-        (error for error in errors if _field_path(error)[:1] == top),
-        key=lambda error: len(_field_path(error)),
+        (error for error in errors if _field_path(error, body)[:1] == top),
+        key=lambda error: len(_field_path(error, body)),
     )
-    loc = _field_path(first)
+    loc = _field_path(first, body)
     field = ".".join(loc) or "body"
     message = str(first.get("msg", "Invalid value"))
+    if (
+        first.get("type") == "string_pattern_mismatch"
+        and first.get("ctx", {}).get("pattern") == NOT_BLANK
+    ):
+        message = "Should hold more than whitespace"
     return error_json(ArenaError(ErrorCode.INVALID, f"{field}: {message}.", field=field))
 
 
-def _field_path(error: dict[str, Any]) -> list[str]:
+def _parsed_body(request: HttpRequest) -> Any:
+    """The JSON body (parsed without error before validation ran), or None for none."""
+    try:
+        return json.loads(request.body) if request.body else None
+    except ValueError:
+        return None
+
+
+def _field_path(error: dict[str, Any], body: Any) -> list[str]:
     """An error's location without its source (body, query, path), the body's parameter name
-    and a union's branch names."""
+    and a union's branch names.
+
+    A branch is named by its type ("str", "constrained-str", "list[...]") or by its tag (a
+    message's role), which is no key or index of the body: the location is followed through
+    the body, and a part the value there does not have is dropped, unless the value is an
+    object and the part comes last (a missing or unknown field's name).
+    """
     loc = [str(part) for part in error.get("loc", ())]
     if loc[:2] == ["body", "payload"]:
         loc = loc[2:]
     elif loc[:1] in (["body"], ["query"], ["path"]):
-        loc = loc[1:]
-    # A union's branch is named by its type ("str", "list[...]"), which no field name is.
-    return [part for part in loc if part != "str" and "[" not in part]
+        return loc[1:]
+    else:
+        return loc
+    path: list[str] = []
+    value = body
+    for i, part in enumerate(loc):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        elif isinstance(value, dict) and i == len(loc) - 1:
+            pass
+        else:
+            continue
+        path.append(part)
+    if error.get("type") in ("union_tag_invalid", "union_tag_not_found"):
+        path.append(str(error.get("ctx", {}).get("discriminator", "")).strip("'"))  # "role"
+    return path
 
 
 def _http_error(request: HttpRequest, exc: object) -> HttpResponse:
@@ -205,21 +241,38 @@ api.add_exception_handler(Http404, _not_found)
 # --- schemas: requests, and the error body for the document ------------------------------------
 
 
+# Text that must hold something besides whitespace, as the services check it (``str.strip``):
+# Python's ``\s`` is ``str.isspace``, so the pattern is matched with Python's ``re``.
+NOT_BLANK = r"\S"
+
+
+def _integral(value: object) -> object:
+    """A float with no fraction as the integer it is: JSON Schema's ``integer`` takes ``3.0``."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# A whole number, given as 3 or 3.0; still no coercion from strings or booleans.
+WholeNumber = Annotated[int, BeforeValidator(_integral)]
+
+
 class _Strict(Schema):
     # No coercion ("3" is not 3) and no unknown fields (a typo is an error, not a default).
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", regex_engine="python-re")
 
 
 class RunIn(_Strict):
-    name: str = Field(min_length=1, max_length=RUN_NAME_MAX)
-    references: list[str] = Field(
+    name: str = Field(min_length=1, max_length=RUN_NAME_MAX, pattern=NOT_BLANK)
+    references: list[Annotated[str, Field(min_length=1, max_length=MODEL_SLUG_MAX)]] = Field(
         default_factory=list,
-        description="Slugs of models whose answers to the same prompt each completion also meets.",
+        description="Slugs of models whose answers to the same prompt each completion also "
+        "meets: active models with a provider or pool answers (another slug is a 400).",
     )
-    votes_per_completion: int = Field(
+    votes_per_completion: WholeNumber = Field(
         3, ge=VOTES_PER_COMPLETION_RANGE[0], le=VOTES_PER_COMPLETION_RANGE[1]
     )
-    ttl_hours: int = Field(72, ge=TTL_HOURS_RANGE[0], le=TTL_HOURS_RANGE[1])
+    ttl_hours: WholeNumber = Field(72, ge=TTL_HOURS_RANGE[0], le=TTL_HOURS_RANGE[1])
     share: float = Field(
         0.2,
         gt=0,
@@ -237,25 +290,47 @@ class RunIn(_Strict):
     )
 
 
-class MessageIn(_Strict):
-    role: Literal["system", "user", "assistant"]
-    content: str
+class UserMessageIn(_Strict):
+    role: Literal["user"]
+    content: str = Field(
+        min_length=1, max_length=settings.ARENA_ENV_MAX_PROMPT_CHARS, pattern=NOT_BLANK
+    )
+
+
+class OtherMessageIn(_Strict):
+    role: Literal["system", "assistant"]
+    content: str = Field(max_length=settings.ARENA_ENV_MAX_PROMPT_CHARS)
+
+
+# A user message is never blank; a system or assistant message may be.
+MessageIn = Annotated[UserMessageIn | OtherMessageIn, Field(discriminator="role")]
 
 
 class CompletionIn(_Strict):
-    text: str
+    text: str = Field(max_length=settings.ARENA_ENV_MAX_COMPLETION_CHARS)
     meta: dict[str, Any] = Field(
-        default_factory=dict, description="Any JSON object; returned as is with every reward."
+        default_factory=dict,
+        description="Any JSON object (at most ARENA_ENV_MAX_META_BYTES, 4096, as compact "
+        "JSON); returned as is with every reward.",
     )
 
 
 class SubmissionIn(_Strict):
-    idempotency_key: str = Field(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)
-    prompt: str | list[MessageIn] = Field(
-        description="A user message, or messages ending with a user message."
+    idempotency_key: str = Field(min_length=1, max_length=IDEMPOTENCY_KEY_MAX, pattern=NOT_BLANK)
+    prompt: (
+        Annotated[
+            str,
+            Field(min_length=1, max_length=settings.ARENA_ENV_MAX_PROMPT_CHARS, pattern=NOT_BLANK),
+        ]
+        | Annotated[list[MessageIn], Field(min_length=1)]
+    ) = Field(
+        description="A user message, or messages ending with a user message (at most "
+        "ARENA_ENV_MAX_PROMPT_CHARS, 20000, characters in all)."
     )
     completions: list[CompletionIn] = Field(
-        min_length=1, description="The group: 1 to ARENA_ENV_MAX_GROUP (16) completions."
+        min_length=1,
+        max_length=settings.ARENA_ENV_MAX_GROUP,
+        description="The group: 1 to ARENA_ENV_MAX_GROUP (16) completions.",
     )
 
 

@@ -16,12 +16,14 @@ an environment battle instead when some open run has work and its ``share`` allo
   a battle left unvoted stops counting after the hold.
 - **Run.** Among the open runs with work whose share allows one more, one is drawn at random,
   weighted by share (the next is tried if it has no servable pair).
-- **Pair.** The least-judged completion with work (judged = counted votes + recent unvoted
-  battles; ties broken at random) meets the least-judged other member of its group that has
-  not expired, or a reference model's answer that exists (the GRPO-style group comparison plus
-  the references). A pair this session has already been served is skipped when another pair
-  is possible. A completion with no possible opponent (a group of one without reference
-  answers yet) waits.
+- **Pair.** Every completion with work may meet any other member of its group that has not
+  expired, or a reference model's answer that exists (the GRPO-style group comparison plus
+  the references). Of all those pairs, one this session has not been served yet is taken
+  whenever there is one; then the pair served least often (every battle counts, voted,
+  flagged or not), so that every pair of a group is shown before any is shown again; then the
+  one whose sides are least judged (judged = counted votes + recent unvoted battles), which
+  spreads concurrent visitors over the group; ties are broken at random. A completion with no
+  possible opponent (a group of one without reference answers yet) waits.
 
 The battle is an ordinary anonymous battle (source ``env``, state ready): the run's hidden
 model (shown as "Submitted answer" after the vote) stands for a submitted side, the reference
@@ -38,7 +40,16 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.db import transaction
-from django.db.models import F, IntegerField, OuterRef, Q, QuerySet, Subquery
+from django.db.models import (
+    BooleanField,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+)
 from django.utils import timezone
 
 from answer_style import style_counts
@@ -52,13 +63,10 @@ from arena.models import (
     EnvBattle,
     EnvCompletion,
     EnvRun,
-    EnvSubmission,
 )
 
 # How long a battle served but not yet voted keeps its completions "taken".
 SERVED_HOLD = timedelta(minutes=5)
-# Completions of a run considered per serve (least judged first).
-_CANDIDATES = 20
 
 
 class _SubqueryCount(Subquery):
@@ -142,73 +150,90 @@ class _Side:
     reference: Completion | None = None
 
 
-def _seen_pairs(submission: EnvSubmission, hashed_session: str) -> set[frozenset[str]]:
-    """The pairs of this submission already served to the session, as sets of side keys."""
-    seen: set[frozenset[str]] = set()
-    rows = EnvBattle.objects.filter(submission=submission, battle__session_hash=hashed_session)
-    for a, b, model_a, model_b in rows.values_list(
-        "completion_a_id", "completion_b_id", "battle__model_a_id", "battle__model_b_id"
-    ):
-        seen.add(
-            frozenset(
-                (
-                    f"c:{a}" if a is not None else f"r:{model_a}",
-                    f"c:{b}" if b is not None else f"r:{model_b}",
-                )
-            )
+def _pair_key(
+    a: uuid.UUID | None, b: uuid.UUID | None, model_a: int, model_b: int
+) -> frozenset[str]:
+    """An env battle's pair as side keys (a missing completion is the side's reference model)."""
+    return frozenset(
+        (
+            f"c:{a}" if a is not None else f"r:{model_a}",
+            f"c:{b}" if b is not None else f"r:{model_b}",
         )
-    return seen
-
-
-def _opponents(
-    completion: _JudgedCompletion, run: EnvRun, now: datetime, rng: random.Random
-) -> list[_Side]:
-    """The other members of the group and the reference answers, least judged first."""
-    members = (
-        EnvCompletion.objects.filter(submission_id=completion.submission_id)
-        .exclude(pk=completion.pk)
-        .exclude(status=EnvCompletion.Status.EXPIRED)
-        .annotate(judged=_judged(now))
     )
-    sides = [_Side(key=f"c:{m.pk}", judged=m.judged, completion=m) for m in members]
-    reference_ids = list(run.references.values_list("pk", flat=True))
-    if reference_ids:
-        submission = completion.submission
-        answers = Completion.objects.filter(
-            prompt_id=submission.prompt_id,
-            source=Completion.Source.REFERENCE,
-            model_id__in=reference_ids,
-        ).select_related("model")
-        for answer in answers:
-            mid = answer.model_id
-            on_a = Q(completion_a__isnull=True, battle__model_a_id=mid)
-            on_b = Q(completion_b__isnull=True, battle__model_b_id=mid)
-            judged = (
-                EnvBattle.objects.filter(submission=submission)
-                .filter(on_a | on_b)
-                .filter(_counted_or_in_flight(now))
-                .count()
-            )
-            sides.append(_Side(key=f"r:{mid}", judged=judged, reference=answer))
-    return sorted(sides, key=lambda s: (s.judged, rng.random()))
 
 
 def _pick_pair(
     run: EnvRun, hashed_session: str, now: datetime, rng: random.Random
 ) -> tuple[_Side, _Side] | None:
-    candidates = list(_with_work(run, now)[:_CANDIDATES])
-    rng.shuffle(candidates)
-    candidates.sort(key=lambda c: c.judged)  # stable: random order among equally judged
-    fallback: tuple[_Side, _Side] | None = None
-    for completion in candidates:
+    """The pair to serve: of every pair in a group with a completion with work (the group's
+    other members that have not expired, and the reference answers), one this session has not
+    been served when there is one, then the one served least, then the one whose sides are
+    least judged, ties broken at random. Five queries whatever the run's size."""
+    working = list(_with_work(run, now))
+    if not working:
+        return None
+    submission_ids = {c.submission_id for c in working}
+    members: dict[uuid.UUID, list[_JudgedCompletion]] = {}
+    for member in (
+        EnvCompletion.objects.filter(submission_id__in=submission_ids)
+        .exclude(status=EnvCompletion.Status.EXPIRED)
+        .annotate(judged=_judged(now))
+    ):
+        members.setdefault(member.submission_id, []).append(member)
+    served: dict[frozenset[str], int] = {}
+    seen: set[frozenset[str]] = set()
+    reference_judged: dict[tuple[uuid.UUID, int], int] = {}
+    battles = EnvBattle.objects.filter(submission_id__in=submission_ids).annotate(
+        counted=ExpressionWrapper(_counted_or_in_flight(now), output_field=BooleanField())
+    )
+    for submission_id, a, b, model_a, model_b, session, counted in battles.values_list(
+        "submission_id",
+        "completion_a_id",
+        "completion_b_id",
+        "battle__model_a_id",
+        "battle__model_b_id",
+        "battle__session_hash",
+        "counted",
+    ):
+        pair = _pair_key(a, b, model_a, model_b)
+        served[pair] = served.get(pair, 0) + 1
+        if session == hashed_session:
+            seen.add(pair)
+        for completion_id, model_id in ((a, model_a), (b, model_b)):
+            if completion_id is None and counted:
+                key = (submission_id, model_id)
+                reference_judged[key] = reference_judged.get(key, 0) + 1
+    references: dict[uuid.UUID, list[Completion]] = {}
+    reference_ids = list(run.references.values_list("pk", flat=True))
+    if reference_ids:
+        prompts = {c.submission.prompt_id: c.submission_id for c in working}
+        for answer in Completion.objects.filter(
+            prompt_id__in=prompts, source=Completion.Source.REFERENCE, model_id__in=reference_ids
+        ).select_related("model"):
+            references.setdefault(prompts[answer.prompt_id], []).append(answer)
+
+    best: tuple[tuple[bool, int, int, float], tuple[_Side, _Side]] | None = None
+    for completion in working:
         me = _Side(key=f"c:{completion.pk}", judged=completion.judged, completion=completion)
-        seen = _seen_pairs(completion.submission, hashed_session)
-        for other in _opponents(completion, run, now, rng):
-            if frozenset((me.key, other.key)) not in seen:
-                return me, other
-            if fallback is None:
-                fallback = (me, other)
-    return fallback
+        submission_id = completion.submission_id
+        others = [
+            _Side(key=f"c:{m.pk}", judged=m.judged, completion=m)
+            for m in members.get(submission_id, [])
+            if m.pk != completion.pk
+        ] + [
+            _Side(
+                key=f"r:{answer.model_id}",
+                judged=reference_judged.get((submission_id, answer.model_id), 0),
+                reference=answer,
+            )
+            for answer in references.get(submission_id, [])
+        ]
+        for other in others:
+            pair = frozenset((me.key, other.key))
+            rank = (pair in seen, served.get(pair, 0), me.judged + other.judged, rng.random())
+            if best is None or rank < best[0]:
+                best = (rank, (me, other))
+    return None if best is None else best[1]
 
 
 def _side_model_and_text(run: EnvRun, side: _Side) -> tuple[int, str, Any]:

@@ -27,7 +27,7 @@ from django.utils.text import slugify
 
 from arena.errors import ArenaError, ErrorCode
 from arena.inputs import text_problem
-from arena.models import ArenaModel, Completion, Prompt
+from arena.models import MODEL_SLUG_MAX, ArenaModel, Completion, Prompt
 from arena.pool_cache import generation_bumps_deferred
 
 # The prompt categories a pool may use: MT-bench's eight (the demo pool's), and ``other``. The
@@ -184,9 +184,10 @@ def pool_parse_line(raw: str, line_no: int) -> PoolLine:
 
 
 def _model_slug(name: str) -> str:
-    # Keep dots and the original spelling where it is already slug-like (e.g. vicuna-13b-v1.3).
+    # Keep dots and the original spelling where it is already slug-like (e.g. vicuna-13b-v1.3):
+    # the model slug rule (``arena.models.MODEL_SLUG``) takes both.
     cleaned = "".join(c if c.isalnum() or c in "-_." else "-" for c in name.strip()).strip("-")
-    return cleaned[:100] or slugify(name)[:100]
+    return cleaned[:MODEL_SLUG_MAX] or slugify(name)[:MODEL_SLUG_MAX]
 
 
 def pool_import(

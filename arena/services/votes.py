@@ -118,12 +118,10 @@ def _vote_record(
                 .filter(pk=pk)
                 .first()
             )
-            if battle is None:
+            # Another session's battle is as unknown as a missing one (as when it is read), so
+            # the answer tells no one which ids exist.
+            if battle is None or not session_hash_matches(battle.session_hash, session_key):
                 raise not_found("Battle")
-            if not session_hash_matches(battle.session_hash, session_key):
-                raise ArenaError(
-                    ErrorCode.FORBIDDEN, "This battle was served to another session.", status=403
-                )
             if battle.state == Battle.State.VOTED or battle.has_vote:
                 raise ArenaError(ErrorCode.ALREADY_VOTED, ALREADY_VOTED_MESSAGE, status=409)
             if battle.state == Battle.State.STREAMING:

@@ -1,6 +1,8 @@
 """``manage.py add_model``: an existing model changes only with --update, and says how."""
 
+import json
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -113,3 +115,27 @@ def test_the_refusal_is_one_line_on_stderr_and_a_failure_exit_status():
     result = manage("add_model", "--slug=llama-3-8b", f"--provider-url={URL}", "--upstream-model=x")
     assert_one_line_error(result, "'llama-3-8b' already exists", "pass --update")
     assert ArenaModel.objects.get(slug="llama-3-8b").upstream_model_id == "llama3:8b"
+
+
+DEMO_MODELS = Path(__file__).resolve().parent.parent / "demo_data" / "models.json"
+DEMO_SLUGS = sorted(slug for slug in json.loads(DEMO_MODELS.read_text()) if slug != "_comment")
+
+
+@pytest.mark.parametrize("slug", DEMO_SLUGS)
+def test_update_turns_each_demo_model_live_whatever_its_slug(slug):
+    ArenaModel.objects.create(slug=slug, display_name=slug)  # as the demo loads it: pool-only
+    out = register(slug, "--update")
+    assert out.startswith(f"Updated {slug}:")
+    assert ArenaModel.objects.get(slug=slug).is_live
+
+
+def test_a_new_dotted_slug_is_registered():
+    assert register("vicuna-13b-v1.3").startswith("Registered vicuna-13b-v1.3 ")
+
+
+@pytest.mark.parametrize("slug", ["two words", "slash/slug", "semi;colon"])
+def test_a_slug_outside_the_slug_rule_is_refused(slug):
+    with pytest.raises(CommandError) as refused:
+        register(slug)
+    assert "slug" in str(refused.value)
+    assert not ArenaModel.objects.exists()

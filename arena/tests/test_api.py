@@ -66,12 +66,20 @@ def test_second_vote_is_409_with_a_message(visitor, pool):
     assert Vote.objects.get().winner == "tie"
 
 
-def test_vote_from_another_session_is_403(visitor, other_visitor, pool):
+def test_vote_from_another_session_is_404_like_an_unknown_battle(visitor, other_visitor, pool):
     battle = post_json(visitor, "/api/battles", {}).json()
     response = post_json(other_visitor, f"/api/battles/{battle['id']}/vote", {"winner": "tie"})
-    assert response.status_code == 403
-    assert response.json()["error"]["code"] == "forbidden"
+    unknown = post_json(other_visitor, f"/api/battles/{uuid.uuid4()}/vote", {"winner": "tie"})
+    assert response.status_code == 404
+    assert response.json() == unknown.json()
     assert not Vote.objects.exists()
+
+
+def test_another_sessions_battle_is_the_same_404_to_read_and_to_vote(visitor, other_visitor, pool):
+    battle = post_json(visitor, "/api/battles", {}).json()
+    read = other_visitor.get(f"/api/battles/{battle['id']}")
+    vote = post_json(other_visitor, f"/api/battles/{battle['id']}/vote", {"winner": "tie"})
+    assert (read.status_code, read.json()) == (vote.status_code, vote.json())
 
 
 def test_another_sessions_battle_is_not_shown(visitor, other_visitor, pool):

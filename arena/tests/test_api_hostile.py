@@ -116,7 +116,7 @@ UNSTORABLE = [("\x00", "NUL"), ("\ud800", "surrogate"), ("ok \udfff", "surrogate
     ("endpoint", "body", "field"),
     [
         ("vote", lambda t: {"winner": t}, "winner"),
-        ("vote", lambda t: {"winner": "tie", "note": [{"deep": t}]}, "note"),
+        ("vote", lambda t: {"winner": "tie", "note": [{"deep": t}]}, "note.0.deep"),
         ("terms", lambda t: {"accept": t}, "accept"),
         ("terms", lambda t: {"accept": True, t: 1}, "body"),
         ("battles", lambda t: {"mode": t}, "mode"),

@@ -95,8 +95,12 @@ async def test_model_names_and_battle_ids_with_a_nul_or_a_surrogate_get_error_fr
     frame = {"type": "start", "prompt": "Hi", "mode": "named", "models": slugs}
     await comm.send_to(text_data=json.dumps(frame))
     error = await comm.receive_json_from(FRAME_TIMEOUT)
-    assert error["type"] == "error" and error["field"] == "models"
-    for battle_id in ("\x00", "\ud800", 10**300, {"id": 1}):
+    assert error["type"] == "error" and error["field"] == "models.1"
+    for battle_id in ("\x00", "\ud800"):
+        await comm.send_to(text_data=json.dumps({"type": "regenerate", "battle_id": battle_id}))
+        error = await comm.receive_json_from(FRAME_TIMEOUT)
+        assert error["code"] == "invalid" and error["field"] == "battle_id"
+    for battle_id in (10**300, {"id": 1}):
         await comm.send_to(text_data=json.dumps({"type": "regenerate", "battle_id": battle_id}))
         error = await comm.receive_json_from(FRAME_TIMEOUT)
         assert error["type"] == "error" and error["code"] == "not_found"

@@ -431,7 +431,7 @@ def test_an_oversize_completion_or_meta_is_400_naming_it(api, settings):
     [
         ({"text": "a\u0000"}, "completions.0.text"),
         ({"text": "\udfff"}, "completions.0.text"),
-        ({"text": "ok", "meta": {"k": "\u0000"}}, "completions.0.meta"),
+        ({"text": "ok", "meta": {"k": "\u0000"}}, "completions.0.meta.k"),
         ({"text": "ok", "meta": {"\ud800": 1}}, "completions.0.meta"),
         ({"text": "ok", "meta": []}, "completions.0.meta"),
         ({"meta": {}}, "completions.0.text"),
@@ -707,6 +707,31 @@ def test_the_openapi_document_is_served_without_a_token_and_names_every_operatio
         "score_high",
         "status",
     ]
+
+
+def test_the_document_refuses_blank_text_where_validation_does(db):
+    schemas = Client().get(f"{BASE}/openapi.json").json()["components"]["schemas"]
+    prompt_text = next(
+        b
+        for b in schemas["SubmissionIn"]["properties"]["prompt"]["anyOf"]
+        if b.get("type") == "string"
+    )
+    blank_refused = [
+        schemas["RunIn"]["properties"]["name"],
+        schemas["SubmissionIn"]["properties"]["idempotency_key"],
+        prompt_text,
+        schemas["UserMessageIn"]["properties"]["content"],
+    ]
+    assert all(s["minLength"] == 1 and s["pattern"] == r"\S" for s in blank_refused)
+    assert "pattern" not in schemas["OtherMessageIn"]["properties"]["content"]
+
+
+def test_a_whole_number_written_with_a_fraction_point_is_taken(api):
+    # JSON Schema's integer takes 3.0, so the document allows it.
+    run = _run(api, votes_per_completion=3.0, ttl_hours=24.0)
+    assert (run["votes_per_completion"], run["ttl_hours"]) == (3, 24)
+    response = api.post("/runs", {"name": "x", "votes_per_completion": 2.5})
+    assert _error(response)["field"] == "votes_per_completion"
 
 
 def test_a_hidden_model_never_becomes_a_reference(api):

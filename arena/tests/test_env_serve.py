@@ -13,11 +13,16 @@ from arena.api import VOTER_SESSION_KEY
 from arena.env.references import references_request
 from arena.env.runs import env_run_close
 from arena.env.serve import SERVED_HOLD, env_battle_serve, env_work_available
-from arena.models import Battle, BattleMessage, Completion, EnvBattle, EnvSubmission
+from arena.models import Battle, BattleMessage, Completion, EnvBattle, EnvSubmission, Vote
 from arena.services.battles import battle_start_pool
 from arena.services.terms import terms_accept
 from arena.tests.env_helpers import make_run, side_text, submit
-from arena.tests.factories import ArenaModelFactory, CompletionFactory, PromptFactory, pool_of
+from arena.tests.factories import (
+    ArenaModelFactory,
+    CompletionFactory,
+    PromptFactory,
+    pool_of,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -136,6 +141,33 @@ def test_a_session_is_not_served_the_same_pair_twice_while_another_remains():
     assert len(set(pairs)) == 3
     # With every pair seen, the session is still served (a repeat is better than nothing).
     assert env_battle_serve(session_key="same") is not None
+
+
+def test_every_pair_of_every_group_is_served_before_any_pair_is_served_again():
+    run = make_run(share=1.0, votes_per_completion=50)
+    groups = [submit(run, [f"group {g} answer {i}" for i in range(8)])[1] for g in range(3)]
+    pairs = {frozenset((str(a.pk), str(b.pk))) for group in groups for a in group for b in group}
+    pairs = {pair for pair in pairs if len(pair) == 2}  # 3 groups of 8: 84 pairs, 24 answers
+    rng = random.Random(5)
+    served = [sides(env_battle_serve(session_key=f"s{n}", rng=rng)) for n in range(len(pairs))]
+    assert set(served) == pairs
+
+
+def test_a_session_whose_votes_do_not_count_is_never_served_a_pair_twice_while_others_remain():
+    run = make_run(share=1.0, votes_per_completion=50)
+    submit(run, [f"answer {i}" for i in range(5)])  # 10 pairs
+    rng = random.Random(7)
+    served = []
+    for _ in range(10):
+        battle = env_battle_serve(session_key="flagged", rng=rng)
+        assert battle is not None
+        served.append(sides(battle))
+        # Its vote is flagged: the completions stay as unjudged as before.
+        Battle.objects.filter(pk=battle.pk).update(state=Battle.State.VOTED)
+        Vote.objects.create(
+            battle=battle, winner="tie", voter_id="v", flagged=True, flags=["too_fast"]
+        )
+    assert len(set(served)) == 10
 
 
 def test_closed_runs_and_expired_submissions_are_not_served():

@@ -126,12 +126,12 @@ def test_a_battle_marked_voted_is_already_voted_even_without_its_vote_row(voter)
     assert not Vote.objects.exists()
 
 
-def test_vote_from_another_session_is_a_403(voter):
+def test_vote_from_another_session_is_a_404_like_an_unknown_battle(voter):
     battle = BattleFactory(session_key="owner")
     with pytest.raises(ArenaError) as exc:
         record(battle, voter, session_key="intruder")
-    assert (exc.value.status, exc.value.code) == (403, "forbidden")
-    assert exc.value.message == "This battle was served to another session."
+    assert (exc.value.status, exc.value.code) == (404, "not_found")
+    assert exc.value.message == "Battle not found."
     assert not Vote.objects.exists()
 
 
