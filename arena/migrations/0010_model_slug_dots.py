@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("arena", "0008_refused_prompts"),
+        ("arena", "0009_env_run_webhook_status"),
     ]
 
     operations = [
