@@ -211,43 +211,28 @@ class Shape:
         self.wait_for("the web server", lambda: self.get_status("/about") == 200)
 
     def start_worker(self) -> None:
-        log = self.start(
-            "celery-worker",
-            str(BIN / "celery"),
-            "-A",
-            "config",
-            "worker",
-            "-Q",
-            "default,ratings",
-            "--loglevel",
-            "INFO",
-            "--concurrency",
-            "2",
-            "--hostname",
-            f"bench-{self.port}@%h",
-        )
-        self.wait_for("the worker", lambda: " ready." in log.read_text(errors="replace"))
+        workers = [("celery-worker", "default,ratings", "2")]
         # Trees whose docker-compose.yml runs a worker of its own for trainers' webhooks (a
         # --baseline tree from before it delivers them from the worker above).
         if "-Q webhooks" in (self.root / "docker-compose.yml").read_text():
-            hooks = self.start(
-                "celery-webhooks",
+            workers.append(("celery-webhooks", "webhooks", "4"))
+        for name, queues, concurrency in workers:
+            log = self.start(
+                name,
                 str(BIN / "celery"),
                 "-A",
                 "config",
                 "worker",
                 "-Q",
-                "webhooks",
+                queues,
                 "--loglevel",
                 "INFO",
                 "--concurrency",
-                "4",
+                concurrency,
                 "--hostname",
-                f"bench-webhooks-{self.port}@%h",
+                f"bench-{name}-{self.port}@%h",
             )
-            self.wait_for(
-                "the webhooks worker", lambda: " ready." in hooks.read_text(errors="replace")
-            )
+            self.wait_for(name, lambda log=log: " ready." in log.read_text(errors="replace"))
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU time (user + system) so far of every live process in each started process's

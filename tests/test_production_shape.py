@@ -225,44 +225,28 @@ class ProductionShape:
         self.wait_for("the web server", lambda: self.get("/about")[0] == 200, web)
         return web
 
-    def start_worker(self) -> Process:
+    def start_worker(self, queues: str = "default,ratings", name: str = "celery-worker") -> Process:
         worker = self.start(
-            "celery-worker",
+            name,
             str(BIN / "celery"),
             "-A",
             "config",
             "worker",
             "-Q",
-            "default,ratings",
+            queues,
             "--loglevel",
             "INFO",
             "--concurrency",
             "2",
             "--hostname",
-            f"production-shape-{self.port}@%h",
+            f"production-shape-{name}-{self.port}@%h",
         )
-        self.wait_for("the worker", lambda: " ready." in _read(worker.log), worker)
+        self.wait_for(name, lambda: " ready." in _read(worker.log), worker)
         return worker
 
     def start_webhooks_worker(self) -> Process:
         # docker-compose.yml's webhooks service: the webhooks queue alone, its own processes.
-        worker = self.start(
-            "celery-webhooks",
-            str(BIN / "celery"),
-            "-A",
-            "config",
-            "worker",
-            "-Q",
-            "webhooks",
-            "--loglevel",
-            "INFO",
-            "--concurrency",
-            "2",
-            "--hostname",
-            f"production-shape-webhooks-{self.port}@%h",
-        )
-        self.wait_for("the webhooks worker", lambda: " ready." in _read(worker.log), worker)
-        return worker
+        return self.start_worker("webhooks", name="celery-webhooks")
 
     def start_beat(self) -> Process:
         beat = self.start(

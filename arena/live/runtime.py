@@ -296,11 +296,7 @@ _OWNERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, OwnerMarks] = (
 
 
 def owner_marks() -> OwnerMarks:
-    loop = asyncio.get_running_loop()
-    marks = _OWNERS.get(loop)
-    if marks is None:
-        marks = _OWNERS[loop] = OwnerMarks()
-    return marks
+    return _of_this_loop(_OWNERS, OwnerMarks)
 
 
 class SocketCounts:
@@ -337,19 +333,26 @@ _SOCKETS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SocketCounts] = (
 
 
 def socket_counts() -> SocketCounts:
-    loop = asyncio.get_running_loop()
-    counts = _SOCKETS.get(loop)
-    if counts is None:
-        counts = _SOCKETS[loop] = SocketCounts()
-    return counts
+    return _of_this_loop(_SOCKETS, SocketCounts)
 
 
 def progress_saver() -> ProgressSaver:
+    return _of_this_loop(_SAVERS, ProgressSaver)
+
+
+_Kept = TypeVar("_Kept")
+
+
+def _of_this_loop(
+    kept: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Kept], make: Callable[[], _Kept]
+) -> _Kept:
+    """The running event loop's one ``make()`` in ``kept`` (made on first use; gone with the
+    loop)."""
     loop = asyncio.get_running_loop()
-    saver = _SAVERS.get(loop)
-    if saver is None:
-        saver = _SAVERS[loop] = ProgressSaver()
-    return saver
+    found = kept.get(loop)
+    if found is None:
+        found = kept[loop] = make()
+    return found
 
 
 def retry_until_saved(save: TurnSave, owner: FrameSender) -> None:

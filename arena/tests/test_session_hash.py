@@ -61,7 +61,7 @@ def test_a_battle_is_found_for_its_own_session_and_not_for_another(visitor, othe
         data=json.dumps({"winner": "tie"}),
         content_type="application/json",
     )
-    assert vote.status_code == 403
+    assert vote.status_code == 404  # as the read: not this session's, so not found
     vote = visitor.post(
         f"/api/battles/{payload['id']}/vote",
         data=json.dumps({"winner": "tie"}),
