@@ -83,6 +83,12 @@ def _references(slugs: object) -> list[ArenaModel]:
     """The reference models: active, and able to answer (a provider, or answers in the pool)."""
     if not isinstance(slugs, list | tuple) or not all(isinstance(s, str) for s in slugs):
         raise _invalid("references", "references must be a list of model slugs.")
+    # The API's parser refuses these before any service runs; a caller from Python gets the
+    # same 400 rather than the database's error.
+    for i, slug in enumerate(slugs):
+        problem = text_problem(slug)
+        if problem is not None:
+            raise _invalid(f"references.{i}", f"references.{i} {problem}.")
     wanted = list(dict.fromkeys(slugs))
     models = {m.slug: m for m in ArenaModel.objects.filter(slug__in=wanted, is_active=True)}
     pooled = set(

@@ -12,8 +12,9 @@ from django.test import Client
 from django.utils import timezone
 
 from arena.env import outbound
-from arena.env.runs import env_run_close
+from arena.env.runs import env_run_close, env_run_create
 from arena.env.tokens import token_create, token_revoke
+from arena.errors import ArenaError
 from arena.models import (
     ArenaModel,
     EnvCompletion,
@@ -739,3 +740,13 @@ def test_a_hidden_model_never_becomes_a_reference(api):
     hidden = ArenaModel.objects.get(env_run__pk=run["id"])
     response = api.post("/runs", {"name": "x", "references": [hidden.slug]})
     assert response.status_code == 400 and _error(response)["field"] == "references"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("slug", ["a\x00b", "a\ud800b"])
+def test_a_service_caller_naming_an_unstorable_reference_gets_a_400_naming_it(slug):
+    token, _ = token_create(name="trainer", scopes=["env"])
+    with pytest.raises(ArenaError) as refused:
+        env_run_create(token=token, name="x", references=["gpt-4", slug])
+    assert refused.value.status == 400
+    assert refused.value.field == "references.1"
