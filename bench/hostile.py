@@ -85,7 +85,11 @@ async def _sockets(base: str, count: int, idle_seconds: float) -> tuple[int, int
     """(accepted, still open after idle_seconds) of ``count`` sockets opened at once."""
     import aiohttp
 
-    async with aiohttp.ClientSession(headers={"User-Agent": USER_AGENT}) as http:
+    # No pool limit: aiohttp's default of 100 connections would queue the rest behind them.
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(
+        headers={"User-Agent": USER_AGENT}, connector=connector
+    ) as http:
 
         async def one() -> aiohttp.ClientWebSocketResponse | None:
             try:
@@ -98,14 +102,14 @@ async def _sockets(base: str, count: int, idle_seconds: float) -> tuple[int, int
                 )
             except (aiohttp.ClientError, TimeoutError):
                 return None
-            # A socket refused after its handshake closes at once.
+            # A socket refused after its handshake gets an error frame and a close at once; an
+            # accepted one hears nothing until it sends.
             try:
-                message = await ws.receive(timeout=1.0)
+                await ws.receive(timeout=1.0)
             except TimeoutError:
                 return ws
-            if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
-                return None
-            return ws
+            await ws.close()
+            return None
 
         opened = await asyncio.gather(*(one() for _ in range(count)))
         accepted = [ws for ws in opened if ws is not None]
@@ -142,13 +146,14 @@ async def _frame(base: str, megabytes: int) -> str:
             await ws.send_str(json.dumps({"type": "start", "prompt": prompt}))
             message = await ws.receive(timeout=30)
         except (aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
-            return f"{type(exc).__name__}"
+            # The server closed the socket while the frame was still being sent.
+            return f"closed unread ({ws.close_code or type(exc).__name__})"
         finally:
             await ws.close()
         if message.type == aiohttp.WSMsgType.TEXT:
             frame = json.loads(message.data)
             return f"parsed: {frame.get('type')} {frame.get('code', '')}".strip()
-        return f"closed {ws.close_code}"
+        return f"closed unread ({ws.close_code})"
 
 
 async def _slowloris(port: int, count: int, seconds: float) -> int:
