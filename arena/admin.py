@@ -102,6 +102,8 @@ class PromptAdmin(admin.ModelAdmin[Prompt]):
     list_display = ["id", "__str__", "category", "language", "source", "created_at"]
     list_filter = ["category", "language", "source"]
     search_fields = ["turns", "external_id"]
+    # Set by the live battle service from the first turn (arena.prompt_text), never by hand.
+    readonly_fields = ["text_hash"]
 
 
 @admin.register(Completion)

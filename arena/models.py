@@ -127,6 +127,15 @@ class Prompt(models.Model):
     language = models.CharField(max_length=20, blank=True, default="en")
     source = models.CharField(max_length=100, help_text="e.g. mt_bench, user, import:<file>")
     external_id = models.CharField(max_length=200, blank=True)
+    # A visitor's prompt (source "user"): SHA-256 of its first turn as arena.prompt_text
+    # normalises it, so the refit finds repeated prompts by grouping on it. Blank for pool
+    # prompts, which are curated and never down-sampled.
+    text_hash = models.CharField(
+        max_length=64,
+        blank=True,
+        db_index=True,
+        help_text="SHA-256 of the normalised first turn (visitors' prompts only).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

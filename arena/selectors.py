@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db.models import (
     Count,
     Exists,
+    F,
     OuterRef,
     Prefetch,
     Q,
@@ -17,8 +18,9 @@ from django.db.models import (
     Subquery,
     Sum,
     Value,
+    Window,
 )
-from django.db.models.functions import Coalesce, Length
+from django.db.models.functions import Coalesce, Length, RowNumber
 from django.utils import timezone
 
 from arena.errors import not_found
@@ -168,8 +170,68 @@ def battle_payload_by_id(*, battle_id: uuid.UUID) -> BattlePayload:
     return battle_payload(battle=battle)
 
 
+def _votes_rated(*, anonymous_only: bool, include_flagged: bool) -> QuerySet[Vote]:
+    # Environment battles judge a trainer's completions; they never enter the leaderboard.
+    qs = Vote.objects.exclude(battle__source=Battle.Source.ENV)
+    if anonymous_only:
+        qs = qs.filter(battle__mode=Battle.Mode.ANONYMOUS)
+    if not include_flagged:
+        qs = qs.filter(flagged=False)
+    return qs
+
+
+def _repeated_prompt_votes(votes: QuerySet[Vote], *, cap: int) -> QuerySet[Any, Any]:
+    """The votes of ``votes`` past the first ``cap`` (by vote id) of their visitor's prompt.
+
+    Votes are grouped by ``Prompt.text_hash`` (the normalised first turn, ``arena.prompt_text``),
+    which only visitors' prompts carry: pool prompts are curated and never down-sampled. One
+    ``row_number()`` window computed by the database, on PostgreSQL and SQLite alike.
+    """
+    return (
+        votes.filter(battle__prompt__text_hash__gt="")
+        .annotate(
+            copy=Window(
+                RowNumber(), partition_by=F("battle__prompt__text_hash"), order_by=F("id").asc()
+            )
+        )
+        .filter(copy__gt=cap)
+        .order_by()
+        .values("id")
+    )
+
+
+@dataclass(frozen=True)
+class RepeatedPrompts:
+    """Votes ``votes_for_rating`` leaves out for their prompt's copies past the cap."""
+
+    votes: int  # votes left out: every capped prompt's copies past the cap
+    prompts: int  # visitors' prompts (normalised) with more rated votes than the cap
+
+
+def repeated_prompt_counts(
+    *, cap: int, anonymous_only: bool = True, include_flagged: bool = False
+) -> RepeatedPrompts:
+    """What ``votes_for_rating(duplicate_cap=cap, ...)`` leaves out for repeated prompts.
+
+    One grouped query: the prompts with more than ``cap`` votes among the otherwise rated ones.
+    """
+    if cap <= 0:
+        return RepeatedPrompts(votes=0, prompts=0)
+    votes = _votes_rated(anonymous_only=anonymous_only, include_flagged=include_flagged)
+    over = (
+        votes.filter(battle__prompt__text_hash__gt="")
+        .order_by()
+        .values("battle__prompt__text_hash")
+        .annotate(n=Count("id"))
+        .filter(n__gt=cap)
+        .values_list("n", flat=True)
+    )
+    copies = list(over)
+    return RepeatedPrompts(votes=sum(n - cap for n in copies), prompts=len(copies))
+
+
 def votes_for_rating(
-    *, anonymous_only: bool = True, include_flagged: bool = False
+    *, anonymous_only: bool = True, include_flagged: bool = False, duplicate_cap: int = 0
 ) -> QuerySet[Any, Any]:
     """The votes the leaderboard is computed from: anonymous, unflagged by default, never an
     environment battle's.
@@ -182,13 +244,15 @@ def votes_for_rating(
     - ``turns``: how many user turns the battle showed (its current side-A messages);
     - ``prompt_chars``: characters of user text over those turns;
     - ``prompt_has_code``: whether any of those turns holds a fenced code block.
+
+    ``duplicate_cap`` above 0 down-samples repeated visitors' prompts: of the votes whose
+    prompt's first turn normalises to the same text (``Prompt.text_hash``), only the first
+    ``duplicate_cap`` by vote id stay, counted among the votes the other rules keep
+    (``_repeated_prompt_votes``; ``repeated_prompt_counts`` counts what is left out).
     """
-    # Environment battles judge a trainer's completions; they never enter the leaderboard.
-    qs = Vote.objects.exclude(battle__source=Battle.Source.ENV)
-    if anonymous_only:
-        qs = qs.filter(battle__mode=Battle.Mode.ANONYMOUS)
-    if not include_flagged:
-        qs = qs.filter(flagged=False)
+    qs = _votes_rated(anonymous_only=anonymous_only, include_flagged=include_flagged)
+    if duplicate_cap > 0:
+        qs = qs.exclude(id__in=_repeated_prompt_votes(qs, cap=duplicate_cap))
     # One side's current messages carry each user turn exactly once.
     turns_shown = BattleMessage.objects.filter(
         battle_id=OuterRef("battle_id"), side=BattleMessage.Side.A, superseded_at__isnull=True

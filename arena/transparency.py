@@ -1,6 +1,7 @@
 """Reads for what the arena publishes about itself: votes left out and why, models served.
 
-The leaderboard's snapshot counts the votes it excludes (``votes_excluded_counts``) and the
+The leaderboard's snapshot counts the votes it excludes (``votes_excluded_counts``: named,
+flagged, and repeated visitors' prompts past the cap) and the
 public ``/transparency`` page (``ratings.views``) lists every model served with its dates and
 shares. Each read is a fixed number of aggregate queries, whatever the number of models.
 Environment battles (``Battle.Source.ENV``: a trainer's completions judged by visitors) are
@@ -17,6 +18,7 @@ from datetime import datetime
 from django.db.models import Count, Max, Min, QuerySet
 
 from arena.models import ArenaModel, Battle, Vote
+from arena.selectors import RepeatedPrompts, repeated_prompt_counts
 
 #: The label of a flagged vote whose list of reasons is empty (a flag set by hand, say).
 UNSPECIFIED_REASON = "unspecified"
@@ -29,6 +31,7 @@ class ExcludedVotes:
     named: int
     flagged: int
     by_reason: dict[str, int]
+    repeated: RepeatedPrompts = field(default_factory=lambda: RepeatedPrompts(0, 0))
 
 
 def _arena_votes() -> QuerySet[Vote]:
@@ -50,12 +53,18 @@ def flag_reason_counts(votes: QuerySet[Vote]) -> tuple[int, dict[str, int]]:
     return total, dict(sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
 
 
-def votes_excluded_counts() -> ExcludedVotes:
-    """What ``arena.selectors.votes_for_rating`` leaves out, counted: named votes, flagged ones."""
+def votes_excluded_counts(*, duplicate_cap: int = 0) -> ExcludedVotes:
+    """What ``arena.selectors.votes_for_rating(duplicate_cap=...)`` leaves out, counted: named
+    votes, flagged ones, and the copies of repeated visitors' prompts past the cap."""
     votes = _arena_votes()
     named = votes.exclude(battle__mode=Battle.Mode.ANONYMOUS).count()
     flagged, by_reason = flag_reason_counts(votes.filter(battle__mode=Battle.Mode.ANONYMOUS))
-    return ExcludedVotes(named=named, flagged=flagged, by_reason=by_reason)
+    return ExcludedVotes(
+        named=named,
+        flagged=flagged,
+        by_reason=by_reason,
+        repeated=repeated_prompt_counts(cap=duplicate_cap),
+    )
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ class LeaderboardSnapshot(models.Model):
                                                "off": <engine result>|null},
                          "reasons": {"on"|"off": why that fit is missing} (only if one is),
                          "provisional": {"on"|"off": [<provisional>]} (for a missing fit)}],
-         "excluded": {"named", "flagged", "by_reason": {reason: n}} (votes left out),
+         "excluded": {"named", "flagged", "by_reason": {reason: n},
+                      "duplicate_prompts": {"votes", "prompts", "cap"}} (votes left out),
          "sampling": {"se": {slug: se}, "counts": [[slug, slug, n]]} (active pair sampling)}
 
     ``<engine result>`` is ``ratings.engine.rate``'s dictionary, restricted to public models;

@@ -62,6 +62,16 @@ class CategoryEntry(TypedDict):
     provisional: NotRequired[dict[str, list[ProvisionalEntry]]]  # same, every model listed
 
 
+class DuplicatePromptCounts(TypedDict):
+    """Votes left out because their visitor's prompt (normalised, ``arena.prompt_text``) was
+    rated more than ``cap`` times: ``votes`` past the first ``cap`` of each such prompt, over
+    ``prompts`` prompts. ``cap`` is ``RATINGS_DUPLICATE_PROMPT_CAP`` (0: nothing left out)."""
+
+    votes: int
+    prompts: int
+    cap: int
+
+
 class ExcludedCounts(TypedDict):
     """Votes left out of the ratings, environment battles aside (they are never counted).
 
@@ -73,6 +83,8 @@ class ExcludedCounts(TypedDict):
     named: int
     flagged: int
     by_reason: dict[str, int]
+    # Written since repeated prompts are down-sampled; an older snapshot lacks it.
+    duplicate_prompts: NotRequired[DuplicatePromptCounts]
 
 
 class SamplingInputs(TypedDict):

@@ -1,6 +1,7 @@
 """Reads for the ratings side: the votes to rate, the models to describe, the latest snapshot.
 
-Arena's votes are read only through ``arena.selectors.votes_for_rating``.
+Arena's votes are read only through ``arena.selectors.votes_for_rating`` (``rated_votes``:
+with repeated visitors' prompts capped at ``RATINGS_DUPLICATE_PROMPT_CAP``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from django.db.models import Count, Max
+from django.conf import settings
+from django.db.models import Count, Max, QuerySet
 
 from answer_style import CONV_METADATA_KEYS
 from arena.models import ArenaModel
@@ -62,15 +64,22 @@ BATTLE_COLUMNS = {
 }
 
 
+def rated_votes() -> QuerySet[Any, Any]:
+    """The votes a refit rates: ``votes_for_rating`` with repeated visitors' prompts capped at
+    ``RATINGS_DUPLICATE_PROMPT_CAP`` votes each, the same for both refit paths (the cap is a
+    window in the query, so the in-memory read and the spill's COPY leave out the same votes)."""
+    return votes_for_rating(duplicate_cap=settings.RATINGS_DUPLICATE_PROMPT_CAP)
+
+
 def rating_votes_mark() -> tuple[int, int]:
     """The votes' high-water mark (largest id, 0 when none) and their count."""
-    totals = votes_for_rating().aggregate(high=Max("id"), n=Count("id"))
+    totals = rated_votes().aggregate(high=Max("id"), n=Count("id"))
     return int(totals["high"] or 0), int(totals["n"])
 
 
 def rating_battles() -> pd.DataFrame:
     """The rated votes as a battle table in vote-id order, one row per vote."""
-    return _battles_frame(list(votes_for_rating().values_list(*BATTLE_COLUMNS)))
+    return _battles_frame(list(rated_votes().values_list(*BATTLE_COLUMNS)))
 
 
 #: The spill's style columns: the flat counts of ``conv_metadata`` (zeros where a vote lacks
@@ -122,12 +131,11 @@ def _spill_sql(*, exact: bool) -> tuple[str, list[Any], tuple[str, ...]]:
     """``COPY (...) TO STDOUT`` in CSV of the rated votes in vote-id order, its parameters and
     the names of its columns.
 
-    The votes are ``rating_battles``' query (``arena.selectors.votes_for_rating``) as a
-    subquery, so the same votes are excluded and the columns mean the same. The style counts
+    The votes are ``rating_battles``' query (``rated_votes``) as a subquery, so the same votes are excluded and the columns mean the same. The style counts
     come as one jsonb value per part (``#>``: a number's text is the integer itself, anything
     else is quoted or ``null``; a missing part is empty), or, ``exact``, as the JSON text.
     """
-    query = votes_for_rating().values_list(*BATTLE_COLUMNS).query
+    query = rated_votes().values_list(*BATTLE_COLUMNS).query
     # The SELECT's column order (ValuesListIterable reorders rows into BATTLE_COLUMNS' order).
     names = [*query.extra_select, *query.values_select, *query.annotation_select]
     inner, params = query.sql_with_params()

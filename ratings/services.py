@@ -14,6 +14,14 @@ Categories (a battle belongs to every one whose rule it meets):
 - ``lang-<code>``, one per language present: the prompt's ``language`` field, lowercased and
   without its region (``en-US`` counts as ``en``); ``lang-en`` is "English".
 
+Repeated visitors' prompts are down-sampled before any of this: of the votes whose live
+prompt's first turn normalises to the same text (``arena.prompt_text``), only the first
+``RATINGS_DUPLICATE_PROMPT_CAP`` by vote id are rated (``ratings.selectors.rated_votes``), as
+LMArena caps its most repeated prompts. Every prompt past the cap is capped, not a top
+percentile of them: with a cap, only prompts with more copies than it lose votes. Pool prompts
+are curated and never capped. The snapshot's ``excluded.duplicate_prompts`` counts what was left
+out.
+
 Within a view (a category with style control on or off; "on" uses the votes that carry style
 counts) the engine rates the largest set of models where ratings exist and lists every other
 model as provisional with its record and reason (``ratings.engine.identify``): a model that has
@@ -184,6 +192,7 @@ def snapshot_params(*, streamed: bool = False) -> dict[str, Any]:
         "seed": settings.RATINGS_SEED,
         "min_category_votes": settings.RATINGS_MIN_CATEGORY_VOTES,
         "long_prompt_chars": settings.RATINGS_LONG_PROMPT_CHARS,
+        "duplicate_prompt_cap": settings.RATINGS_DUPLICATE_PROMPT_CAP,
         "votes": "anonymous, unflagged",
         "schema": PAYLOAD_SCHEMA,
     }
@@ -647,9 +656,20 @@ def snapshot_payload_sampling(snapshot: LeaderboardSnapshot) -> SamplingInputs |
 
 
 def excluded_counts() -> ExcludedCounts:
-    """The votes the leaderboard leaves out, by reason (``arena.transparency``)."""
-    counts = votes_excluded_counts()
-    return {"named": counts.named, "flagged": counts.flagged, "by_reason": counts.by_reason}
+    """The votes the leaderboard leaves out, by reason (``arena.transparency``), with the
+    copies of repeated visitors' prompts past ``RATINGS_DUPLICATE_PROMPT_CAP``."""
+    cap = settings.RATINGS_DUPLICATE_PROMPT_CAP
+    counts = votes_excluded_counts(duplicate_cap=cap)
+    return {
+        "named": counts.named,
+        "flagged": counts.flagged,
+        "by_reason": counts.by_reason,
+        "duplicate_prompts": {
+            "votes": counts.repeated.votes,
+            "prompts": counts.repeated.prompts,
+            "cap": cap,
+        },
+    }
 
 
 def _advisory_xact_lock(key: int) -> None:

@@ -6,7 +6,8 @@
 - Every model the arena has served (``arena.transparency.models_served``), deactivated ones and
   private variants (``is_public`` off) included, with first and last battle dates and shares;
   environment runs' hidden models only as one aggregated line of trainer submissions.
-- Flagged votes by reason, the leaderboard's excluded votes (from the latest snapshot) and when
+- Flagged votes by reason, the leaderboard's excluded votes (from the latest snapshot: named,
+  flagged, repeated visitors' prompts past ``RATINGS_DUPLICATE_PROMPT_CAP``) and when
   snapshots are written (the beat schedule's sweep, the after-vote refresh, the latest one).
 """
 

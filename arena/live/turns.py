@@ -30,6 +30,7 @@ from arena.live.upstream import Answer, UpstreamTarget
 from arena.models import USER_PROMPT_SOURCE, ArenaModel, Battle, BattleMessage, Prompt
 from arena.payloads import BattlePayload, Side
 from arena.pool_cache import pool_cache
+from arena.prompt_text import prompt_text_hash
 from arena.selectors import (
     Limits,
     battle_current_messages,
@@ -97,7 +98,9 @@ def battle_start_live(
             source=Battle.Source.LIVE,
             model_a=model_a,
             model_b=model_b,
-            prompt=Prompt.objects.create(turns=[text], source=USER_PROMPT_SOURCE),
+            prompt=Prompt.objects.create(
+                turns=[text], source=USER_PROMPT_SOURCE, text_hash=prompt_text_hash(text)
+            ),
             session_hash=session_hash(session_key),
             state=Battle.State.STREAMING,
         )

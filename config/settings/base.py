@@ -350,6 +350,16 @@ RATINGS_EAGER_REFRESH_IN_BACKGROUND = env.bool("RATINGS_EAGER_REFRESH_IN_BACKGRO
 RATINGS_STREAM_THRESHOLD = env.int("RATINGS_STREAM_THRESHOLD", default=250_000)
 RATINGS_STREAM_BATCH_ROWS = env.int("RATINGS_STREAM_BATCH_ROWS", default=10_000)
 RATINGS_SPILL_DIR = env("RATINGS_SPILL_DIR", default=None)
+# Repeated visitors' prompts (first turn case-folded, whitespace collapsed, end punctuation
+# stripped, NFKC: arena.prompt_text) count at most this many rated votes each, the first by
+# vote id, as LMArena caps its most repeated prompts (mostly greetings) at 25; pool prompts are
+# never capped. 0: no cap.
+RATINGS_DUPLICATE_PROMPT_CAP = env.int("RATINGS_DUPLICATE_PROMPT_CAP", default=25)
+if not 0 <= RATINGS_DUPLICATE_PROMPT_CAP <= 1_000_000:
+    raise ImproperlyConfigured(
+        "RATINGS_DUPLICATE_PROMPT_CAP must be from 0 (no cap) to 1000000; "
+        f"it is {RATINGS_DUPLICATE_PROMPT_CAP}."
+    )
 
 # --- Live battles ---------------------------------------------------------------------------
 # Defaults for the limits; a staff member overrides any of them in the admin (Live battle limits).

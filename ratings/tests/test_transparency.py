@@ -129,6 +129,7 @@ def test_the_leaderboard_shows_the_votes_it_left_out_by_reason(client, arena_his
         "named": 2,
         "flagged": 3,
         "by_reason": {"too_fast": 2, "bot_user_agent": 1, "identity_leak": 1},
+        "duplicate_prompts": {"votes": 0, "prompts": 0, "cap": 25},
     }
     html = client.get("/leaderboard").content.decode()
     shown = " ".join(
