@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypedDict
 
 from ratings.csv_cells import neutralise
 from ratings.engine.errors import EngineError
+from ratings.engine.result import ESTABLISHED_MIN_VOTES
 
 if TYPE_CHECKING:
     from ratings.engine import (
@@ -69,6 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=100, help="bootstrap rounds")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     parser.add_argument("--anchor", help="pin one model's rating: MODEL=RATING")
+    parser.add_argument(
+        "--established-min-votes",
+        type=int,
+        default=ESTABLISHED_MIN_VOTES,
+        help="rated votes a model needs to be ranked and to set the scale (their mean is 1000); "
+        f"fewer and it is preliminary (default {ESTABLISHED_MIN_VOTES}; 0: every model)",
+    )
     parser.add_argument("--reweight", action="store_true", help="inverse pair-frequency weights")
     parser.add_argument("--style-l2", type=float, default=0.0, help="L2 on style coefficients")
     parser.add_argument(
@@ -112,7 +120,8 @@ def _csv(result: RatingResult) -> str:
     writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, extrasaction="ignore")
     writer.writeheader()
     for rated in result.models:
-        writer.writerow({**rated.to_dict(), "model": neutralise(rated.model), "status": "rated"})
+        status = "preliminary" if rated.preliminary else "rated"
+        writer.writerow({**rated.to_dict(), "model": neutralise(rated.model), "status": status})
     for entry in result.provisional:
         writer.writerow(
             {**entry.as_dict(), "model": neutralise(entry.model), "status": "provisional"}
@@ -138,8 +147,9 @@ def _provisional_table(entries: Sequence[Provisional]) -> list[str]:
 def render(result: RatingResult, fmt: str) -> str:
     """The result as JSON (the engine's keys, ``provisional`` included), CSV or a text table.
 
-    CSV rows have ``status`` ``rated`` (rank, rating, interval, votes) or ``provisional``
-    (battles, wins, losses, ties, reason); the table lists provisional models below.
+    CSV rows have ``status`` ``rated`` (rank, rating, interval, votes), ``preliminary`` (the
+    same, fewer votes than ``--established-min-votes``) or ``provisional`` (battles, wins,
+    losses, ties, reason); the table marks preliminary models and lists provisional ones below.
     """
     if fmt == "json":
         return json.dumps(_public(result), indent=2) + "\n"
@@ -151,6 +161,7 @@ def render(result: RatingResult, fmt: str) -> str:
         interval = f"{m.rating_lower:.1f} to {m.rating_upper:.1f}"
         lines.append(
             f"{m.rank:>4}  {m.model:<{width}}  {m.rating:>8.1f}  {interval:>19}  {m.votes:>7}"
+            + ("  preliminary" if m.preliminary else "")
         )
     coefficients = result.style_coefficients
     if coefficients:
@@ -168,6 +179,7 @@ def render(result: RatingResult, fmt: str) -> str:
         lines.extend(_provisional_table(result.provisional))
     method = result.method
     lines.append("")
+    lines.extend(f"warning: {text}" for text in method.warnings)
     unused = result.n_battles_input - result.n_battles
     lines.append(
         f"{result.n_battles} battles"
@@ -231,6 +243,7 @@ def run(options: dict[str, Any], stdout: TextIO) -> RatingResult:
             anchor=anchor,
             reweight=bool(options.get("reweight")),
             style_l2=float(options.get("style_l2") or 0.0),
+            established_min_votes=_min_votes(options),
             progress=progress,
             with_online_elo=False,  # not part of the command's output; costs ~1 s per 1M battles
         )
@@ -285,7 +298,13 @@ def _streamed(
         anchor=anchor,
         reweight=bool(options.get("reweight")),
         style_l2=float(options.get("style_l2") or 0.0),
+        established_min_votes=_min_votes(options),
     )
+
+
+def _min_votes(options: dict[str, Any]) -> int:
+    value = options.get("established_min_votes")
+    return ESTABLISHED_MIN_VOTES if value is None else int(value)
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "python -m ratings.cli") -> int:

@@ -14,7 +14,9 @@ from ratings.engine import ModelRatingDict, RatingResultDict
 
 # 2: provisional models (``results[style]["provisional"]`` and ``provisional[style]``).
 # 3: ``excluded`` (votes left out, by reason) and ``sampling`` (the active sampling's inputs).
-PAYLOAD_SCHEMA = 3
+# 4: ``preliminary`` on each rated row; ``centre``, ``established_min_votes`` and ``warnings``
+#    (e.g. an anchor that could not serve) in each result's ``method``.
+PAYLOAD_SCHEMA = 4
 
 #: Why a model is listed as provisional in a snapshot: the engine's reasons, and ``few_votes``
 #: for a model in a view that has too few votes to rate anyone.

@@ -435,6 +435,16 @@ class LeaderboardView:
         return str(reasons.get(self.style) or self.category.get("reason") or "")
 
     @property
+    def warnings(self) -> list[str]:
+        """What the fit had to fall back on (an anchor that could not serve)."""
+        method = self.result.get("method") if self.result else None
+        return list(method.get("warnings") or []) if method else []
+
+    @property
+    def has_preliminary(self) -> bool:
+        return any(row["preliminary"] for row in self.rows)
+
+    @property
     def categories(self) -> list[CategoryEntry]:
         return list(snapshot_payload(self.snapshot).get("categories", []))
 
@@ -466,6 +476,7 @@ def leaderboard_view(
         rows.append(
             {
                 **entry,
+                "preliminary": bool(entry.get("preliminary", False)),  # before schema 4
                 **_meta(meta, entry["model"]),
                 "minus": entry["rating"] - entry["rating_lower"],
                 "plus": entry["rating_upper"] - entry["rating"],

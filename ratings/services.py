@@ -32,6 +32,12 @@ handful of votes (the engine's ``CannotRateError``); it then lists every model a
 (reason ``few_votes`` for models the engine would otherwise rate). Any other error is a bug:
 it is logged and fails the run, and the previous snapshot stays on the page.
 
+The scale is centred on the view's established models (``RATINGS_ESTABLISHED_MIN_VOTES`` rated
+votes or more; their mean is 1000), or pinned on ``RATINGS_ANCHOR_MODEL``; a model with fewer
+votes is rated but *preliminary*, never ranked above an established one, and its votes do not
+move the scale. A view whose anchor is missing or preliminary is centred on the established
+models instead, with the reason in its ``method.warnings``.
+
 Past ``RATINGS_STREAM_THRESHOLD`` votes the same payload is built from a Parquet spill of the
 votes, a batch at a time (``snapshot_build_streamed``), with sandwich intervals and without the
 online Elo, which the streamed engine does not replay.
@@ -62,6 +68,7 @@ from arena.sampling_stats import sampling_stats_snapshot_id
 from arena.services.sampling import sampling_stats_store
 from arena.transparency import votes_excluded_counts
 from ratings import engine
+from ratings.cli import parse_anchor
 from ratings.models import LeaderboardSnapshot
 from ratings.payload import (
     PAYLOAD_SCHEMA,
@@ -193,6 +200,8 @@ def snapshot_params(*, streamed: bool = False) -> dict[str, Any]:
         "min_category_votes": settings.RATINGS_MIN_CATEGORY_VOTES,
         "long_prompt_chars": settings.RATINGS_LONG_PROMPT_CHARS,
         "duplicate_prompt_cap": settings.RATINGS_DUPLICATE_PROMPT_CAP,
+        "established_min_votes": settings.RATINGS_ESTABLISHED_MIN_VOTES,
+        "anchor": settings.RATINGS_ANCHOR_MODEL or None,
         "votes": "anonymous, unflagged",
         "schema": PAYLOAD_SCHEMA,
     }
@@ -221,12 +230,14 @@ def _finite(value: Any) -> Any:
 def _public_only(result: engine.RatingResult, public: set[str]) -> engine.RatingResult:
     """The engine's result without the models that are not shown (``is_public`` off).
 
-    Their votes still inform everyone else's rating; ranks are recomputed among those shown.
+    Their votes still inform everyone else's rating; ranks are recomputed among those shown
+    (a preliminary model still never above an established one).
     """
     shown = [m for m in result.models if m.model in public]
-    ranks = engine.upper_bound_ranks(
+    ranks = engine.leaderboard_ranks(
         np.array([m.rating_lower for m in shown], dtype=float),
         np.array([m.rating_upper for m in shown], dtype=float),
+        np.array([m.preliminary for m in shown], dtype=bool),
     )
     elo = result.online_elo
     return replace(
@@ -268,6 +279,21 @@ def _entry(
     }
 
 
+def _anchor(params: dict[str, Any]) -> tuple[str, float] | None:
+    """``RATINGS_ANCHOR_MODEL`` (``slug=rating``, checked at start) as the engine's anchor."""
+    return parse_anchor(params["anchor"]) if params.get("anchor") else None
+
+
+def _scale_options(params: dict[str, Any]) -> dict[str, Any]:
+    """The scale's options, the same for the in-memory and the streamed fit: centred on the
+    established models, or on the anchor, falling back with a warning where it cannot serve."""
+    return {
+        "anchor": _anchor(params),
+        "anchor_fallback": True,
+        "established_min_votes": params.get("established_min_votes", 0),
+    }
+
+
 def _fit(
     battles: pd.DataFrame, *, style_control: bool, params: dict[str, Any]
 ) -> engine.RatingResult:
@@ -283,6 +309,7 @@ def _fit(
         rounds=params["rounds"] or 100,
         seed=params["seed"],
         workers=settings.RATINGS_BOOTSTRAP_WORKERS,  # not in params: results do not depend on it
+        **_scale_options(params),
     )
 
 
@@ -463,6 +490,7 @@ class _SpillVotes:
             where_columns=_SELECT_COLUMNS,
             batch_rows=self.batch_rows,
             spill_dir=self.path.parent,  # removed with the votes' spill
+            **_scale_options(params),
         )
 
     def models(self) -> set[str]:
@@ -570,6 +598,8 @@ def _payload(
             except Exception:
                 logger.exception("ratings: %s, style %s failed", category.key, style)
                 raise
+            for warning in result.method.warnings:
+                logger.warning("ratings: %s, style %s: %s", category.key, style, warning)
             if category.key == SAMPLING_VIEW[0] and style == SAMPLING_VIEW[1]:
                 sampling_se = _sampling_se(result)
             # JSON at the edge: NaN and infinities (never valid JSON) become None.

@@ -28,6 +28,7 @@ RATED_FIELDS = (
     "rating_lower",
     "rating_upper",
     "votes",
+    "preliminary",
 )
 PROVISIONAL_FIELDS = (
     "model",
@@ -41,8 +42,17 @@ PROVISIONAL_FIELDS = (
     "ties",
     "reason",
 )
-# One row per model: rated ones fill the rating columns, provisional ones the record.
-CSV_FIELDS = (*RATED_FIELDS, "status", "battles", "wins", "losses", "ties", "reason")
+# One row per model: rated ones fill the rating columns (status ``rated``, or ``preliminary``
+# below RATINGS_ESTABLISHED_MIN_VOTES votes), provisional ones the record.
+CSV_FIELDS = (
+    *(f for f in RATED_FIELDS if f != "preliminary"),
+    "status",
+    "battles",
+    "wins",
+    "losses",
+    "ties",
+    "reason",
+)
 # Cells whose text comes from people (model names and descriptions), never numbers.
 TEXT_FIELDS = ("model", "name", "organization", "license")
 NOT_COMPUTED = "The leaderboard has not been computed yet."
@@ -157,7 +167,7 @@ def leaderboard_csv(request: HttpRequest) -> HttpResponse:
                 "rating": f"{row['rating']:.2f}",
                 "rating_lower": f"{row['rating_lower']:.2f}",
                 "rating_upper": f"{row['rating_upper']:.2f}",
-                "status": "rated",
+                "status": "preliminary" if row["preliminary"] else "rated",
             }
         )
     for provisional in view.provisional:
@@ -211,6 +221,7 @@ def leaderboard_json(request: HttpRequest) -> JsonResponse:
             result.get("n_battles_input", result.get("n_battles", 0)) if result else 0
         ),
         "method": result.get("method") if result else None,
+        "warnings": view.warnings,
         "matrices": result.get("matrices") if result else None,
     }
     response = JsonResponse(body, json_dumps_params={"indent": 1})

@@ -7,6 +7,7 @@ in-memory channel layer, a local-memory cache and Celery tasks run eagerly. ``DA
 """
 
 import ipaddress
+import math
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -360,6 +361,30 @@ if not 0 <= RATINGS_DUPLICATE_PROMPT_CAP <= 1_000_000:
         "RATINGS_DUPLICATE_PROMPT_CAP must be from 0 (no cap) to 1000000; "
         f"it is {RATINGS_DUPLICATE_PROMPT_CAP}."
     )
+# A model with fewer rated votes than this in a view is "preliminary": shown with its rating and
+# interval, marked, never ranked above the others, and left out of the mean that sets the scale
+# (so its votes do not move the established models). At 50 votes a 95% interval is about +-96
+# points (ratings/engine/result.py); 0 makes every rated model established.
+RATINGS_ESTABLISHED_MIN_VOTES = env.int("RATINGS_ESTABLISHED_MIN_VOTES", default=50)
+# "slug=rating" pins that model's rating instead of centring the established models on 1000;
+# a view where it is missing or preliminary falls back to that centring with a warning.
+RATINGS_ANCHOR_MODEL = env("RATINGS_ANCHOR_MODEL", default="")
+if not 0 <= RATINGS_ESTABLISHED_MIN_VOTES <= 1_000_000:
+    raise ImproperlyConfigured(
+        "RATINGS_ESTABLISHED_MIN_VOTES must be from 0 to 1000000; "
+        f"it is {RATINGS_ESTABLISHED_MIN_VOTES}."
+    )
+if RATINGS_ANCHOR_MODEL:
+    _slug, _sep, _rating = RATINGS_ANCHOR_MODEL.rpartition("=")
+    try:
+        _anchor_rating = float(_rating) if _sep and _slug.strip() else math.nan
+    except ValueError:
+        _anchor_rating = math.nan
+    if not 0 < _anchor_rating < 10_000:
+        raise ImproperlyConfigured(
+            "RATINGS_ANCHOR_MODEL must look like slug=rating with a rating from 0 to 10000 "
+            f"(such as gpt-4=1200); it is {RATINGS_ANCHOR_MODEL!r}."
+        )
 
 # --- Live battles ---------------------------------------------------------------------------
 # Defaults for the limits; a staff member overrides any of them in the admin (Live battle limits).

@@ -17,7 +17,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .api import ELO_PER_LOGIT, identify_table, rate, upper_bound_ranks
+    from .api import (
+        ELO_PER_LOGIT,
+        identify_table,
+        leaderboard_ranks,
+        rate,
+        upper_bound_ranks,
+    )
     from .data import OUTCOMES, STYLE_COLUMNS, STYLE_ELEMENTS, BattleTable, flatten_conv_metadata
     from .elo import online_elo
     from .errors import CannotRateError, EngineError
@@ -31,6 +37,7 @@ if TYPE_CHECKING:
     )
     from .io import read_battles
     from .result import (
+        ESTABLISHED_MIN_VOTES,
         Matrices,
         MatricesDict,
         Method,
@@ -44,7 +51,9 @@ if TYPE_CHECKING:
 
 _MODULE_OF = {
     "ELO_PER_LOGIT": "api",
+    "ESTABLISHED_MIN_VOTES": "result",
     "identify_table": "api",
+    "leaderboard_ranks": "api",
     "rate": "api",
     "upper_bound_ranks": "api",
     "OUTCOMES": "data",
@@ -77,6 +86,7 @@ __all__ = [
     "BattleTable",
     "CannotRateError",
     "ELO_PER_LOGIT",
+    "ESTABLISHED_MIN_VOTES",
     "OUTCOMES",
     "PROVISIONAL_REASONS",
     "Provisional",
@@ -97,6 +107,7 @@ __all__ = [
     "RatingResultDict",
     "flatten_conv_metadata",
     "identify_table",
+    "leaderboard_ranks",
     "online_elo",
     "rate",
     "rate_parquet",

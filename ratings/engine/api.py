@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 from threadpoolctl import threadpool_limits
 
 from . import bt
@@ -23,7 +24,7 @@ from .data import (
 from .elo import online_elo
 from .errors import CannotRateError, EngineError
 from .identify import Identification, Provisional, identify
-from .result import Matrices, Method, ModelRating, RatingResult
+from .result import Centre, Matrices, Method, ModelRating, RatingResult
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,19 +35,115 @@ CENTRE = 1000.0
 Z_95 = 1.959963984540054  # standard normal 97.5% quantile
 
 
-def _rating_transform(p: int, anchor_index: int | None) -> FloatArray:
-    """Linear map from fitted logits to identified ones: centred on the mean, or pinned."""
-    t = np.eye(p)
-    if anchor_index is None:
-        t -= 1.0 / p
-        return t
-    t[:, anchor_index] -= 1.0
-    return t
+BoolArray = npt.NDArray[np.bool_]
+
+
+def rating_transform(weights: FloatArray) -> FloatArray:
+    """The identifying map ``T = I - 1 w^T`` from fitted logits to rating logits.
+
+    Bradley-Terry logits are identified only up to a common shift; ``T theta`` is the one
+    representative with ``w . (T theta) = 0`` when ``w`` sums to 1. ``w = 1/p`` everywhere
+    centres on the mean of every rated model; ``w = 1/|S|`` on a subset ``S`` (0 elsewhere)
+    on the mean of ``S``; ``w = e_a`` pins model ``a`` at 0. Intervals are transformed by the
+    same map: the covariance is ``T Sigma T^T`` and each bootstrap replicate is ``T theta*``.
+    """
+    p = len(weights)
+    return np.eye(p) - np.outer(np.ones(p), weights)
 
 
 def upper_bound_ranks(lower: FloatArray, upper: FloatArray) -> list[int]:
     """Rank = 1 + the number of models whose lower bound is above this model's upper bound."""
     return [int(1 + np.sum(lower > u)) for u in upper]
+
+
+def leaderboard_ranks(lower: FloatArray, upper: FloatArray, preliminary: BoolArray) -> list[int]:
+    """Rank (UB) of the established models among themselves; a preliminary model's Rank (UB)
+    among every model, but never above an established one (at least 1 + their worst rank)."""
+    established = ~preliminary
+    ranks = np.asarray(upper_bound_ranks(lower, upper), dtype=np.int64)
+    if established.any():
+        ranks[established] = upper_bound_ranks(lower[established], upper[established])
+        floor = int(ranks[established].max()) + 1
+        ranks[preliminary] = np.maximum(ranks[preliminary], floor)
+    return [int(r) for r in ranks]
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Where the ratings' zero is: ``rating = offset + 400/ln 10 * (T theta)`` with
+    ``T = rating_transform(weights)``; ``centre`` names the rule, ``warnings`` any fallback."""
+
+    weights: FloatArray
+    offset: float
+    centre: Centre
+    anchor: tuple[str, float] | None  # the anchor in use, None when centred on a mean
+    preliminary: BoolArray
+    warnings: tuple[str, ...]
+
+
+def model_votes(battles: Battles) -> FloatArray:
+    """Each model's battles in the fit (both sides), in ``battles.models`` order."""
+    p = battles.n_models
+    battles_per_pair, _ = bt.pair_totals(battles)
+    votes = np.bincount(battles.pair_a, battles_per_pair, p) + np.bincount(
+        battles.pair_b, battles_per_pair, p
+    )
+    return votes.astype(np.float64)
+
+
+def rating_scale(
+    battles: Battles,
+    split: Identification,
+    *,
+    anchor: tuple[str, float] | None,
+    established_min_votes: int,
+    anchor_fallback: bool,
+) -> Scale:
+    """The identification of ``rate``: the anchor, else the mean of the established models,
+    else (none established) the mean of every rated model.
+
+    A model is preliminary below ``established_min_votes`` battles in the fit. An anchor that
+    is missing, provisional or preliminary raises ``EngineError``, or with ``anchor_fallback``
+    falls back to the established mean with a warning saying why.
+    """
+    models = battles.models
+    votes = np.rint(model_votes(battles))
+    preliminary = votes < established_min_votes
+    warnings: list[str] = []
+    if anchor is not None:
+        problem = _anchor_problem(anchor[0], models, split, votes, established_min_votes)
+        if problem is None:
+            weights = np.zeros(len(models))
+            weights[models.index(anchor[0])] = 1.0
+            return Scale(weights, float(anchor[1]), "anchor", anchor, preliminary, ())
+        if not anchor_fallback:
+            raise EngineError(problem)
+        warnings.append(f"{problem}: the scale is centred on the established models instead")
+    established = ~preliminary
+    if established.any():
+        weights = established / established.sum()
+        return Scale(weights, CENTRE, "established", None, preliminary, tuple(warnings))
+    warnings.append(
+        f"no model has {established_min_votes} rated votes yet: the scale is centred on "
+        "every rated model"
+    )
+    weights = np.full(len(models), 1.0 / len(models))
+    return Scale(weights, CENTRE, "all", None, preliminary, tuple(warnings))
+
+
+def _anchor_problem(
+    name: str, models: list[str], split: Identification, votes: FloatArray, min_votes: int
+) -> str | None:
+    """Why ``name`` cannot anchor the scale, or None when it can."""
+    if name not in models:
+        reason = next((e.reason for e in split.provisional if e.model == name), None)
+        if reason is not None:
+            return f"anchor model {name!r} is provisional ({reason})"
+        return f"anchor model {name!r} has no battles"
+    n = int(votes[models.index(name)])
+    if n < min_votes:
+        return f"anchor model {name!r} is preliminary ({n} rated votes, {min_votes} needed)"
+    return None
 
 
 def rate(
@@ -62,15 +159,24 @@ def rate(
     progress: Callable[[int, int], None] | None = None,
     with_online_elo: bool = True,
     workers: int | None = None,
+    established_min_votes: int = 0,
+    anchor_fallback: bool = False,
 ) -> RatingResult:
     """Bradley-Terry ratings (optionally style-controlled) with 95% intervals, as a
     ``RatingResult`` (``result.to_dict()`` is its JSON form; see ``result``).
 
     ``df`` has ``model_a``, ``model_b``, ``winner`` and, with ``style_control``, the flat count
     columns of ``data.STYLE_COLUMNS`` (a ``BattleTable`` with the same columns also works).
-    Ratings are ``1000 + 400/ln 10 * (theta - mean theta)``, or, with an anchor,
+    Ratings are ``1000 + 400/ln 10 * (theta - mean_S theta)``, the mean over the set ``S`` of
+    *established* models (at least ``established_min_votes`` battles in the fit; every rated
+    model when none is, and with the default 0), or, with an anchor,
     ``anchor_rating + 400/ln 10 * (theta - theta_anchor)`` (the anchor's interval is then
-    zero-width). See ``bt`` for the model, the convergence criterion and the interval
+    zero-width; see ``rating_scale`` for an anchor that cannot serve, and ``anchor_fallback``).
+    Centring on ``S`` keeps a model's rating still when only votes not involving it arrive
+    from models outside ``S``: a newcomer's extreme first votes move its own rating, not the
+    scale. Intervals go through the same linear map (``rating_transform``). Models outside
+    ``S`` are ``preliminary``: listed in rating order after the established ones and never
+    ranked above them (``leaderboard_ranks``). See ``bt`` for the model, the convergence criterion and the interval
     estimators. Style coefficients are in logits per standard deviation of the z-scored
     feature; an element that never varies or is collinear with earlier ones is ``None``.
     ``matrices.predicted_win_probability`` is ``sigma(theta_i - theta_j)``, i.e. for answers of
@@ -103,6 +209,8 @@ def rate(
             progress=progress,
             with_online_elo=with_online_elo,
             workers=workers,
+            established_min_votes=established_min_votes,
+            anchor_fallback=anchor_fallback,
         )
 
 
@@ -144,7 +252,9 @@ class _Fit:
     gradient_max_norm: float
 
 
-def _check_options(ci: str, rounds: int, style_l2: float, workers: int | None) -> None:
+def _check_options(
+    ci: str, rounds: int, style_l2: float, workers: int | None, established_min_votes: int = 0
+) -> None:
     if ci not in ("sandwich", "bootstrap"):
         raise EngineError(f"ci must be 'sandwich' or 'bootstrap', not {ci!r}")
     if ci == "bootstrap" and rounds < 2:
@@ -153,6 +263,10 @@ def _check_options(ci: str, rounds: int, style_l2: float, workers: int | None) -
         raise EngineError("style_l2 must be non-negative")
     if workers is not None and workers < 1:
         raise EngineError(f"workers must be at least 1, not {workers}")
+    if established_min_votes < 0:
+        raise EngineError(
+            f"established_min_votes must be non-negative, not {established_min_votes}"
+        )
 
 
 def _ratable_battles(
@@ -170,19 +284,6 @@ def _ratable_battles(
     return battles, n_input, split
 
 
-def _anchor_index(
-    anchor: tuple[str, float] | None, models: list[str], split: Identification
-) -> int | None:
-    if anchor is None:
-        return None
-    if anchor[0] not in models:
-        reason = next((e.reason for e in split.provisional if e.model == anchor[0]), None)
-        if reason is not None:
-            raise EngineError(f"anchor model {anchor[0]!r} is provisional ({reason})")
-        raise EngineError(f"anchor model {anchor[0]!r} has no battles")
-    return models.index(anchor[0])
-
-
 def _identified_rows(battles: Battles, style_l2: float) -> tuple[Battles, bt.Rows]:
     """The fit's rows, without the style elements the data cannot identify."""
     rows = bt.rows_from_battles(battles, style_l2)
@@ -198,7 +299,7 @@ def _fit(
     battles: Battles,
     rows: bt.Rows,
     *,
-    anchor_index: int | None,
+    weights: FloatArray,
     ci: str,
     rounds: int,
     seed: int,
@@ -215,11 +316,11 @@ def _fit(
         start = np.concatenate([coarse.theta, np.zeros(rows.k)])
     result = bt.fit(rows, theta0=start)
     if ci == "sandwich":
-        fit = _sandwich_fit(result, bt.sandwich(rows, result), p, anchor_index)
+        fit = _sandwich_fit(result, bt.sandwich(rows, result), p, weights)
         if progress is not None:
             progress(1, 1)
         return fit
-    transform = _rating_transform(p, anchor_index)
+    transform = rating_transform(weights)
     samples, boot_iterations = bt.bootstrap(
         rows, battles, result, rounds=rounds, seed=seed, progress=progress, workers=workers
     )
@@ -239,10 +340,10 @@ def _fit(
     )
 
 
-def _sandwich_fit(result: bt.Fit, cov: FloatArray, p: int, anchor_index: int | None) -> _Fit:
+def _sandwich_fit(result: bt.Fit, cov: FloatArray, p: int, weights: FloatArray) -> _Fit:
     """The ratings and 95% sandwich intervals of a fit whose robust covariance is ``cov``
     (``bt.sandwich``'s in memory, ``bt.robust_covariance``'s from a streamed fit)."""
-    transform = _rating_transform(p, anchor_index)
+    transform = rating_transform(weights)
     theta = transform @ result.theta[:p]
     beta = result.theta[p:]
     se = np.sqrt(np.maximum(np.diag(transform @ cov[:p, :p] @ transform.T), 0.0))
@@ -261,20 +362,20 @@ def _sandwich_fit(result: bt.Fit, cov: FloatArray, p: int, anchor_index: int | N
 
 
 def _model_ratings(
-    battles: Battles, fit: _Fit, offset: float
+    battles: Battles, fit: _Fit, scale: Scale
 ) -> tuple[list[int], tuple[ModelRating, ...]]:
-    """Leaderboard order (rating down, then name) and each model's rating, rank and votes."""
+    """Leaderboard order (established first, then rating down, then name) and each model's
+    rating, rank, votes and whether it is preliminary."""
     models = battles.models
     p = battles.n_models
+    offset = scale.offset
     rating = offset + ELO_PER_LOGIT * fit.theta
     rating_lower = offset + ELO_PER_LOGIT * fit.lower
     rating_upper = offset + ELO_PER_LOGIT * fit.upper
-    ranks = upper_bound_ranks(rating_lower, rating_upper)
-    battles_per_pair, _ = bt.pair_totals(battles)
-    votes = np.bincount(battles.pair_a, battles_per_pair, p) + np.bincount(
-        battles.pair_b, battles_per_pair, p
-    )
-    order = sorted(range(p), key=lambda i: (-rating[i], models[i]))
+    preliminary = scale.preliminary
+    ranks = leaderboard_ranks(rating_lower, rating_upper, preliminary)
+    votes = model_votes(battles)
+    order = sorted(range(p), key=lambda i: (bool(preliminary[i]), -rating[i], models[i]))
     rated = tuple(
         ModelRating(
             model=models[i],
@@ -283,6 +384,7 @@ def _model_ratings(
             rating_upper=float(rating_upper[i]),
             rank=ranks[i],
             votes=int(round(votes[i])),
+            preliminary=bool(preliminary[i]),
         )
         for i in order
     )
@@ -340,15 +442,23 @@ def _rate(
     progress: Callable[[int, int], None] | None,
     with_online_elo: bool,
     workers: int | None,
+    established_min_votes: int,
+    anchor_fallback: bool,
 ) -> RatingResult:
-    _check_options(ci, rounds, style_l2, workers)
+    _check_options(ci, rounds, style_l2, workers, established_min_votes)
     battles, n_input, split = _ratable_battles(df, style_control=style_control, reweight=reweight)
-    anchor_index = _anchor_index(anchor, battles.models, split)
+    scale = rating_scale(
+        battles,
+        split,
+        anchor=anchor,
+        established_min_votes=established_min_votes,
+        anchor_fallback=anchor_fallback,
+    )
     battles, rows = _identified_rows(battles, style_l2)
     fit = _fit(
         battles,
         rows,
-        anchor_index=anchor_index,
+        weights=scale.weights,
         ci=ci,
         rounds=rounds,
         seed=seed,
@@ -364,7 +474,8 @@ def _rate(
         ci=ci,
         rounds=rounds,
         seed=seed,
-        anchor=anchor,
+        scale=scale,
+        established_min_votes=established_min_votes,
         reweight=reweight,
         style_l2=style_l2,
         with_online_elo=with_online_elo,
@@ -381,14 +492,15 @@ def _result(
     ci: str,
     rounds: int | None,
     seed: int | None,
-    anchor: tuple[str, float] | None,
+    scale: Scale,
+    established_min_votes: int,
     reweight: bool,
     style_l2: float,
     with_online_elo: bool,
 ) -> RatingResult:
     """The ``RatingResult`` of a fit (``rate``'s and ``rate_parquet``'s)."""
-    offset = CENTRE if anchor is None else float(anchor[1])
-    order, rated = _model_ratings(battles, fit, offset)
+    anchor = scale.anchor
+    order, rated = _model_ratings(battles, fit, scale)
     coefficients, intervals = _style(battles, fit) if style_control else (None, None)
     elo: dict[str, float] | None = None
     if with_online_elo:
@@ -413,6 +525,9 @@ def _result(
             iterations=fit.iterations,
             gradient_max_norm=fit.gradient_max_norm,
             degenerate_style_elements=tuple(battles.degenerate),
+            centre=scale.centre,
+            established_min_votes=established_min_votes,
+            warnings=scale.warnings,
         ),
         matrices=_matrices(battles, order, fit.logits),
         online_elo=elo,

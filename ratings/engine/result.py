@@ -10,7 +10,7 @@ view, so a change here is a change of ``ratings.services.PAYLOAD_SCHEMA``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar
 
 if TYPE_CHECKING:
     # Annotations only: the JSON shapes here load without numpy (a web worker reads them).
@@ -18,6 +18,17 @@ if TYPE_CHECKING:
 
 #: ``method.scale``: what one unit of rating means.
 SCALE = "400/ln(10) Elo points per logit"
+
+#: Rated votes (battles in the fit) a model needs to be *established*: ranked among the others
+#: and part of the mean the scale is centred on. Fewer and it is *preliminary*. With an even
+#: record a rating's standard error is about ``(400 / ln 10) * 2 / sqrt(n)`` Elo, so at 50 votes
+#: its 95% interval is about +-96 points, the spread of a few neighbouring ranks; with fewer
+#: it spans most of a board (+-136 at 25, +-340 at 4).
+ESTABLISHED_MIN_VOTES = 50
+
+#: ``method.centre``: what the scale's zero is (``api.rating_scale``): the anchor model, the
+#: mean of the established models, or the mean of every rated model (none is established).
+Centre = Literal["anchor", "established", "all"]
 
 _T = TypeVar("_T")
 
@@ -29,6 +40,7 @@ class ModelRatingDict(TypedDict):
     rating_upper: float
     rank: int
     votes: int
+    preliminary: bool
 
 
 class AnchorDict(TypedDict):
@@ -48,6 +60,9 @@ class MethodDict(TypedDict):
     gradient_max_norm: float
     degenerate_style_elements: list[str]
     scale: str
+    centre: Centre
+    established_min_votes: int
+    warnings: list[str]
 
 
 class MatricesDict(TypedDict):
@@ -71,7 +86,11 @@ class RatingResultDict(TypedDict):
 
 @dataclass(frozen=True)
 class ModelRating:
-    """One rated model: its rating, 95% interval, rank (by upper bounds) and votes in the fit."""
+    """One rated model: its rating, 95% interval, rank (by upper bounds) and votes in the fit.
+
+    ``preliminary``: fewer votes than ``method.established_min_votes``; it is listed after the
+    established models and never ranked above one (``api.leaderboard_ranks``).
+    """
 
     model: str
     rating: float
@@ -79,6 +98,7 @@ class ModelRating:
     rating_upper: float
     rank: int
     votes: int
+    preliminary: bool = False
 
     def to_dict(self) -> ModelRatingDict:
         return {
@@ -88,6 +108,7 @@ class ModelRating:
             "rating_upper": self.rating_upper,
             "rank": self.rank,
             "votes": self.votes,
+            "preliminary": self.preliminary,
         }
 
 
@@ -105,6 +126,9 @@ class Method:
     iterations: int
     gradient_max_norm: float
     degenerate_style_elements: tuple[str, ...]
+    centre: Centre = "all"
+    established_min_votes: int = 0
+    warnings: tuple[str, ...] = ()  # e.g. an anchor that could not serve, and what replaced it
     scale: str = SCALE
 
     def to_dict(self) -> MethodDict:
@@ -123,6 +147,9 @@ class Method:
             "gradient_max_norm": self.gradient_max_norm,
             "degenerate_style_elements": list(self.degenerate_style_elements),
             "scale": self.scale,
+            "centre": self.centre,
+            "established_min_votes": self.established_min_votes,
+            "warnings": list(self.warnings),
         }
 
 

@@ -53,12 +53,12 @@ from threadpoolctl import threadpool_limits
 
 from . import bt
 from .api import (
-    _anchor_index,
     _check_options,
     _fit,
     _identified_rows,
     _result,
     _sandwich_fit,
+    rating_scale,
 )
 from .data import (
     CONV_METADATA_KEYS,
@@ -97,6 +97,8 @@ def rate_parquet(
     batch_rows: int = 1_000_000,
     spill_dir: str | os.PathLike[str] | None = None,
     workers: int = 1,
+    established_min_votes: int = 0,
+    anchor_fallback: bool = False,
 ) -> RatingResult:
     """``rate`` on the battles of a Parquet file, read ``batch_rows`` rows at a time.
 
@@ -122,7 +124,7 @@ def rate_parquet(
         )
     if choice not in ("sandwich", "none"):
         raise EngineError(f"ci must be 'sandwich' or 'none', not {choice!r}")
-    _check_options("sandwich", 100, style_l2, workers)
+    _check_options("sandwich", 100, style_l2, workers, established_min_votes)
     if batch_rows < 1:
         raise EngineError(f"batch_rows must be at least 1, not {batch_rows}")
     with threadpool_limits(limits=1, user_api="blas"):
@@ -142,6 +144,8 @@ def rate_parquet(
                 anchor=anchor,
                 reweight=reweight,
                 style_l2=style_l2,
+                established_min_votes=established_min_votes,
+                anchor_fallback=anchor_fallback,
             )
 
 
@@ -880,17 +884,25 @@ def _rate_scanned(
     reweight: bool,
     style_l2: float,
     workers: int,
+    established_min_votes: int,
+    anchor_fallback: bool,
 ) -> RatingResult:
     rated = _rated(scan, reweight)
     battles = rated.battles
-    anchor_index = _anchor_index(anchor, battles.models, rated.split)
+    scale = rating_scale(
+        battles,
+        rated.split,
+        anchor=anchor,
+        established_min_votes=established_min_votes,
+        anchor_fallback=anchor_fallback,
+    )
     p = battles.n_models
     if not style_control:
         battles, rows = _identified_rows(battles, style_l2)
         fit = _fit(
             battles,
             rows,
-            anchor_index=anchor_index,
+            weights=scale.weights,
             ci="sandwich",
             rounds=100,
             seed=0,
@@ -913,7 +925,7 @@ def _rate_scanned(
         result = bt.newton(spill.evaluate, start, p, ref)
         meat = spill.meat_at_optimum(result.theta)
         cov = bt.robust_covariance(result, meat, p, penalty=rows.penalty, l2=style_l2)
-        fit = _sandwich_fit(result, cov, p, anchor_index)
+        fit = _sandwich_fit(result, cov, p, scale.weights)
     if ci == "none":
         fit = replace(
             fit, lower=fit.theta, upper=fit.theta, beta_lower=fit.beta, beta_upper=fit.beta
@@ -927,7 +939,8 @@ def _rate_scanned(
         ci=ci,
         rounds=None,
         seed=None,
-        anchor=anchor,
+        scale=scale,
+        established_min_votes=established_min_votes,
         reweight=reweight,
         style_l2=style_l2,
         with_online_elo=False,

@@ -79,6 +79,7 @@ def test_json_output_has_the_documented_shape(tmp_path, flat_battles):
         "rating_upper",
         "rank",
         "votes",
+        "preliminary",
     }
     assert sorted(m["model"] for m in result["models"]) == ["alpha", "beta", "delta", "gamma"]
 
@@ -220,6 +221,7 @@ def test_json_output_adds_the_provisional_models_and_keeps_its_schema(tmp_path, 
         "rating_upper",
         "rank",
         "votes",
+        "preliminary",
     }
     assert result["provisional"] == [
         {

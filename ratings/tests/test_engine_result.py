@@ -30,7 +30,7 @@ RESULT_KEYS = [
     "matrices",
     "online_elo",
 ]
-MODEL_KEYS = ["model", "rating", "rating_lower", "rating_upper", "rank", "votes"]
+MODEL_KEYS = ["model", "rating", "rating_lower", "rating_upper", "rank", "votes", "preliminary"]
 PROVISIONAL_KEYS = ["model", "battles", "wins", "losses", "ties", "reason"]
 METHOD_KEYS = [
     "style_control",
@@ -44,6 +44,9 @@ METHOD_KEYS = [
     "gradient_max_norm",
     "degenerate_style_elements",
     "scale",
+    "centre",
+    "established_min_votes",
+    "warnings",
 ]
 MATRIX_KEYS = ["models", "battle_counts", "win_fraction", "predicted_win_probability"]
 

@@ -13,6 +13,8 @@ from ratings import engine, plots, services
 @pytest.fixture(autouse=True)
 def small_categories(settings):
     settings.RATINGS_MIN_CATEGORY_VOTES = 10
+    # The fixtures' models have about 40 votes each: established at this board's scale.
+    settings.RATINGS_ESTABLISHED_MIN_VOTES = 10
 
 
 @pytest.fixture
