@@ -59,3 +59,20 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *expected: s
     for text in expected:
         assert text in lines[0], lines[0]
     return lines[0]
+
+
+def settings_start_refusal(name: str, value: str) -> str:
+    """Django started in a subprocess with the setting ``name`` at ``value``: the start must
+    fail with ``ImproperlyConfigured`` naming the setting; returns its stderr."""
+    out = subprocess.run(  # noqa: S603 (this interpreter, a fixed script)
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.test", name: value},
+        check=False,
+    )
+    assert out.returncode != 0, out.stdout
+    assert "ImproperlyConfigured" in out.stderr and name in out.stderr, out.stderr
+    return out.stderr

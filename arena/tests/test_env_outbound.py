@@ -8,10 +8,7 @@ no connection), so that no test connects outside loopback even with a broken gua
 """
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -32,6 +29,7 @@ from arena.env.outbound import (
 from arena.env.tokens import token_create
 from arena.env.webhook import WebhookFailed, webhook_deliver
 from arena.models import EnvRun
+from arena.tests.cli import settings_start_refusal
 from arena.tests.env_helpers import make_run, submit
 from arena.tests.outbound_helpers import LOOPBACK_ALLOWED, StubResolver, listening
 from arena.tests.webhook_receiver import WebhookReceiver
@@ -437,13 +435,4 @@ def test_a_stored_url_with_userinfo_is_masked_in_the_run_and_the_admin(trainer, 
     ],
 )
 def test_a_setting_out_of_range_refuses_to_start_naming_it(name, value):
-    out = subprocess.run(  # noqa: S603 (this interpreter, a fixed script)
-        [sys.executable, "-c", "import django; django.setup()"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.test", name: value},
-        check=False,
-    )
-    assert out.returncode != 0
-    assert "ImproperlyConfigured" in out.stderr and name in out.stderr
+    settings_start_refusal(name, value)

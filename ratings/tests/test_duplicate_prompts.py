@@ -2,14 +2,11 @@
 ``RATINGS_DUPLICATE_PROMPT_CAP`` rated votes (the first by vote id), on both refit paths, and
 the snapshot and /transparency say how many votes were left out."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from arena.models import USER_PROMPT_SOURCE, Battle, Prompt, Vote
 from arena.prompt_text import prompt_text_hash
+from arena.tests.cli import settings_start_refusal
 from ratings import selectors, services
 from ratings.tests.test_services_stream import assert_same, refresh_both
 
@@ -161,17 +158,4 @@ def test_the_leaderboard_json_counts_the_votes_left_out(client, greetings):
 
 @pytest.mark.parametrize("value", ["-1", "1000001"])
 def test_a_cap_out_of_range_refuses_to_start_naming_it(value):
-    out = subprocess.run(  # noqa: S603 (this interpreter, a fixed script)
-        [sys.executable, "-c", "import django; django.setup()"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "config.settings.test",
-            "RATINGS_DUPLICATE_PROMPT_CAP": value,
-        },
-        check=False,
-    )
-    assert out.returncode != 0
-    assert "ImproperlyConfigured" in out.stderr and "RATINGS_DUPLICATE_PROMPT_CAP" in out.stderr
+    settings_start_refusal("RATINGS_DUPLICATE_PROMPT_CAP", value)
