@@ -398,10 +398,21 @@ def live_models_public() -> list[LiveModel]:
 def votes_for_anomaly() -> QuerySet[Any, Any]:
     """The votes the anomalous-voter test reads (ratings.voters): every anonymous vote outside
     environment battles, flagged or not (a flag is a verdict on the vote, not on what the crowd
-    thinks of the pair), by id, with the voter, the winner and both sides' model slugs."""
+    thinks of the pair), by id, with the voter, the winner, both sides' model slugs, the style
+    counts, and what groups sessions into sources (address hash, user-agent class, time)."""
     return (
         Vote.objects.exclude(battle__source=Battle.Source.ENV)
         .filter(battle__mode=Battle.Mode.ANONYMOUS)
         .order_by("id")
-        .values("id", "voter_id", "winner", "battle__model_a__slug", "battle__model_b__slug")
+        .values(
+            "id",
+            "voter_id",
+            "winner",
+            "battle__model_a__slug",
+            "battle__model_b__slug",
+            "style",
+            "ip_hash",
+            "user_agent_class",
+            "created_at",
+        )
     )

@@ -29,6 +29,8 @@ snapshot reads (``ratings.selectors.rating_battles``: unflagged votes).
    - ``omnipresent`` (Min et al. 2025): as ``style`` where the target is seen; in battles without
      it, vote against whichever side is rated just above the target (its upper neighbours),
      for the other side.
+   - ``shorter`` (the naive attacker): one session, 150 votes, always the shorter answer
+     (fewer tokens), whatever the models.
    Defences OFF: no caps, no anomaly run, every recorded vote rated (identity-leak flags
    ignored). Defences ON: the daily caps (ARENA_VOTES_PER_SESSION_PER_DAY,
    ARENA_VOTES_PER_IP_PER_DAY at their defaults), identity-leak flags (set when the answer is
@@ -59,7 +61,7 @@ from bench.shape import server_url  # noqa: E402
 
 BROWSER_UA = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0"
 TIE_SHARE = 0.10
-STRATEGIES = ("style", "omnipresent")
+STRATEGIES = ("style", "omnipresent", "shorter")
 
 
 @dataclass
@@ -90,6 +92,8 @@ class Outcome:
     honest_flagged: int = 0
     honest_flag_reasons: dict[str, int] = field(default_factory=dict)
     honest_total: int = 0
+    # Per anomaly test (the smallest p-value of a flagged voter or source): (attacker, honest).
+    by_test: dict[str, tuple[int, int]] = field(default_factory=dict)
     rating: dict[str, Any] = field(default_factory=dict)
 
 
@@ -315,9 +319,28 @@ def attacker_votes(
         _voter("attacker", f"203.0.113.{i // cfg.sessions_per_address}")
         for i in range(cfg.attacker_sessions)
     ]
+    if strategy == "shorter":
+        voters = voters[:1]
     for voter in voters:
-        for _ in range(cfg.attacker_votes):
+        for _ in range(150 if strategy == "shorter" else cfg.attacker_votes):
             battle, a, b, messages = _battle(voter, rng)
+            if strategy == "shorter":
+                tokens = {
+                    side: sum((m.style or {}).get("tokens", 0) for m in messages if m.side == side)
+                    for side in ("a", "b")
+                }
+                out.target_battles += cfg.target in (a, b)
+                out.tried += 1
+                vote_id, capped = _vote(
+                    voter,
+                    battle.pk,
+                    "model_a" if tokens["a"] <= tokens["b"] else "model_b",
+                    caps=caps,
+                )
+                ids.append(vote_id)
+                if capped:
+                    refused.append(vote_id)
+                continue
             side, method = _side_target(messages, cfg.target, target_names, clf)
             truly = {"a": a, "b": b}
             out.target_battles += cfg.target in (a, b)
@@ -397,6 +420,19 @@ def _flag_counts(out: Outcome, attacker_ids: set[int]) -> None:
             out.honest_flagged += 1
 
 
+def _test_counts(out: Outcome, run: Any, attacker_ids: set[int]) -> None:
+    """Attacker and honest votes of the voters and sources each anomaly test flagged."""
+    from arena.models import Vote
+
+    for row in run.voters.itertuples():
+        ids = set(Vote.objects.filter(voter_id__in=row.sessions).values_list("id", flat=True))
+        attacker, honest = out.by_test.get(row.test, (0, 0))
+        out.by_test[row.test] = (
+            attacker + len(ids & attacker_ids),
+            honest + len(ids - attacker_ids),
+        )
+
+
 def scenario(
     cfg: Config, strategy: str, template: str, clf: StyleClassifier
 ) -> tuple[Outcome, Outcome]:
@@ -445,8 +481,9 @@ def scenario(
     on.accepted = len(kept)
     if refused:
         on.refused = {"vote_cap": len(refused)}
-    voters_flag_run()
+    run = voters_flag_run()
     _flag_counts(on, kept)
+    _test_counts(on, run, kept)
     rating(on, kept, include_flagged=False)
     _use_database("postgres")
     _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -566,6 +603,14 @@ def main() -> None:
         f"{cfg.honest_votes} votes; seed {cfg.seed}; {time.monotonic() - started:.0f} s."
     )
     print(_table(outcomes))
+    print()
+    print("Anomaly tests (defences on; a voter or source counted under its smallest p-value):")
+    for o in outcomes:
+        if o.defences == "on":
+            tests = ", ".join(
+                f"{t}: {a} attacker / {h} honest" for t, (a, h) in sorted(o.by_test.items())
+            )
+            print(f"- {o.strategy}: {tests or 'none flagged'}")
 
 
 if __name__ == "__main__":

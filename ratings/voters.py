@@ -1,5 +1,12 @@
-"""Anomalous voters: the test (``ratings.engine.anomaly``) run over the arena's votes, and the
-flags it sets (``arena.services.flags``). Run by ``manage.py flag_voters`` and a periodic task.
+"""Anomalous voters: the tests (``ratings.engine.anomaly``) run over the arena's votes, and the
+flags they set (``arena.services.flags``). Run by ``manage.py flag_voters`` and a periodic task.
+
+Each session (voter id) is tested three ways: against the crowd's rates on each pair, and, from
+one Bradley-Terry fit (style-controlled over the votes with style counts) of every tested vote,
+a voter x model test and a goodness-of-fit test; the voter's p-value is Bonferroni's over them.
+Sessions sharing an address hash and user-agent class whose first votes follow each other within
+``ARENA_ANOMALY_SOURCE_WINDOW_MINUTES`` are tested the same way as one source; a flagged source
+flags the votes of all its sessions.
 
 Flags are sticky: a voter flagged once keeps the flag on those votes until staff clear it in the
 admin (a vote whose flag staff cleared is never flagged for it again). Later votes of a voter
@@ -9,20 +16,34 @@ still anomalous are flagged by the next run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import pandas as pd
 from django.conf import settings
 
+from answer_style.schema import CONV_METADATA_KEYS
 from arena.selectors import votes_for_anomaly
 from arena.services.flags import ANOMALOUS_VOTER, voters_flag
-from ratings.engine.anomaly import voters_anomaly, voters_flagged
+from ratings.engine.anomaly import (
+    AnomalyResult,
+    fitted_expectations,
+    voter_fit_test,
+    voter_model_test,
+    voter_sources,
+    voters_anomaly,
+    voters_combined,
+    voters_flagged,
+)
 
 
 @dataclass(frozen=True)
 class VoterFlagRun:
-    """What a run found: the voters below the threshold (``voter``, ``n_votes``, ``statistic``,
-    ``p_value``), their tested votes (``vote_id``, ``voter``, ``p_value``), and the ids of the
-    votes it flagged (none on a dry run)."""
+    """What a run found: the voters and sources below the threshold (``voter``, ``n_votes``,
+    ``statistic``, ``p_crowd``, ``p_model``, ``p_fit``, ``test``, ``p_value``; a source's
+    ``voter`` is its ``source:`` label and ``sessions`` lists its voter ids), their tested votes
+    (``vote_id``, ``voter``, ``p_value``: the crowd test's), and the ids of the votes it flagged
+    (none on a dry run)."""
 
     voters: pd.DataFrame
     votes: pd.DataFrame
@@ -32,14 +53,44 @@ class VoterFlagRun:
     threshold: float
     dry_run: bool
     flagged_vote_ids: list[int] = field(default_factory=list)
+    flagged_voter_ids: list[str] = field(default_factory=list)
+
+
+def _complete(meta: Any) -> bool:
+    return isinstance(meta, dict) and all(k in meta for k in CONV_METADATA_KEYS)
+
+
+def _with_style(frame: pd.DataFrame, styles: list[Any]) -> tuple[pd.DataFrame, np.ndarray]:
+    """``frame`` with the flat style columns (zeros where a vote lacks counts) and the mask of
+    the votes that have them all."""
+    from ratings.engine import flatten_conv_metadata
+
+    complete = np.array([_complete(s) for s in styles], dtype=bool)
+    zeros = {
+        key: 0 if parts is None else dict.fromkeys(parts, 0)
+        for key, parts in CONV_METADATA_KEYS.items()
+    }
+    metas = [s if ok else zeros for s, ok in zip(styles, complete, strict=True)]
+    flat = flatten_conv_metadata(frame.assign(conv_metadata=metas))
+    return flat, complete
+
+
+def _tested(
+    frame: pd.DataFrame, expectations: Any, *, min_votes: int
+) -> tuple[AnomalyResult, pd.DataFrame]:
+    crowd = voters_anomaly(frame, min_votes=min_votes)
+    model = voter_model_test(frame, expectations, min_votes=min_votes)
+    fit = voter_fit_test(frame, expectations, min_votes=min_votes)
+    return crowd, voters_combined(crowd.voters, model, fit)
 
 
 def voters_flag_run(
     *, dry_run: bool = False, min_votes: int | None = None, threshold: float | None = None
 ) -> VoterFlagRun:
-    """Test every voter; flag the anomalous ones and their votes unless ``dry_run``."""
+    """Test every voter and source; flag the anomalous ones' votes unless ``dry_run``."""
     min_votes = settings.ARENA_ANOMALY_MIN_VOTES if min_votes is None else min_votes
     threshold = settings.ARENA_ANOMALY_P_THRESHOLD if threshold is None else threshold
+    window = 60.0 * settings.ARENA_ANOMALY_SOURCE_WINDOW_MINUTES
     rows = list(votes_for_anomaly())
     frame = pd.DataFrame(
         {
@@ -50,15 +101,44 @@ def voters_flag_run(
             "winner": [r["winner"] for r in rows],
         }
     )
-    result = voters_anomaly(frame, min_votes=min_votes)
-    flagged = voters_flagged(result, threshold=threshold)
+    styled, complete = _with_style(frame, [r["style"] for r in rows])
+    expectations = fitted_expectations(styled, style_complete=complete)
+    result, combined = _tested(frame, expectations, min_votes=min_votes)
+    combined["sessions"] = [[v] for v in combined["voter"]]
+    # Sources: the same votes, each under its session's source label; tested where a source
+    # holds more than one session (a lone session's test is the one above).
+    sessions = pd.DataFrame(
+        {
+            "voter": frame["voter"],
+            "ip_hash": [r["ip_hash"] for r in rows],
+            "user_agent_class": [r["user_agent_class"] for r in rows],
+            "first_vote": [r["created_at"].timestamp() for r in rows],
+        }
+    )
+    sessions = sessions.groupby("voter", as_index=False).agg(
+        ip_hash=("ip_hash", "first"),
+        user_agent_class=("user_agent_class", "first"),
+        first_vote=("first_vote", "min"),
+    )
+    source = voter_sources(sessions, window_seconds=window) if window > 0 else pd.Series()
+    if len(source):
+        grouped = frame.assign(voter=frame["voter"].map(source).fillna(frame["voter"]))
+        _, by_source = _tested(grouped, expectations, min_votes=min_votes)
+        by_source = by_source[by_source["voter"].isin(set(source))].copy()
+        members = source.groupby(source).groups
+        by_source["sessions"] = [sorted(members[s]) for s in by_source["voter"]]
+        combined = pd.concat([combined, by_source], ignore_index=True)
+    flagged = voters_flagged(
+        AnomalyResult(votes=result.votes, voters=combined), threshold=threshold
+    )
+    voter_ids = sorted({v for sessions_ in flagged["sessions"] for v in sessions_})
     votes = pd.DataFrame(
         {"vote_id": frame["vote_id"], "voter": frame["voter"], "p_value": result.votes["p_value"]}
     )
-    votes = votes[votes["voter"].isin(set(flagged["voter"]))].reset_index(drop=True)
+    votes = votes[votes["voter"].isin(set(voter_ids))].reset_index(drop=True)
     changed: list[int] = []
-    if not dry_run and len(flagged):
-        changed = voters_flag(voter_ids=list(flagged["voter"]), reason=ANOMALOUS_VOTER)
+    if not dry_run and voter_ids:
+        changed = voters_flag(voter_ids=voter_ids, reason=ANOMALOUS_VOTER)
     return VoterFlagRun(
         voters=flagged,
         votes=votes,
@@ -68,4 +148,5 @@ def voters_flag_run(
         threshold=threshold,
         dry_run=dry_run,
         flagged_vote_ids=changed,
+        flagged_voter_ids=voter_ids,
     )

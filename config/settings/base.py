@@ -314,11 +314,30 @@ CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 # A vote cast sooner than this after the answers were complete is kept but flagged.
 ARENA_MIN_VOTE_SECONDS = env.float("ARENA_MIN_VOTE_SECONDS", default=1.0)
 # Anomalous voters (ratings.voters, Chiang et al. 2024 section 5.1): a voter with at least
-# ARENA_ANOMALY_MIN_VOTES tested votes whose combined (Fisher) p-value is below the threshold is
-# flagged with all their votes. Bonferroni: with V voters tested the expected number of honest
-# voters flagged per run is at most V x threshold (0.1 for 1,000 voters at 1e-4).
+# ARENA_ANOMALY_MIN_VOTES tested votes whose p-value is below the threshold is flagged with all
+# their votes; the p-value is Bonferroni's over three tests (the crowd's rates on each pair,
+# Fisher's method; the voter x model test and the goodness of fit against the fitted ratings).
+# With V voters and sources tested the expected number of honest ones flagged per run is at most
+# V x threshold (0.1 for 1,000 voters at 1e-4).
 ARENA_ANOMALY_MIN_VOTES = env.int("ARENA_ANOMALY_MIN_VOTES", default=10)
 ARENA_ANOMALY_P_THRESHOLD = env.float("ARENA_ANOMALY_P_THRESHOLD", default=1e-4)
+# Sessions with the same address hash and user-agent class whose first votes follow each other
+# within this many minutes are also tested as one source; a flagged source flags all its
+# sessions' votes.
+ARENA_ANOMALY_SOURCE_WINDOW_MINUTES = env.float("ARENA_ANOMALY_SOURCE_WINDOW_MINUTES", default=60)
+if ARENA_ANOMALY_MIN_VOTES < 1:
+    raise ImproperlyConfigured(
+        f"ARENA_ANOMALY_MIN_VOTES must be at least 1; it is {ARENA_ANOMALY_MIN_VOTES}."
+    )
+if not 0 < ARENA_ANOMALY_P_THRESHOLD < 1:
+    raise ImproperlyConfigured(
+        f"ARENA_ANOMALY_P_THRESHOLD must be between 0 and 1; it is {ARENA_ANOMALY_P_THRESHOLD}."
+    )
+if not 0 <= ARENA_ANOMALY_SOURCE_WINDOW_MINUTES <= 7 * 24 * 60:
+    raise ImproperlyConfigured(
+        "ARENA_ANOMALY_SOURCE_WINDOW_MINUTES must be from 0 (no sources) to 10080 (a week); "
+        f"it is {ARENA_ANOMALY_SOURCE_WINDOW_MINUTES}."
+    )
 # Active pair sampling (arena.sampling): pairs by how much one more battle narrows their interval,
 # from the latest snapshot, with ARENA_SAMPLING_FLOOR of the draws spread evenly over every pair.
 # Off: models by sampling weight alone.

@@ -126,3 +126,301 @@ def voters_flagged(result: AnomalyResult, *, threshold: float) -> pd.DataFrame:
     voters = result.voters
     flagged = voters[voters["p_value"].notna() & (voters["p_value"] < threshold)]
     return flagged.sort_values(["p_value", "voter"]).reset_index(drop=True)
+
+
+# --- Model-based tests ----------------------------------------------------------------------
+#
+# The crowd test above needs other voters on the same pair; a scripted voter who mostly meets
+# pairs nobody else judged passes it. The tests below compare each vote with what the fitted
+# Bradley-Terry model predicts instead, so every vote between two rated models informs:
+#
+#     p_i = P(a_i beats b_i) = expit(theta[a_i] - theta[b_i] + beta . z_i)
+#
+# with ``theta`` the fitted logits, ``beta`` the fitted style coefficients and ``z_i`` the
+# battle's z-scored style differences (zero where the vote has no style counts). The vote's score
+# from A's side is ``y_i`` (1, 0.5 for a tie of either kind, 0) and its residual ``r_i = y_i - p_i``.
+# ``Var(y_i) <= p_i (1 - p_i)`` whatever the tie rate (``y^2 <= y`` on [0, 1]), so standardising by
+# ``p_i (1 - p_i)`` errs towards honest voters. The expectations come from one fit of every tested
+# vote, the voter's own included, which pulls them towards the voter: conservative again.
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """Each vote's ``p_a`` (P(model A beats model B) under the fit, NaN where either model is
+    not rated) and ``design`` (shape (1 + k, n): the fitted linear predictor, then the k z-scored
+    style differences), in row order."""
+
+    p_a: np.ndarray
+    design: np.ndarray
+
+
+def model_expectations(
+    model_a: pd.Series,
+    model_b: pd.Series,
+    *,
+    logits: dict[str, float],
+    style: np.ndarray | None = None,
+    coefficients: np.ndarray | None = None,
+) -> Expectations:
+    """``p_a`` and ``design`` for the votes (see the section's text); ``style`` (k, n) holds the
+    z-scored style differences (NaN where a vote has none: counted as 0), ``coefficients`` (k,)."""
+    theta_a = model_a.astype(str).map(logits).to_numpy(dtype=float)
+    theta_b = model_b.astype(str).map(logits).to_numpy(dtype=float)
+    eta = theta_a - theta_b
+    z = np.zeros((0, len(eta)))
+    if style is not None and coefficients is not None and len(coefficients):
+        z = np.nan_to_num(np.asarray(style, dtype=float), nan=0.0)
+        eta = eta + np.asarray(coefficients, dtype=float) @ z
+    p_a = 1.0 / (1.0 + np.exp(-eta))
+    return Expectations(p_a=p_a, design=np.vstack([eta[None, :], z]))
+
+
+def _scores(winner: pd.Series) -> np.ndarray:
+    scores: np.ndarray = winner.astype(str).map(OUTCOME_SCORES).to_numpy(dtype=float)
+    return scores
+
+
+#: A vote's score from model A's side; ties of either kind are half a win (as in the fit).
+OUTCOME_SCORES = {"model_a": 1.0, "model_b": 0.0, "tie": 0.5, "tie (bothbad)": 0.5}
+
+
+def _normal_two_sided(z: np.ndarray) -> np.ndarray:
+    from scipy.stats import norm
+
+    return np.asarray(np.minimum(1.0, 2.0 * norm.sf(np.abs(z))), dtype=float)
+
+
+def voter_model_test(
+    votes: pd.DataFrame, expectations: Expectations, *, min_votes: int = 10
+) -> pd.DataFrame:
+    """Does a voter's record favour (or disfavour) one model beyond what the fit predicts?
+
+    For voter ``u`` and model ``m``, over ``u``'s battles with ``m`` on either side:
+
+        Z_um = (|sum (y_m - p_m)| - 1/2)+ / sqrt(sum p_m (1 - p_m))
+
+    ``y_m``, ``p_m`` the score and fitted win probability from ``m``'s side; the half is a
+    continuity correction (the sum moves in steps of a half). Two-sided normal p-values for the
+    (voter, model) cells with at least ``min_votes`` battles; the voter's p-value is Bonferroni's
+    over them: ``min(1, M_u min_m p_um)``. One row per voter with a tested cell: ``voter``,
+    ``n_models`` (M_u), ``model`` (the most anomalous), ``z`` (its signed score), ``p_value``.
+    """
+    p = expectations.p_a
+    known = np.isfinite(p)
+    y = _scores(votes["winner"])
+    known &= np.isfinite(y)
+    voter = votes["voter"].astype(str).to_numpy()[known]
+    sides = [
+        votes["model_a"].astype(str).to_numpy()[known],
+        votes["model_b"].astype(str).to_numpy()[known],
+    ]
+    r = (y - p)[known]
+    w = (p * (1.0 - p))[known]
+    cell_voter = np.concatenate([voter, voter])
+    cell_model = np.concatenate(sides)
+    residual = np.concatenate([r, -r])
+    variance = np.concatenate([w, w])
+    codes, uniques = pd.factorize(pd.Series(cell_voter) + "\x00" + pd.Series(cell_model))
+    n_cells = len(uniques)
+    n = np.bincount(codes, minlength=n_cells)
+    s = np.bincount(codes, weights=residual, minlength=n_cells)
+    v = np.bincount(codes, weights=variance, minlength=n_cells)
+    first = np.zeros(n_cells, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]
+    cells = pd.DataFrame(
+        {"voter": cell_voter[first], "model": cell_model[first], "n": n, "s": s, "v": v}
+    )
+    cells = cells[(cells["n"] >= min_votes) & (cells["v"] > 0)].copy()
+    columns = ["voter", "n_models", "model", "z", "p_value"]
+    if cells.empty:
+        return pd.DataFrame(
+            {c: pd.Series(dtype=object if c in ("voter", "model") else float) for c in columns}
+        )
+    magnitude = np.maximum(np.abs(cells["s"].to_numpy()) - 0.5, 0.0)
+    cells["z"] = np.sign(cells["s"].to_numpy()) * magnitude / np.sqrt(cells["v"].to_numpy())
+    cells["p"] = _normal_two_sided(cells["z"].to_numpy())
+    cells = cells.sort_values(["voter", "p", "model"])
+    best = cells.groupby("voter", sort=True).head(1).set_index("voter")
+    n_models = cells.groupby("voter", sort=True).size()
+    out = pd.DataFrame(
+        {
+            "n_models": n_models,
+            "model": best["model"],
+            "z": best["z"],
+            "p_value": np.minimum(1.0, n_models * best["p"]),
+        }
+    )
+    return out.reset_index()[columns]
+
+
+def voter_fit_test(
+    votes: pd.DataFrame, expectations: Expectations, *, min_votes: int = 10
+) -> pd.DataFrame:
+    """Do a voter's votes follow the fitted model: the same weight on the rating difference and
+    on each style difference as everybody's fit?
+
+    The score test of ``gamma = 0`` in the voter's own model ``logit P(a wins) = eta_i +
+    gamma . x_i``, ``x_i`` the columns of ``expectations.design`` (the fitted linear predictor
+    and the z-scored style differences): with ``S_u = sum x_i r_i`` and ``I_u = sum p_i (1 - p_i)
+    x_i x_i^T`` over the voter's votes,
+
+        T_u = S_u^T I_u^+ S_u  ~  chi-squared with rank(I_u) degrees of freedom.
+
+    A voter who always picks the shorter answer has residuals that fall with the length
+    difference (the style direction); one who votes at random or against the ratings, residuals
+    that fall with ``eta`` (the rating direction). One row per voter with at least ``min_votes``
+    votes between rated models: ``voter``, ``n_votes``, ``statistic``, ``df``, ``p_value``.
+    """
+    from scipy.stats import chi2
+
+    p = expectations.p_a
+    y = _scores(votes["winner"])
+    known = np.isfinite(p) & np.isfinite(y)
+    x = expectations.design[:, known].T  # (n, d)
+    r = (y - p)[known]
+    w = (p * (1.0 - p))[known]
+    codes, uniques = pd.factorize(votes["voter"].astype(str).to_numpy()[known])
+    n_voters, d = len(uniques), x.shape[1]
+    columns = ["voter", "n_votes", "statistic", "df", "p_value"]
+    counts = np.bincount(codes, minlength=n_voters)
+    enough = counts >= min_votes
+    if not enough.any():
+        return pd.DataFrame(
+            {c: pd.Series(dtype=object if c == "voter" else float) for c in columns}
+        )
+    score = np.zeros((n_voters, d))
+    np.add.at(score, codes, x * r[:, None])
+    information = np.zeros((n_voters, d, d))
+    np.add.at(information, codes, w[:, None, None] * x[:, :, None] * x[:, None, :])
+    score, information = score[enough], information[enough]
+    # Scale-free rank: an element a voter's battles never vary in adds no degree of freedom.
+    scale = np.sqrt(np.maximum(np.einsum("vii->vi", information), 0.0))
+    scale[scale == 0] = 1.0
+    unit = information / scale[:, :, None] / scale[:, None, :]
+    inverse = np.linalg.pinv(unit, rcond=1e-8, hermitian=True)
+    scaled = score / scale
+    statistic = np.einsum("vi,vij,vj->v", scaled, inverse, scaled)
+    df = np.linalg.matrix_rank(unit, tol=1e-8, hermitian=True)
+    p_value = np.where(df > 0, chi2.sf(statistic, np.maximum(df, 1)), 1.0)
+    return pd.DataFrame(
+        {
+            "voter": np.asarray(uniques)[enough],
+            "n_votes": counts[enough],
+            "statistic": statistic,
+            "df": df,
+            "p_value": p_value,
+        }
+    )[columns]
+
+
+#: The tests a voter meets, in the order their p-values are reported.
+TESTS = ("crowd", "model", "fit")
+
+
+def voters_combined(crowd: pd.DataFrame, model: pd.DataFrame, fit: pd.DataFrame) -> pd.DataFrame:
+    """One p-value per voter from the three tests, by Bonferroni's rule:
+
+        p_u = min(1, T_u min_t p_ut)
+
+    over the ``T_u`` tests that gave the voter a p-value, so that a threshold on ``p_u`` bounds
+    an honest voter's chance of a flag as a threshold on one test's p-value does. The crowd
+    test's rows (``voter``, ``n_votes``, ``statistic``) lead, with ``p_crowd``, ``p_model``,
+    ``p_fit`` (NaN: not tested), ``test`` (the smallest one's name) and ``p_value``.
+    """
+    out = crowd.rename(columns={"p_value": "p_crowd"}).set_index("voter")
+    out["p_model"] = model.set_index("voter")["p_value"] if len(model) else np.nan
+    out["p_fit"] = fit.set_index("voter")["p_value"] if len(fit) else np.nan
+    ps = out[["p_crowd", "p_model", "p_fit"]].to_numpy(dtype=float)
+    tested = np.isfinite(ps).sum(axis=1)
+    smallest = np.where(
+        tested > 0, np.nanmin(np.where(np.isfinite(ps), ps, np.inf), axis=1), np.nan
+    )
+    out["test"] = [
+        TESTS[int(i)] if t else ""
+        for i, t in zip(
+            np.nanargmin(np.where(np.isfinite(ps), ps, np.inf), axis=1), tested, strict=True
+        )
+    ]
+    out["p_value"] = np.where(tested > 0, np.minimum(1.0, tested * smallest), np.nan)
+    return out.reset_index()
+
+
+def fitted_expectations(
+    votes: pd.DataFrame, *, style_complete: np.ndarray | None = None
+) -> Expectations:
+    """The expectations of ``votes`` (``model_a``, ``model_b``, ``winner``) under the arena's
+    Bradley-Terry fit of the same votes (``rate``, sandwich intervals, no online Elo).
+
+    With ``style_complete`` (one bool per row; those rows carry the flat style counts of
+    ``STYLE_COLUMNS``), the fit is style-controlled over those rows, and each of them gets the
+    fit's coefficients applied to its style differences, z-scored as the fit z-scores them
+    (mean and population standard deviation over the fitted rows); the other rows get the
+    fitted ratings alone. Votes whose models the fit cannot rate get NaN; so does every vote
+    when no fit is possible (too few votes or models).
+    """
+    from .api import ELO_PER_LOGIT, rate
+    from .data import STYLE_ELEMENTS, style_differences
+    from .errors import EngineError
+
+    n = len(votes)
+    nothing = Expectations(p_a=np.full(n, np.nan), design=np.full((1, n), np.nan))
+    core = votes[["model_a", "model_b", "winner"]].reset_index(drop=True)
+    styled = (
+        np.zeros(n, dtype=bool)
+        if style_complete is None
+        else np.asarray(style_complete, dtype=bool)
+    )
+    try:
+        if styled.any():
+            fitted = votes.reset_index(drop=True)[styled]
+            result = rate(fitted, style_control=True, ci="sandwich", with_online_elo=False)
+        else:
+            result = rate(core, style_control=False, ci="sandwich", with_online_elo=False)
+    except EngineError:
+        return nothing
+    logits = {m.model: m.rating / ELO_PER_LOGIT for m in result.models}
+    coefficients = result.style_coefficients or {}
+    names = [e for e in STYLE_ELEMENTS if coefficients.get(e) is not None]
+    if not names:
+        return model_expectations(core["model_a"], core["model_b"], logits=logits)
+    raw, elements = style_differences(votes.reset_index(drop=True)[styled])
+    rows = [elements.index(e) for e in names]
+    raw = raw[rows]
+    rated = (
+        core.loc[styled, "model_a"].isin(logits.keys())
+        & core.loc[styled, "model_b"].isin(logits.keys())
+    ).to_numpy()
+    mean = raw[:, rated].mean(axis=1)
+    std = raw[:, rated].std(axis=1)
+    z = np.full((len(names), n), np.nan)
+    z[:, styled] = (raw - mean[:, None]) / np.where(std > 0, std, 1.0)[:, None]
+    beta = np.array([coefficients[e] for e in names], dtype=float)
+    return model_expectations(
+        core["model_a"], core["model_b"], logits=logits, style=z, coefficients=beta
+    )
+
+
+def voter_sources(
+    sessions: pd.DataFrame, *, window_seconds: float, min_sessions: int = 2
+) -> pd.Series:
+    """Sessions that look like one source: the same address hash and user-agent class, each
+    first vote within ``window_seconds`` of the previous session's first vote in that group
+    (a chain, sorted by first vote). ``sessions``: ``voter``, ``ip_hash``, ``user_agent_class``,
+    ``first_vote`` (seconds, any origin). Returns, for each voter in a source of at least
+    ``min_sessions`` sessions, its source's label (``source:<ip_hash>:<ua>:<n>``); sessions
+    without an address hash form no source.
+    """
+    frame = sessions[sessions["ip_hash"].astype(str) != ""].sort_values(
+        ["ip_hash", "user_agent_class", "first_vote", "voter"]
+    )
+    if frame.empty:
+        return pd.Series(dtype=str)
+    key = frame["ip_hash"].astype(str) + ":" + frame["user_agent_class"].astype(str)
+    new_group = (key != key.shift()).to_numpy()
+    gap = frame["first_vote"].diff().to_numpy()
+    starts = new_group | ~(gap <= window_seconds)
+    number = np.cumsum(starts)
+    label = "source:" + key.to_numpy().astype(object) + ":" + number.astype(str).astype(object)
+    out = pd.Series(label, index=frame["voter"].astype(str).to_numpy())
+    size = out.map(out.value_counts())
+    return out[size >= min_sessions]

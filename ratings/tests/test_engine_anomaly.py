@@ -8,9 +8,15 @@ import pandas as pd
 import pytest
 
 from ratings.engine.anomaly import (
+    AnomalyResult,
     fisher_log_sf,
+    fitted_expectations,
+    model_expectations,
     vote_p_values,
+    voter_fit_test,
+    voter_model_test,
     voters_anomaly,
+    voters_combined,
     voters_flagged,
 )
 
@@ -108,3 +114,68 @@ def test_no_votes_give_empty_results():
     result = voters_anomaly(frame([]), min_votes=10)
     assert result.votes.empty and result.voters.empty
     assert voters_flagged(result, threshold=1e-4).empty
+
+
+def targeted_arena(seed):
+    """Honest voters judge the pairs m0-m1, m0-m2, m1-m2 and m3-m4, m1-m3 (Bradley-Terry, 10%
+    ties); the attacker meets only pairs nobody else judged (m0 against m3 and m4) and votes for
+    m0, the weakest, every time."""
+    rng = np.random.default_rng(seed)
+    strength = {"m0": 0.0, "m1": 0.5, "m2": 1.0, "m3": 1.5, "m4": 2.0}
+    pairs = [("m0", "m1"), ("m0", "m2"), ("m1", "m2"), ("m3", "m4"), ("m1", "m3")]
+    rows = []
+    for v in range(20):
+        for _ in range(40):
+            a, b = pairs[rng.integers(len(pairs))]
+            p_a = 1 / (1 + np.exp(strength[b] - strength[a]))
+            roll = rng.random()
+            winner = "tie" if roll < 0.1 else ("model_a" if rng.random() < p_a else "model_b")
+            rows.append((f"honest-{v}", a, b, winner))
+    for i in range(40):
+        other = ("m3", "m4")[i % 2]
+        rows.append(("attacker", "m0", other, "model_a"))
+    return frame(rows)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_targeted_voter_on_pairs_nobody_else_judged_is_caught_by_the_voter_model_test(seed):
+    votes = targeted_arena(seed)
+    crowd = voters_anomaly(votes, min_votes=10).voters
+    # Alone on its pairs, the crowd test has nothing to hold the attacker against.
+    assert crowd.set_index("voter").loc["attacker", "p_value"] > 0.5
+    expectations = fitted_expectations(votes)
+    model = voter_model_test(votes, expectations, min_votes=10).set_index("voter")
+    assert model.loc["attacker", "p_value"] < 1e-6 and model.loc["attacker", "model"] == "m0"
+    combined = voters_combined(crowd, model.reset_index(), voter_fit_test(votes, expectations))
+    flagged = voters_flagged(AnomalyResult(votes=votes, voters=combined), threshold=1e-4)
+    assert list(flagged["voter"]) == ["attacker"]
+    honest = combined[combined["voter"] != "attacker"]
+    assert (honest["p_value"] > 1e-3).all()
+
+
+def test_the_voter_model_score_is_the_standardised_sum_of_residuals():
+    # Two models at equal strength: p = 1/2 everywhere. A voter who picks x in 16 of 16 battles
+    # has sum (y - p) = 8, variance 16/4 = 4: Z = (8 - 1/2) / 2.
+    votes = frame([("u", "x", "y", "model_a")] * 16)
+    expectations = model_expectations(votes["model_a"], votes["model_b"], logits={"x": 0, "y": 0})
+    row = voter_model_test(votes, expectations, min_votes=10).iloc[0]
+    assert row["z"] == pytest.approx(3.75) and row["n_models"] == 2
+    assert row["p_value"] == pytest.approx(min(1.0, 2 * 2 * 0.5 * math.erfc(3.75 / math.sqrt(2))))
+
+
+def test_the_fit_test_sees_a_voter_who_votes_against_the_style_the_crowd_rewards():
+    rng = np.random.default_rng(5)
+    n = 60
+    length = rng.normal(size=n)
+    votes = frame([("u", "x", "y", "model_a" if d < 0 else "model_b") for d in length])
+    # The fit says: equal models, longer answers win (beta = 1 per standard deviation).
+    expectations = model_expectations(
+        votes["model_a"],
+        votes["model_b"],
+        logits={"x": 0.0, "y": 0.0},
+        style=length[None, :],
+        coefficients=np.array([1.0]),
+    )
+    row = voter_fit_test(votes, expectations, min_votes=10).iloc[0]
+    # Equal models: the linear predictor is the style term itself, one direction (rank 1).
+    assert row["df"] == 1 and row["p_value"] < 1e-6

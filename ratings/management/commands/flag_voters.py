@@ -1,7 +1,8 @@
 """``manage.py flag_voters [--dry-run]``: flag anomalous voters and their votes now.
 
-The same run as the periodic task (``ratings.tasks.voters_flag``); prints each voter below the
-threshold with their combined p-value, and each of their tested votes with its own p-value.
+The same run as the periodic task (``ratings.tasks.voters_flag``); prints each voter and source
+below the threshold with each test's p-value and the combined one, and each flagged voter's
+tested votes with their crowd p-values.
 ``--dry-run`` prints the same and writes nothing.
 """
 
@@ -13,7 +14,7 @@ from ratings.voters import voters_flag_run
 
 
 class Command(BaseCommand):
-    help = "Flag voters whose votes disagree with everyone else's beyond chance (Fisher's method)."
+    help = "Flag voters and sources whose votes disagree with the crowd or the fit beyond chance."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--dry-run", action="store_true", help="print only; write nothing")
@@ -43,9 +44,26 @@ class Command(BaseCommand):
         )
         by_voter = run.votes.groupby("voter", sort=False)
         for voter in run.voters.itertuples():
+            tests = ", ".join(
+                f"{name} {p:.3g}"
+                for name, p in (
+                    ("crowd", voter.p_crowd),
+                    ("model", voter.p_model),
+                    ("fit", voter.p_fit),
+                )
+                if p == p  # NaN: not tested
+            )
+            if voter.voter.startswith("source:"):
+                self.stdout.write(
+                    f"Anomalous source {voter.voter}: {voter.n_votes} votes from "
+                    f"{len(voter.sessions)} sessions ({', '.join(voter.sessions)}); p-values "
+                    f"{tests}; combined p = {voter.p_value:.3g} ({voter.test})"
+                )
+                continue
             self.stdout.write(
                 f"Anomalous voter {voter.voter}: {voter.n_votes} votes, "
-                f"Fisher statistic {voter.statistic:.1f}, combined p = {voter.p_value:.3g}"
+                f"Fisher statistic {voter.statistic:.1f}; p-values {tests}; "
+                f"combined p = {voter.p_value:.3g} ({voter.test})"
             )
             for vote in by_voter.get_group(voter.voter).itertuples():
                 self.stdout.write(f"  vote {vote.vote_id}: p = {vote.p_value:.3g}")
@@ -55,6 +73,6 @@ class Command(BaseCommand):
             )
         else:
             self.stdout.write(
-                f"Flagged {len(run.voters)} voter(s); {len(run.flagged_vote_ids)} vote(s) newly "
+                f"Flagged {len(run.voters)} voter(s) or source(s); {len(run.flagged_vote_ids)} vote(s) newly "
                 "flagged anomalous_voter."
             )

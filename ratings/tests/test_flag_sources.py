@@ -1,0 +1,133 @@
+"""The model-based tests and sources in ``manage.py flag_voters``' run, on the demo's 1,751 real
+expert votes: honest experts keep their votes, a scripted voter who always picks the shorter
+answer is flagged, and sessions from one address are tested together as one source."""
+
+import datetime as dt
+import random
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from answer_style import conv_metadata, style_counts
+from arena.models import Battle, Completion, Vote
+from ratings.voters import voters_flag_run
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+
+
+@pytest.fixture
+def demo(db):
+    call_command("load_demo", verbosity=0)
+    return Vote.objects.count()
+
+
+def pool_votes(*, voter, n, seed, choose, ip_hash="", created_at=None):
+    """``n`` votes by ``voter`` on random pool battles (two models' pool answers to one prompt,
+    with their style counts); ``choose(style)`` picks the winner from the battle's counts."""
+    rng = random.Random(seed)
+    by_prompt = {}
+    for completion in Completion.objects.filter(source="pool").select_related("model"):
+        by_prompt.setdefault(completion.prompt_id, []).append(completion)
+    prompts = sorted(p for p, cs in by_prompt.items() if len(cs) >= 2)
+    battles, votes = [], []
+    for _ in range(n):
+        a, b = rng.sample(by_prompt[rng.choice(prompts)], 2)
+        style = conv_metadata(
+            [style_counts(t) for t in a.turns], [style_counts(t) for t in b.turns]
+        )
+        battle = Battle(
+            mode=Battle.Mode.ANONYMOUS,
+            source=Battle.Source.POOL,
+            model_a=a.model,
+            model_b=b.model,
+            prompt_id=a.prompt_id,
+            state=Battle.State.VOTED,
+        )
+        battles.append(battle)
+        votes.append(
+            Vote(
+                battle=battle,
+                winner=choose(style),
+                voter_id=voter,
+                ip_hash=ip_hash,
+                user_agent_class="browser",
+                style=style,
+            )
+        )
+    Battle.objects.bulk_create(battles)
+    Vote.objects.bulk_create(votes)
+    if created_at is not None:
+        Vote.objects.filter(voter_id=voter).update(created_at=created_at)
+
+
+def shorter(style):
+    return (
+        "model_a"
+        if style["sum_assistant_a_tokens"] <= style["sum_assistant_b_tokens"]
+        else "model_b"
+    )
+
+
+def test_the_demos_expert_votes_are_flagged_at_most_two_per_cent(demo):
+    run = voters_flag_run(dry_run=True)
+    assert run.n_votes_tested == demo == 1751
+    flagged = len(run.votes)
+    assert flagged <= 0.02 * demo
+
+
+def test_a_voter_who_always_picks_the_shorter_answer_is_flagged_with_every_vote(demo):
+    pool_votes(voter="shorter", n=150, seed=3, choose=shorter)
+    run = voters_flag_run(dry_run=True)
+    assert list(run.voters["voter"]) == ["shorter"]
+    assert (run.votes["voter"] == "shorter").sum() == 150
+    assert run.voters.iloc[0]["test"] == "fit"
+
+
+def test_sessions_from_one_address_are_flagged_as_one_source(demo):
+    """Ten sessions of 8 votes each (below ARENA_ANOMALY_MIN_VOTES: none is tested alone), one
+    address and user agent, first votes minutes apart: the source is tested and flagged."""
+    start = timezone.now()
+    for i in range(10):
+        pool_votes(
+            voter=f"sybil-{i}",
+            n=8,
+            seed=100 + i,
+            choose=shorter,
+            ip_hash="one-address",
+            created_at=start + dt.timedelta(minutes=3 * i),
+        )
+    run = voters_flag_run(dry_run=True)
+    assert list(run.voters["voter"]) == ["source:one-address:browser:1"]
+    assert run.voters.iloc[0]["sessions"] == [f"sybil-{i}" for i in range(10)]
+    assert run.flagged_voter_ids == [f"sybil-{i}" for i in range(10)]
+    assert len(run.votes) == 80
+
+
+def test_sessions_from_one_address_hours_apart_are_not_one_source(demo, settings):
+    settings.ARENA_ANOMALY_SOURCE_WINDOW_MINUTES = 30
+    start = timezone.now()
+    for i in range(10):
+        pool_votes(
+            voter=f"sybil-{i}",
+            n=8,
+            seed=100 + i,
+            choose=shorter,
+            ip_hash="one-address",
+            created_at=start + dt.timedelta(hours=i),
+        )
+    assert voters_flag_run(dry_run=True).voters.empty
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("ARENA_ANOMALY_SOURCE_WINDOW_MINUTES", "-1"),
+        ("ARENA_ANOMALY_MIN_VOTES", "0"),
+        ("ARENA_ANOMALY_P_THRESHOLD", "1.5"),
+    ],
+)
+def test_an_anomaly_setting_out_of_range_refuses_to_start_naming_it(name, value):
+    from arena.tests.cli import settings_start_refusal
+
+    settings_start_refusal(name, value)
