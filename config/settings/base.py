@@ -28,6 +28,13 @@ env_file = BASE_DIR / ".env"
 if env_file.exists():
     environ.Env.read_env(str(env_file))
 
+
+def _bounded(name: str, value: float, low: float, high: float) -> None:
+    """Refuse to start with a setting outside [low, high], naming it."""
+    if not low <= value <= high:
+        raise ImproperlyConfigured(f"{name} must be from {low} to {high}; it is {value}.")
+
+
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="")
 ALLOWED_HOSTS: list[str] = env.list("DJANGO_ALLOWED_HOSTS", default=[])
@@ -163,11 +170,7 @@ CELERY_TASK_ACKS_LATE = True
 # arena.E005 checks both. A task that ends by its own time limit is acknowledged, not retried.
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 _VISIBILITY_TIMEOUT = env.int("CELERY_VISIBILITY_TIMEOUT_SECONDS", default=20 * 60)
-if not 1 <= _VISIBILITY_TIMEOUT <= 7 * 24 * 3600:
-    raise ImproperlyConfigured(
-        "CELERY_VISIBILITY_TIMEOUT_SECONDS must be from 1 to 604800 (seconds), "
-        f"not {_VISIBILITY_TIMEOUT}."
-    )
+_bounded("CELERY_VISIBILITY_TIMEOUT_SECONDS", _VISIBILITY_TIMEOUT, 1, 7 * 24 * 3600)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": _VISIBILITY_TIMEOUT}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
@@ -325,19 +328,12 @@ ARENA_ANOMALY_P_THRESHOLD = env.float("ARENA_ANOMALY_P_THRESHOLD", default=1e-4)
 # within this many minutes are also tested as one source; a flagged source flags all its
 # sessions' votes.
 ARENA_ANOMALY_SOURCE_WINDOW_MINUTES = env.float("ARENA_ANOMALY_SOURCE_WINDOW_MINUTES", default=60)
-if ARENA_ANOMALY_MIN_VOTES < 1:
-    raise ImproperlyConfigured(
-        f"ARENA_ANOMALY_MIN_VOTES must be at least 1; it is {ARENA_ANOMALY_MIN_VOTES}."
-    )
+_bounded("ARENA_ANOMALY_MIN_VOTES", ARENA_ANOMALY_MIN_VOTES, 1, math.inf)
 if not 0 < ARENA_ANOMALY_P_THRESHOLD < 1:
     raise ImproperlyConfigured(
         f"ARENA_ANOMALY_P_THRESHOLD must be between 0 and 1; it is {ARENA_ANOMALY_P_THRESHOLD}."
     )
-if not 0 <= ARENA_ANOMALY_SOURCE_WINDOW_MINUTES <= 7 * 24 * 60:
-    raise ImproperlyConfigured(
-        "ARENA_ANOMALY_SOURCE_WINDOW_MINUTES must be from 0 (no sources) to 10080 (a week); "
-        f"it is {ARENA_ANOMALY_SOURCE_WINDOW_MINUTES}."
-    )
+_bounded("ARENA_ANOMALY_SOURCE_WINDOW_MINUTES", ARENA_ANOMALY_SOURCE_WINDOW_MINUTES, 0, 7 * 24 * 60)
 # Active pair sampling (arena.sampling): pairs by how much one more battle narrows their interval,
 # from the latest snapshot, with ARENA_SAMPLING_FLOOR of the draws spread evenly over every pair.
 # Off: models by sampling weight alone.
@@ -375,11 +371,7 @@ RATINGS_SPILL_DIR = env("RATINGS_SPILL_DIR", default=None)
 # vote id, as LMArena caps its most repeated prompts (mostly greetings) at 25; pool prompts are
 # never capped. 0: no cap.
 RATINGS_DUPLICATE_PROMPT_CAP = env.int("RATINGS_DUPLICATE_PROMPT_CAP", default=25)
-if not 0 <= RATINGS_DUPLICATE_PROMPT_CAP <= 1_000_000:
-    raise ImproperlyConfigured(
-        "RATINGS_DUPLICATE_PROMPT_CAP must be from 0 (no cap) to 1000000; "
-        f"it is {RATINGS_DUPLICATE_PROMPT_CAP}."
-    )
+_bounded("RATINGS_DUPLICATE_PROMPT_CAP", RATINGS_DUPLICATE_PROMPT_CAP, 0, 1_000_000)
 # A model with fewer rated votes than this in a view is "preliminary": shown with its rating and
 # interval, marked, never ranked above the others, and left out of the mean that sets the scale
 # (so its votes do not move the established models). At 50 votes a 95% interval is about +-96
@@ -388,11 +380,7 @@ RATINGS_ESTABLISHED_MIN_VOTES = env.int("RATINGS_ESTABLISHED_MIN_VOTES", default
 # "slug=rating" pins that model's rating instead of centring the established models on 1000;
 # a view where it is missing or preliminary falls back to that centring with a warning.
 RATINGS_ANCHOR_MODEL = env("RATINGS_ANCHOR_MODEL", default="")
-if not 0 <= RATINGS_ESTABLISHED_MIN_VOTES <= 1_000_000:
-    raise ImproperlyConfigured(
-        "RATINGS_ESTABLISHED_MIN_VOTES must be from 0 to 1000000; "
-        f"it is {RATINGS_ESTABLISHED_MIN_VOTES}."
-    )
+_bounded("RATINGS_ESTABLISHED_MIN_VOTES", RATINGS_ESTABLISHED_MIN_VOTES, 0, 1_000_000)
 if RATINGS_ANCHOR_MODEL:
     _slug, _sep, _rating = RATINGS_ANCHOR_MODEL.rpartition("=")
     try:
@@ -482,13 +470,9 @@ ARENA_ENV_WEBHOOK_ALLOW_HOSTS: list[str] = env.list("ARENA_ENV_WEBHOOK_ALLOW_HOS
 ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS = env.float("ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
 
 _HOST_NAME = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?)+$")
-for _name, _value, _low, _high in (
-    ("ARENA_ENV_MAX_OPEN_RUNS", ARENA_ENV_MAX_OPEN_RUNS, 0, 100_000),
-    ("ARENA_ENV_RUNS_PER_HOUR", ARENA_ENV_RUNS_PER_HOUR, 0, 100_000),
-    ("ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS", ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS, 0.5, 60),
-):
-    if not _low <= _value <= _high:
-        raise ImproperlyConfigured(f"{_name} must be from {_low} to {_high}; it is {_value}.")
+_bounded("ARENA_ENV_MAX_OPEN_RUNS", ARENA_ENV_MAX_OPEN_RUNS, 0, 100_000)
+_bounded("ARENA_ENV_RUNS_PER_HOUR", ARENA_ENV_RUNS_PER_HOUR, 0, 100_000)
+_bounded("ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS", ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS, 0.5, 60)
 for _entry in ARENA_ENV_WEBHOOK_ALLOW_HOSTS:
     try:
         ipaddress.ip_network(_entry.strip(), strict=False)
