@@ -387,6 +387,9 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                 await self._finish_turn(plan, answers)
             finally:  # a lost turn stays marked while its end is held (runtime.unsaved_turns)
                 owners.release(plan.battle_id)
+                # The idle clock starts when the turn ends, not at the last check that saw it
+                # streaming (which may have been almost ARENA_WS_IDLE_SECONDS ago).
+                self._active()
 
     async def _finish_turn(self, plan: TurnPlan, answers: dict[Side, Answer]) -> None:
         """Save the turn's end and send it; a failed save is retried once, then reported.
