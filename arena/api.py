@@ -143,8 +143,12 @@ def errors_as_json(request: HttpRequest) -> bool:
 
 
 def error_json(error: ArenaError) -> JsonResponse:
-    """The one HTTP response of an ``ArenaError``: its body (``as_dict``) with its status."""
-    return JsonResponse(error.as_dict(), status=error.status)
+    """The one HTTP response of an ``ArenaError``: its body (``as_dict``) with its status, and
+    ``Retry-After`` when the error says when to come back."""
+    response = JsonResponse(error.as_dict(), status=error.status)
+    if error.retry_after is not None:
+        response["Retry-After"] = str(error.retry_after)
+    return response
 
 
 def error_response(

@@ -151,8 +151,6 @@ def _arena_error(request: HttpRequest, exc: object) -> HttpResponse:
     response = error_json(exc)
     if exc.status == 401:
         response["WWW-Authenticate"] = BEARER_CHALLENGE
-    if exc.retry_after is not None:
-        response["Retry-After"] = str(exc.retry_after)
     return response
 
 
