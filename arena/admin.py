@@ -282,7 +282,6 @@ class EnvRunAdmin(ReadOnlyAdmin):
     # The URL is shown through webhook (its userinfo, which older rows may hold, masked).
     exclude = ["webhook_secret", "webhook_url"]
     readonly_fields = ["webhook", "webhook_status", "webhook_error", "webhook_attempted_at"]
-    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     actions = ["close"]
 
     @admin.display(description="webhook URL")

@@ -30,6 +30,7 @@ itself, after the check.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import ipaddress
 import re
@@ -269,9 +270,19 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
         sock = socket.socket(family, socket.SOCK_STREAM)
         self.raw = sock
         sock.settimeout(min(CONNECT_SECONDS, self.seconds))
-        sock.connect((self.address, self.port))
+        try:
+            sock.connect((self.address, self.port))
+        except OSError:
+            sock.close()  # close() of the connection only knows a connected socket
+            raise
         sock.settimeout(self.seconds)
         self.sock = sock
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The system's CAs, certificate and host name checked: loaded once per process."""
+    return ssl.create_default_context()
 
 
 class _PinnedHTTPSConnection(_PinnedHTTPConnection):
@@ -279,8 +290,7 @@ class _PinnedHTTPSConnection(_PinnedHTTPConnection):
 
     def connect(self) -> None:
         super().connect()
-        context = ssl.create_default_context()  # certificate and host name checked
-        self.sock = context.wrap_socket(self.sock, server_hostname=self.host)
+        self.sock = _tls_context().wrap_socket(self.sock, server_hostname=self.host)
 
 
 def outbound_post(
