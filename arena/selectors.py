@@ -188,16 +188,20 @@ def _repeated_prompt_votes(votes: QuerySet[Vote], *, cap: int) -> QuerySet[Any, 
     ``row_number()`` window computed by the database, on PostgreSQL and SQLite alike.
     """
     return (
-        votes.filter(battle__prompt__text_hash__gt="")
+        _visitor_prompt_votes(votes)
         .annotate(
             copy=Window(
                 RowNumber(), partition_by=F("battle__prompt__text_hash"), order_by=F("id").asc()
             )
         )
         .filter(copy__gt=cap)
-        .order_by()
         .values("id")
     )
+
+
+def _visitor_prompt_votes(votes: QuerySet[Vote]) -> QuerySet[Vote]:
+    """The votes of ``votes`` on visitors' prompts (those with a ``text_hash``), unordered."""
+    return votes.filter(battle__prompt__text_hash__gt="").order_by()
 
 
 @dataclass(frozen=True)
@@ -219,8 +223,7 @@ def repeated_prompt_counts(
         return RepeatedPrompts(votes=0, prompts=0)
     votes = _votes_rated(anonymous_only=anonymous_only, include_flagged=include_flagged)
     over = (
-        votes.filter(battle__prompt__text_hash__gt="")
-        .order_by()
+        _visitor_prompt_votes(votes)
         .values("battle__prompt__text_hash")
         .annotate(n=Count("id"))
         .filter(n__gt=cap)

@@ -332,15 +332,10 @@ def voters_combined(crowd: pd.DataFrame, model: pd.DataFrame, fit: pd.DataFrame)
     out["p_fit"] = fit.set_index("voter")["p_value"] if len(fit) else np.nan
     ps = out[["p_crowd", "p_model", "p_fit"]].to_numpy(dtype=float)
     tested = np.isfinite(ps).sum(axis=1)
-    smallest = np.where(
-        tested > 0, np.nanmin(np.where(np.isfinite(ps), ps, np.inf), axis=1), np.nan
-    )
-    out["test"] = [
-        TESTS[int(i)] if t else ""
-        for i, t in zip(
-            np.nanargmin(np.where(np.isfinite(ps), ps, np.inf), axis=1), tested, strict=True
-        )
-    ]
+    masked = np.where(np.isfinite(ps), ps, np.inf)  # a test not taken never is the smallest
+    first = masked.argmin(axis=1)
+    smallest = np.where(tested > 0, masked[np.arange(len(ps)), first], np.nan)
+    out["test"] = [TESTS[int(i)] if t else "" for i, t in zip(first, tested, strict=True)]
     out["p_value"] = np.where(tested > 0, np.minimum(1.0, tested * smallest), np.nan)
     return out.reset_index()
 
