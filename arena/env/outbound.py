@@ -133,10 +133,18 @@ def url_shown(url: str) -> str:
 def _allow_list() -> tuple[
     frozenset[str], tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
 ]:
-    """The host names and networks of ``ARENA_ENV_WEBHOOK_ALLOW_HOSTS`` (checked at start-up)."""
+    """The host names and networks of ``ARENA_ENV_WEBHOOK_ALLOW_HOSTS`` (checked at start-up),
+    parsed once per value of the setting rather than once per address checked."""
+    return _allow_list_parsed(tuple(settings.ARENA_ENV_WEBHOOK_ALLOW_HOSTS))
+
+
+@functools.lru_cache(maxsize=8)
+def _allow_list_parsed(
+    entries: tuple[str, ...],
+) -> tuple[frozenset[str], tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]]:
     names: set[str] = set()
     networks = []
-    for entry in settings.ARENA_ENV_WEBHOOK_ALLOW_HOSTS:
+    for entry in entries:
         try:
             networks.append(ipaddress.ip_network(entry.strip(), strict=False))
         except ValueError:
