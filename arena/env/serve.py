@@ -41,8 +41,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.db import transaction
 from django.db.models import (
-    BooleanField,
-    ExpressionWrapper,
+    Count,
     F,
     IntegerField,
     OuterRef,
@@ -183,26 +182,35 @@ def _pick_pair(
     served: dict[frozenset[str], int] = {}
     seen: set[frozenset[str]] = set()
     reference_judged: dict[tuple[uuid.UUID, int], int] = {}
-    battles = EnvBattle.objects.filter(submission_id__in=submission_ids).annotate(
-        counted=ExpressionWrapper(_counted_or_in_flight(now), output_field=BooleanField())
+    # One row per pair served (not per battle): how often, whether to this session, and how
+    # many of those battles count towards a reference side's judgements.
+    battles = (
+        EnvBattle.objects.filter(submission_id__in=submission_ids)
+        .values(
+            "submission_id",
+            "completion_a_id",
+            "completion_b_id",
+            "battle__model_a_id",
+            "battle__model_b_id",
+        )
+        .order_by()
+        .annotate(
+            n=Count("pk"),
+            mine=Count("pk", filter=Q(battle__session_hash=hashed_session)),
+            counted=Count("pk", filter=_counted_or_in_flight(now)),
+        )
     )
-    for submission_id, a, b, model_a, model_b, session, counted in battles.values_list(
-        "submission_id",
-        "completion_a_id",
-        "completion_b_id",
-        "battle__model_a_id",
-        "battle__model_b_id",
-        "battle__session_hash",
-        "counted",
-    ):
+    for row in battles:
+        a, b = row["completion_a_id"], row["completion_b_id"]
+        model_a, model_b = row["battle__model_a_id"], row["battle__model_b_id"]
         pair = _pair_key(a, b, model_a, model_b)
-        served[pair] = served.get(pair, 0) + 1
-        if session == hashed_session:
+        served[pair] = served.get(pair, 0) + row["n"]
+        if row["mine"]:
             seen.add(pair)
         for completion_id, model_id in ((a, model_a), (b, model_b)):
-            if completion_id is None and counted:
-                key = (submission_id, model_id)
-                reference_judged[key] = reference_judged.get(key, 0) + 1
+            if completion_id is None and row["counted"]:
+                key = (row["submission_id"], model_id)
+                reference_judged[key] = reference_judged.get(key, 0) + row["counted"]
     references: dict[uuid.UUID, list[Completion]] = {}
     reference_ids = list(run.references.values_list("pk", flat=True))
     if reference_ids:
