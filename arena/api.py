@@ -137,9 +137,16 @@ DOWNLOAD_SUFFIXES = (".csv", ".json")
 
 
 def errors_as_json(request: HttpRequest) -> bool:
-    """Whether an error answering this request takes the API's JSON shape: under /api/ and on
-    a download, whose callers are programs; a page's error is a page."""
-    return is_api_request(request) or request.path_info.endswith(DOWNLOAD_SUFFIXES)
+    """Whether an error answering this request takes the API's JSON shape (``path_errors_as_json``)."""
+    return path_errors_as_json(request.path_info)
+
+
+def path_errors_as_json(path: str) -> bool:
+    """Whether an error answering a request for ``path`` takes the API's JSON shape: under /api/
+    and on a download, whose callers are programs; a page's error is a page. Also read by the
+    HTTP protocol (config/protocols.py) for the requests uvicorn refuses before Django sees
+    them."""
+    return path.startswith(API_PREFIX) or path.endswith(DOWNLOAD_SUFFIXES)
 
 
 def error_json(error: ArenaError) -> JsonResponse:

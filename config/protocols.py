@@ -6,7 +6,7 @@ a client sending a header byte every few seconds holds its connection for ever (
 Here a head must be complete within ``ARENA_HTTP_HEADER_TIMEOUT_SECONDS`` of its first byte (or
 of the connection's opening), and at most ``ARENA_HTTP_MAX_HEAD_BYTES`` long; and the requests
 uvicorn refuses itself (a control character in a header, a malformed request line, a URL too
-long to parse) are answered, under ``/api/``, in the arena's JSON error shape instead of
+long to parse) are answered, under ``/api/`` and on downloads, in the arena's JSON error shape instead of
 uvicorn's plain text. bin/serve selects it (``--http config.protocols:ArenaHttpToolsProtocol``).
 
 Settings are read when the first connection is made: uvicorn imports this module before it
@@ -22,7 +22,6 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-_API_PREFIX = b"/api/"
 _LINGER_SECONDS = 2.0
 
 
@@ -127,14 +126,17 @@ class ArenaHttpToolsProtocol(HttpToolsProtocol):
         self._refuse(status, message)
 
     def _refuse(self, status: HTTPStatus, message: str) -> None:
-        """Answer ``status`` and close: the arena's JSON error under /api/, plain text elsewhere
+        """Answer ``status`` and close: the arena's JSON error where Django's errors are JSON
+        (``arena.api.path_errors_as_json``: under /api/ and on downloads), plain text elsewhere
         (a page's visitor reads it as it is)."""
+        from arena.api import path_errors_as_json
         from arena.errors import ArenaError, ErrorCode
 
         self.in_head = False
         self._head_timer_cancel()
         url: bytes = getattr(self, "url", b"") or b""
-        if url.startswith(_API_PREFIX):
+        path = url.split(b"?", 1)[0].decode("latin-1")
+        if path_errors_as_json(path):
             too_large = (
                 HTTPStatus.REQUEST_URI_TOO_LONG,
                 HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
