@@ -3,7 +3,10 @@ flags they set (``arena.services.flags``). Run by ``manage.py flag_voters`` and 
 
 Each session (voter id) is tested three ways: against the crowd's rates on each pair, and, from
 one Bradley-Terry fit (style-controlled over the votes with style counts) of every tested vote,
-a voter x model test and a goodness-of-fit test; the voter's p-value is Bonferroni's over them.
+a voter x model test and a goodness-of-fit test, each judging the voter against that fit with
+its own votes held out (``held_out_expectations``: otherwise a voter with many votes on one model
+pulls the model's rating towards itself and hides); the voter's p-value is Bonferroni's over
+them.
 Sessions sharing an address hash and user-agent class whose first votes follow each other within
 ``ARENA_ANOMALY_SOURCE_WINDOW_MINUTES`` are tested the same way as one source; a flagged source
 flags the votes of all its sessions.
@@ -28,6 +31,7 @@ from arena.services.flags import ANOMALOUS_VOTER, voters_flag
 from ratings.engine.anomaly import (
     AnomalyResult,
     fitted_expectations,
+    held_out_expectations,
     voter_fit_test,
     voter_model_test,
     voter_sources,
@@ -79,8 +83,10 @@ def _tested(
     frame: pd.DataFrame, expectations: Any, *, min_votes: int
 ) -> tuple[AnomalyResult, pd.DataFrame]:
     crowd = voters_anomaly(frame, min_votes=min_votes)
-    model = voter_model_test(frame, expectations, min_votes=min_votes)
-    fit = voter_fit_test(frame, expectations, min_votes=min_votes)
+    # Each tested voter (or source) is judged against the fit without its own votes.
+    held_out = held_out_expectations(frame, expectations, min_votes=min_votes)
+    model = voter_model_test(frame, held_out, min_votes=min_votes)
+    fit = voter_fit_test(frame, held_out, min_votes=min_votes)
     return crowd, voters_combined(crowd.voters, model, fit)
 
 

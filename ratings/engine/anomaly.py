@@ -419,3 +419,94 @@ def voter_sources(
     out = pd.Series(label, index=frame["voter"].astype(str).to_numpy())
     size = out.map(out.value_counts())
     return out[size >= min_sessions]
+
+
+# --- Held-out expectations -------------------------------------------------------------------
+#
+# The fit behind the expectations includes the tested voter's own votes. A voter with many votes
+# on one model pulls that model's fitted rating towards its own verdicts, and then its record
+# looks as the fit predicts: 50 votes for a model from one source, against 80 honest ones, lift
+# the fitted rating so far that the voter x model test no longer sees them. So each tested group
+# (a session or a source) is judged against the models' ratings *without* its votes,
+# approximated by one Newton step from the full fit (Cook's distance takes the same step): with
+# ``theta`` the models' logits (one reference model fixed at 0), each vote's design ``x_i`` (+1
+# at model A, -1 at model B), ``w_i = p_i (1 - p_i)``, ``r_i = y_i - p_i``, the information
+# ``H = sum_i w_i x_i x_i^T`` and group ``u``'s share ``H_u``, ``g_u = sum_{i in u} x_i r_i``
+# (the full fit's score is 0, so the other votes' score is ``-g_u``):
+#
+#     theta_{-u} = theta - (H - H_u)^-1 g_u,     eta_i^{-u} = eta_i - x_i . (H - H_u)^-1 g_u.
+#
+# The step is taken only in the models the other votes still inform (at least
+# ``HELD_OUT_MIN_INFORMATION`` of information, about ten even votes); a model that the group
+# (nearly) alone judged stays where the full fit put it, since one step from the full fit says
+# nothing reliable about it. The style coefficients stay the full fit's: they are shared by
+# every battle, and one voter's few answers with an unusual style would otherwise swing them.
+
+HELD_OUT_MIN_INFORMATION = 2.5
+
+
+def held_out_expectations(
+    votes: pd.DataFrame, expectations: Expectations, *, min_votes: int = 10
+) -> Expectations:
+    """``expectations`` with each vote of a voter holding at least ``min_votes`` votes between
+    rated models replaced by its expectation under the models' ratings without that voter's
+    votes (see the section's text). ``votes``: ``voter``, ``model_a``, ``model_b``, ``winner``
+    in the rows' order. Costs one solve of at most (models x models) per tested voter.
+    """
+    p = np.asarray(expectations.p_a, dtype=float)
+    y = _scores(votes["winner"])
+    known = np.isfinite(p) & np.isfinite(y)
+    if not known.any():
+        return expectations
+    rows = np.flatnonzero(known)
+    codes, _ = pd.factorize(votes["voter"].astype(str).to_numpy()[rows])
+    counts = np.bincount(codes)
+    tested = np.flatnonzero(counts >= min_votes)
+    if not len(tested):
+        return expectations
+    _, idx = np.unique(
+        np.concatenate(
+            [
+                votes["model_a"].astype(str).to_numpy()[rows],
+                votes["model_b"].astype(str).to_numpy()[rows],
+            ]
+        ),
+        return_inverse=True,
+    )
+    a, b = idx[: len(rows)], idx[len(rows) :]
+    m = int(idx.max()) + 1
+    pk = p[rows]
+    w = pk * (1.0 - pk)
+    r = y[rows] - pk
+    # H over every model (the reference is chosen per group, among the informed models).
+    information = np.zeros((m, m))
+    np.add.at(information, (a, a), w)
+    np.add.at(information, (b, b), w)
+    np.add.at(information, (a, b), -w)
+    np.add.at(information, (b, a), -w)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    eta = expectations.design[0].astype(float).copy()
+    for g in tested:
+        mine = order[bounds[g] : bounds[g + 1]]
+        am, bm, wm = a[mine], b[mine], w[mine]
+        remaining = information.copy()
+        np.add.at(remaining, (am, am), -wm)
+        np.add.at(remaining, (bm, bm), -wm)
+        np.add.at(remaining, (am, bm), wm)
+        np.add.at(remaining, (bm, am), wm)
+        score = np.bincount(am, r[mine], minlength=m) - np.bincount(bm, r[mine], minlength=m)
+        free = np.flatnonzero(np.diag(remaining) >= HELD_OUT_MIN_INFORMATION)
+        if len(free) < 2:
+            continue
+        ref = free[np.argmax(np.diag(remaining)[free])]
+        free = free[free != ref]
+        step = np.zeros(m)
+        sub = remaining[np.ix_(free, free)]
+        step[free] = np.linalg.lstsq(sub, score[free], rcond=1e-8)[0]
+        eta[rows[mine]] -= step[am] - step[bm]
+    p_new = p.copy()
+    p_new[rows] = 1.0 / (1.0 + np.exp(-eta[rows]))
+    design = expectations.design.copy()
+    design[0] = eta
+    return Expectations(p_a=p_new, design=design)

@@ -11,6 +11,7 @@ from ratings.engine.anomaly import (
     AnomalyResult,
     fisher_log_sf,
     fitted_expectations,
+    held_out_expectations,
     model_expectations,
     vote_p_values,
     voter_fit_test,
@@ -179,3 +180,62 @@ def test_the_fit_test_sees_a_voter_who_votes_against_the_style_the_crowd_rewards
     row = voter_fit_test(votes, expectations, min_votes=10).iloc[0]
     # Equal models: the linear predictor is the style term itself, one direction (rank 1).
     assert row["df"] == 1 and row["p_value"] < 1e-6
+
+
+def pulled_arena(seed, attacker_votes=60):
+    """Honest voters judge five models (Bradley-Terry, 10% ties, ~80 battles with m1); one
+    attacker meets m1 in every one of its battles, against the three stronger models, and votes
+    for it four times in five."""
+    rng = np.random.default_rng(seed)
+    strength = {"m0": 0.0, "m1": 0.3, "m2": 0.6, "m3": 0.9, "m4": 1.2}
+    names = list(strength)
+    rows = []
+    for v in range(20):
+        for _ in range(10):
+            a, b = rng.choice(names, size=2, replace=False)
+            p_a = 1 / (1 + np.exp(strength[b] - strength[a]))
+            roll = rng.random()
+            winner = "tie" if roll < 0.1 else ("model_a" if rng.random() < p_a else "model_b")
+            rows.append((f"honest-{v}", a, b, winner))
+    for i in range(attacker_votes):
+        other = ("m2", "m3", "m4")[i % 3]
+        rows.append(("attacker", "m1", other, "model_b" if i % 5 == 4 else "model_a"))
+    return frame(rows)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_voter_that_pulls_the_fit_towards_itself_is_judged_without_its_votes(seed):
+    votes = pulled_arena(seed)
+    full = fitted_expectations(votes)
+    pulled = voter_model_test(votes, full, min_votes=10).set_index("voter")
+    # Its 48 wins are over a third of m1's evidence: the full fit moves m1 up to meet them,
+    # and at the flagging threshold the attacker passes.
+    assert pulled.loc["attacker", "p_value"] > 1e-4
+    held_out = held_out_expectations(votes, full)
+    held = voter_model_test(votes, held_out, min_votes=10).set_index("voter")
+    assert held.loc["attacker", "p_value"] < 1e-4 and held.loc["attacker", "model"] == "m1"
+    fit = voter_fit_test(votes, held_out, min_votes=10).set_index("voter")
+    assert (fit.drop(index="attacker")["p_value"] > 1e-4).all()  # the honest voters pass
+
+
+def test_held_out_expectations_leave_an_untested_voter_and_a_lone_model_as_they_were():
+    votes = pulled_arena(0)
+    # A model that only one tested voter judged: the others say nothing about it.
+    votes = pd.concat(
+        [
+            votes,
+            frame(
+                [("lone", "m0", "solo", w) for w in ("model_a", "model_b") * 3]
+                + [("lone", "m2", "m3", "tie")] * 6
+            ),
+        ],
+        ignore_index=True,
+    )
+    full = fitted_expectations(votes)
+    held = held_out_expectations(votes, full, min_votes=10)
+    untested = (votes["voter"] != "attacker") & (votes["voter"] != "lone")
+    small = votes["voter"].str.startswith("honest")  # 10 votes each: tested as well
+    assert np.allclose(held.p_a[~small & untested], full.p_a[~small & untested], equal_nan=True)
+    solo = (votes["model_b"] == "solo").to_numpy()
+    # m0 moves a little without "lone"'s votes; "solo" stays: no step is taken for it.
+    assert np.all(np.abs(held.design[0][solo] - full.design[0][solo]) < 0.5)
