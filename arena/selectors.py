@@ -20,6 +20,7 @@ from django.db.models import (
     Value,
     Window,
 )
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce, Length, RowNumber
 from django.utils import timezone
 
@@ -233,8 +234,85 @@ def repeated_prompt_counts(
     return RepeatedPrompts(votes=sum(n - cap for n in copies), prompts=len(copies))
 
 
+@dataclass(frozen=True)
+class SourceCap:
+    """How far one source's votes count on a model: at most ``max(min_votes, share * n)``,
+    ``n`` the model's votes from every other source; ``share`` 0 switches the cap off."""
+
+    min_votes: int = 0
+    share: float = 0.0
+
+    @property
+    def on(self) -> bool:
+        return self.share > 0
+
+
+def _source_capped_votes(votes: QuerySet[Vote], *, cap: SourceCap) -> RawSQL:
+    """The ids of ``votes`` past their source's cap on one of their two models (``SourceCap``).
+
+    A vote's source is its address hash, or its session (voter id) where no address was kept:
+    the sessions of one address are one source. For each model, a source's votes on it (either
+    side) are numbered by vote id; those numbered past ``max(min_votes, share * n)`` are left
+    out, ``n`` the model's votes from the other sources among ``votes``. Two window functions
+    over both sides of every vote, computed by the database (PostgreSQL and SQLite alike).
+    """
+    inner, params = (
+        votes.order_by()
+        .annotate(side_a=F("battle__model_a_id"), side_b=F("battle__model_b_id"))
+        .values("id", "ip_hash", "voter_id", "side_a", "side_b")
+        .query.sql_with_params()
+    )
+    # The text is constant but for Django's own compiled query; every value is a parameter.
+    source = "CASE WHEN t.ip_hash <> '' THEN t.ip_hash ELSE 'session:' || t.voter_id END"
+    sides = " UNION ALL ".join(
+        f"SELECT t.id AS id, {source} AS src, t.{side} AS m FROM ({inner}) t"  # noqa: S608
+        for side in ("side_a", "side_b")
+    )
+    sql = (
+        "SELECT r.id FROM (SELECT s.id AS id, "  # noqa: S608
+        "ROW_NUMBER() OVER (PARTITION BY s.src, s.m ORDER BY s.id) AS copy, "
+        "COUNT(*) OVER (PARTITION BY s.m) - COUNT(*) OVER (PARTITION BY s.src, s.m) AS others "
+        f"FROM ({sides}) s) r "
+        "WHERE r.copy > CASE WHEN %s * r.others > %s THEN %s * r.others ELSE %s END"
+    )
+    share, floor = float(cap.share), int(cap.min_votes)
+    return RawSQL(sql, (*params, *params, share, floor, share, floor))  # noqa: S611
+
+
+@dataclass(frozen=True)
+class SourceCapped:
+    """Votes ``votes_for_rating`` leaves out for their source's cap."""
+
+    votes: int  # votes left out
+    sources: int  # sources with a vote left out
+
+
+def source_capped_counts(
+    *, cap: SourceCap, duplicate_cap: int = 0, include_flagged: bool = False
+) -> SourceCapped:
+    """What ``votes_for_rating(source_cap=cap, ...)`` leaves out for the source cap."""
+    if not cap.on:
+        return SourceCapped(votes=0, sources=0)
+    votes = _votes_rated(anonymous_only=True, include_flagged=include_flagged)
+    if duplicate_cap > 0:
+        votes = votes.exclude(id__in=_repeated_prompt_votes(votes, cap=duplicate_cap))
+    left = Vote.objects.filter(id__in=_source_capped_votes(votes, cap=cap))
+    totals = left.aggregate(
+        n=Count("id"),
+        addresses=Count("ip_hash", distinct=True, filter=~Q(ip_hash="")),
+        sessions=Count("voter_id", distinct=True, filter=Q(ip_hash="")),
+    )
+    return SourceCapped(
+        votes=int(totals["n"]), sources=int(totals["addresses"]) + int(totals["sessions"])
+    )
+
+
 def votes_for_rating(
-    *, anonymous_only: bool = True, include_flagged: bool = False, duplicate_cap: int = 0
+    *,
+    anonymous_only: bool = True,
+    include_flagged: bool = False,
+    duplicate_cap: int = 0,
+    source_cap: SourceCap | None = None,
 ) -> QuerySet[Any, Any]:
     """The votes the leaderboard is computed from: anonymous, unflagged by default, never an
     environment battle's.
@@ -252,10 +330,17 @@ def votes_for_rating(
     prompt's first turn normalises to the same text (``Prompt.text_hash``), only the first
     ``duplicate_cap`` by vote id stay, counted among the votes the other rules keep
     (``_repeated_prompt_votes``; ``repeated_prompt_counts`` counts what is left out).
+
+    ``source_cap`` (``SourceCap``) bounds each source's influence: its votes on a model past
+    ``max(min_votes, share * n)`` are left out, ``n`` the model's votes from the other sources,
+    counted among the votes the rules above keep (``_source_capped_votes``;
+    ``source_capped_counts`` counts what is left out).
     """
     qs = _votes_rated(anonymous_only=anonymous_only, include_flagged=include_flagged)
     if duplicate_cap > 0:
         qs = qs.exclude(id__in=_repeated_prompt_votes(qs, cap=duplicate_cap))
+    if source_cap is not None and source_cap.on:
+        qs = qs.exclude(id__in=_source_capped_votes(qs, cap=source_cap))
     # One side's current messages carry each user turn exactly once.
     turns_shown = BattleMessage.objects.filter(
         battle_id=OuterRef("battle_id"), side=BattleMessage.Side.A, superseded_at__isnull=True

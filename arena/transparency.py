@@ -18,7 +18,13 @@ from datetime import datetime
 from django.db.models import Count, Max, Min, QuerySet
 
 from arena.models import ArenaModel, Battle, Vote
-from arena.selectors import RepeatedPrompts, repeated_prompt_counts
+from arena.selectors import (
+    RepeatedPrompts,
+    SourceCap,
+    SourceCapped,
+    repeated_prompt_counts,
+    source_capped_counts,
+)
 
 #: The label of a flagged vote whose list of reasons is empty (a flag set by hand, say).
 UNSPECIFIED_REASON = "unspecified"
@@ -32,6 +38,7 @@ class ExcludedVotes:
     flagged: int
     by_reason: dict[str, int]
     repeated: RepeatedPrompts = field(default_factory=lambda: RepeatedPrompts(0, 0))
+    source_capped: SourceCapped = field(default_factory=lambda: SourceCapped(0, 0))
 
 
 def _arena_votes() -> QuerySet[Vote]:
@@ -53,9 +60,12 @@ def flag_reason_counts(votes: QuerySet[Vote]) -> tuple[int, dict[str, int]]:
     return total, dict(sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
 
 
-def votes_excluded_counts(*, duplicate_cap: int = 0) -> ExcludedVotes:
+def votes_excluded_counts(
+    *, duplicate_cap: int = 0, source_cap: SourceCap | None = None
+) -> ExcludedVotes:
     """What ``arena.selectors.votes_for_rating(duplicate_cap=...)`` leaves out, counted: named
-    votes, flagged ones, and the copies of repeated visitors' prompts past the cap."""
+    votes, flagged ones, the copies of repeated visitors' prompts past the cap, and the votes
+    past their source's cap (``source_cap``)."""
     votes = _arena_votes()
     named = votes.exclude(battle__mode=Battle.Mode.ANONYMOUS).count()
     flagged, by_reason = flag_reason_counts(votes.filter(battle__mode=Battle.Mode.ANONYMOUS))
@@ -64,6 +74,9 @@ def votes_excluded_counts(*, duplicate_cap: int = 0) -> ExcludedVotes:
         flagged=flagged,
         by_reason=by_reason,
         repeated=repeated_prompt_counts(cap=duplicate_cap),
+        source_capped=source_capped_counts(
+            cap=source_cap or SourceCap(), duplicate_cap=duplicate_cap
+        ),
     )
 
 

@@ -61,7 +61,42 @@ from bench.shape import server_url  # noqa: E402
 
 BROWSER_UA = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0"
 TIE_SHARE = 0.10
-STRATEGIES = ("style", "omnipresent", "shorter")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One attack: a strategy played by ``sessions`` sessions, ``per_address`` of them per
+    address, each trying ``votes`` votes."""
+
+    name: str
+    strategy: str
+    sessions: int
+    per_address: int
+    votes: int
+
+    def describe(self) -> str:
+        addresses = math.ceil(self.sessions / self.per_address)
+        return (
+            f"{self.strategy}, {self.sessions} session{'s' * (self.sessions > 1)} from "
+            f"{addresses} address{'es' * (addresses > 1)}, {self.votes} votes each"
+        )
+
+
+# The attack shapes the leaderboard must withstand, at the sizes a deployment meets.
+SHAPES = (
+    Shape("a", "style", sessions=10, per_address=1, votes=100),
+    Shape("b", "style", sessions=10, per_address=10, votes=100),
+    Shape("c", "style", sessions=100, per_address=1, votes=10),
+    Shape("d", "omnipresent", sessions=10, per_address=1, votes=100),
+    Shape("naive", "shorter", sessions=1, per_address=1, votes=150),
+)
+QUICK_SHAPES = (
+    Shape("a", "style", sessions=4, per_address=1, votes=50),
+    Shape("b", "style", sessions=4, per_address=4, votes=50),
+    Shape("c", "style", sessions=40, per_address=1, votes=5),
+    Shape("d", "omnipresent", sessions=4, per_address=1, votes=50),
+    Shape("naive", "shorter", sessions=1, per_address=1, votes=150),
+)
 
 
 @dataclass
@@ -69,9 +104,7 @@ class Config:
     seed: int
     honest_sessions: int
     honest_votes: int
-    attacker_sessions: int
-    attacker_votes: int
-    sessions_per_address: int
+    shapes: tuple[Shape, ...]
     target: str
 
 
@@ -92,6 +125,9 @@ class Outcome:
     honest_flagged: int = 0
     honest_flag_reasons: dict[str, int] = field(default_factory=dict)
     honest_total: int = 0
+    # Left out of the fit by the per-source bound (defences on), of the attacker and honest.
+    attacker_capped: int = 0
+    honest_capped: int = 0
     # Per anomaly test (the smallest p-value of a flagged voter or source): (attacker, honest).
     by_test: dict[str, tuple[int, int]] = field(default_factory=dict)
     rating: dict[str, Any] = field(default_factory=dict)
@@ -298,7 +334,7 @@ def _side_target(
 
 def attacker_votes(
     cfg: Config,
-    strategy: str,
+    shape: Shape,
     *,
     caps: bool,
     public: dict[str, float],
@@ -315,14 +351,13 @@ def attacker_votes(
     neighbours = set(above[:3])  # the three rated just above the target
     ids: list[int] = []
     refused: list[int] = []
-    voters = [
-        _voter("attacker", f"203.0.113.{i // cfg.sessions_per_address}")
-        for i in range(cfg.attacker_sessions)
-    ]
-    if strategy == "shorter":
-        voters = voters[:1]
+    strategy = shape.strategy
+    voters = []
+    for i in range(shape.sessions):
+        address = i // shape.per_address
+        voters.append(_voter("attacker", f"198.51.{address // 256}.{address % 256}"))
     for voter in voters:
-        for _ in range(150 if strategy == "shorter" else cfg.attacker_votes):
+        for _ in range(shape.votes):
             battle, a, b, messages = _battle(voter, rng)
             if strategy == "shorter":
                 tokens = {
@@ -372,19 +407,20 @@ def attacker_votes(
 # --- rating ---------------------------------------------------------------------------------
 
 
-def fit(*, include_flagged: bool, exclude_ids: set[int] | None = None) -> dict[str, Any]:
+def fit(*, defences: bool, exclude_ids: set[int] | None = None) -> dict[str, Any]:
     """The leaderboard's plain Bradley-Terry fit (overall, no style control) of the votes the
-    snapshot would read; ``include_flagged`` rates every vote (defences off)."""
+    snapshot would read: with ``defences``, the unflagged votes within each source's bound
+    (``ratings.selectors.source_cap``, the settings' defaults); without, every vote."""
     import pandas as pd
 
     from arena.selectors import votes_for_rating
     from ratings import engine
+    from ratings.selectors import source_cap
 
-    rows = list(
-        votes_for_rating(include_flagged=include_flagged).values_list(
-            "id", "battle__model_a__slug", "battle__model_b__slug", "winner"
-        )
+    votes = votes_for_rating(
+        include_flagged=not defences, source_cap=source_cap() if defences else None
     )
+    rows = list(votes.values_list("id", "battle__model_a__slug", "battle__model_b__slug", "winner"))
     frame = pd.DataFrame(rows, columns=["id", "model_a", "model_b", "winner"])
     if exclude_ids:
         frame = frame[~frame["id"].isin(exclude_ids)]
@@ -398,6 +434,7 @@ def fit(*, include_flagged: bool, exclude_ids: set[int] | None = None) -> dict[s
         "ratings": {m.model: m.rating for m in result.models},
         "position": {m.model: i + 1 for i, m in enumerate(ordered)},
         "n": len(frame),
+        "ids": set(frame["id"]),
     }
 
 
@@ -434,13 +471,13 @@ def _test_counts(out: Outcome, run: Any, attacker_ids: set[int]) -> None:
 
 
 def scenario(
-    cfg: Config, strategy: str, template: str, clf: StyleClassifier
+    cfg: Config, shape: Shape, template: str, clf: StyleClassifier
 ) -> tuple[Outcome, Outcome]:
     """One attacker run on a copy of the honest arena, fitted with the defences off, then on."""
     from arena.models import Vote
     from ratings.voters import voters_flag_run
 
-    name = f"{template}_{strategy}"
+    name = f"{template}_{shape.name}"
     _use_database("postgres")
     _admin(f'DROP DATABASE IF EXISTS "{name}"')
     _admin(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
@@ -448,18 +485,23 @@ def scenario(
     from django.core.cache import cache
 
     cache.clear()
-    off, on = Outcome(strategy, "off"), Outcome(strategy, "on")
+    off, on = Outcome(shape.name, "off"), Outcome(shape.name, "on")
     # The attacker reads the public leaderboard (honest votes only at this point).
-    public = dict.fromkeys(clf.stats, 1000.0) | fit(include_flagged=False)["ratings"]
-    rng = random.Random(f"{cfg.seed}-{strategy}")
-    ids, refused = attacker_votes(
-        cfg, strategy, caps=True, public=public, clf=clf, rng=rng, out=off
-    )
+    public = dict.fromkeys(clf.stats, 1000.0) | fit(defences=True)["ratings"]
+    rng = random.Random(f"{cfg.seed}-{shape.name}")
+    ids, refused = attacker_votes(cfg, shape, caps=True, public=public, clf=clf, rng=rng, out=off)
     t = cfg.target
 
-    def rating(out: Outcome, attack: set[int], include_flagged: bool) -> None:
-        with_attack = fit(include_flagged=include_flagged)
-        without = fit(include_flagged=include_flagged, exclude_ids=attack)
+    def rating(out: Outcome, attack: set[int], defences: bool) -> None:
+        with_attack = fit(defences=defences)
+        without = fit(defences=defences, exclude_ids=attack)
+        if defences:
+            from arena.models import Vote
+
+            unflagged = set(Vote.objects.filter(flagged=False).values_list("id", flat=True))
+            capped = unflagged - with_attack["ids"]
+            out.attacker_capped = len(capped & attack)
+            out.honest_capped = len(capped - attack)
         out.rating = {
             "rating_without": without["ratings"].get(t),
             "rating_with": with_attack["ratings"].get(t),
@@ -471,7 +513,7 @@ def scenario(
     # Defences off: every vote recorded is rated, flags ignored, no cap.
     off.accepted = len(ids)
     _flag_counts(off, set(ids))
-    rating(off, set(ids), include_flagged=True)
+    rating(off, set(ids), defences=False)
     # Defences on: the votes the caps refused never existed; flag_voters; unflagged votes rated.
     Vote.objects.filter(id__in=refused).delete()
     kept = set(ids) - set(refused)
@@ -484,22 +526,69 @@ def scenario(
     run = voters_flag_run()
     _flag_counts(on, kept)
     _test_counts(on, run, kept)
-    rating(on, kept, include_flagged=False)
+    rating(on, kept, defences=True)
     _use_database("postgres")
     _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     return off, on
+
+
+def demo_honest_report() -> str:
+    """What each defence does to the demo's real expert votes (honest by construction): flagged
+    by the anomaly tests (a dry run), left out by the per-source bound and by the duplicate-prompt
+    cap, flagged at recording (identity leaks and the other recording flags)."""
+    from django.conf import settings
+
+    from arena.models import Vote
+    from arena.selectors import repeated_prompt_counts, source_capped_counts
+    from ratings.selectors import source_cap
+    from ratings.voters import voters_flag_run
+
+    total = Vote.objects.count()
+    run = voters_flag_run(dry_run=True)
+    flagged_ids = set(
+        Vote.objects.filter(voter_id__in=run.flagged_voter_ids).values_list("id", flat=True)
+    )
+    capped = source_capped_counts(cap=source_cap())
+    repeated = repeated_prompt_counts(cap=settings.RATINGS_DUPLICATE_PROMPT_CAP)
+    at_recording = Vote.objects.filter(flagged=True).count()
+
+    def share(n: int) -> str:
+        return f"{n} ({100 * n / max(total, 1):.1f}%)"
+
+    return (
+        f"The demo's {total} real expert votes: anomaly tests flag {share(len(flagged_ids))}; "
+        f"the per-source bound leaves out {share(capped.votes)} (of {capped.sources} "
+        f"source{'s' * (capped.sources != 1)}); the duplicate-prompt cap {share(repeated.votes)}; "
+        f"flags set at recording {share(at_recording)}."
+    )
 
 
 def _reasons(counts: dict[str, int]) -> str:
     return f" ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})" if counts else ""
 
 
-def _table(outcomes: list[Outcome]) -> str:
+def _verdict(o: Outcome) -> str:
+    """The goal for a shape, with the defences on: at most 1 rank and 20 points of lift for
+    (a), (b) and (d); the naive attacker flagged with at least 90% of its votes; (c) reported."""
+    r = o.rating
+    lift = (r["rating_with"] or 0) - (r["rating_without"] or 0)
+    ranks = (r["rank_without"] or 0) - (r["rank_with"] or 0)
+    if o.defences != "on":
+        return ""
+    if o.strategy in ("a", "b", "d"):
+        return "met" if lift <= 20 and ranks <= 1 else "MISSED"
+    if o.strategy == "naive":
+        return "met" if o.attacker_flagged >= 0.9 * o.tried else "MISSED"
+    return "reported"
+
+
+def _table(outcomes: list[Outcome], shapes: dict[str, Shape]) -> str:
     lines = [
-        "| strategy | defences | attacker votes tried | counted | attacker votes flagged "
+        "| shape | defences | attacker votes tried | counted | attacker votes flagged "
+        "| left out by the source bound (attacker / honest) "
         "| honest votes flagged | target rank without -> with | target rating without -> with "
-        "| shift |",
-        "|---|---|---:|---:|---|---|---|---|---:|",
+        "| shift | goal |",
+        "|---|---|---:|---:|---|---|---|---|---|---:|---|",
     ]
     for o in outcomes:
         r = o.rating
@@ -509,16 +598,19 @@ def _table(outcomes: list[Outcome]) -> str:
             attacker = f"ignored ({o.attacker_flagged} set)"
             honest = f"ignored ({o.honest_flagged} of {o.honest_total} set)"
             counted = f"{o.accepted}"
+            bound = "off"
         else:
             attacker = f"{o.attacker_flagged}{_reasons(o.attacker_flag_reasons)}"
             honest = f"{o.honest_flagged} of {o.honest_total}{_reasons(o.honest_flag_reasons)}"
-            counted = (
-                f"{o.accepted - o.attacker_flagged}{_reasons(o.refused).replace('(', '(refused: ')}"
-            )
+            kept = o.accepted - o.attacker_flagged - o.attacker_capped
+            counted = f"{kept}{_reasons(o.refused).replace('(', '(refused: ')}"
+            bound = f"{o.attacker_capped} / {o.honest_capped}"
         lines.append(
-            f"| {o.strategy} | {o.defences} | {o.tried} | {counted} | {attacker} | {honest} "
+            f"| ({o.strategy}) {shapes[o.strategy].describe()} | {o.defences} | {o.tried} "
+            f"| {counted} | {attacker} | {bound} | {honest} "
             f"| {r['rank_without']} -> {r['rank_with']} of {r['n_models']} "
-            f"| {r['rating_without']:.0f} -> {r['rating_with']:.0f} | {shift:+.0f} |"
+            f"| {r['rating_without']:.0f} -> {r['rating_with']:.0f} | {shift:+.0f} "
+            f"| {_verdict(o)} |"
         )
     return "\n".join(lines)
 
@@ -530,23 +622,21 @@ def main() -> None:
     parser.add_argument("--target", default="vicuna-13b-v1.3")
     parser.add_argument("--honest-sessions", type=int, default=120)
     parser.add_argument("--honest-votes", type=int, default=10)
-    parser.add_argument("--attacker-sessions", type=int, default=10)
-    parser.add_argument("--attacker-votes", type=int, default=110)
-    parser.add_argument("--sessions-per-address", type=int, default=10)
+    parser.add_argument(
+        "--shapes", default="a,b,c,d,naive", help="which attack shapes to run (a,b,c,d,naive)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the template database")
     args = parser.parse_args()
+    wanted = set(args.shapes.split(","))
     cfg = Config(
         seed=args.seed,
         honest_sessions=args.honest_sessions,
         honest_votes=args.honest_votes,
-        attacker_sessions=args.attacker_sessions,
-        attacker_votes=args.attacker_votes,
-        sessions_per_address=args.sessions_per_address,
+        shapes=tuple(s for s in (QUICK_SHAPES if args.quick else SHAPES) if s.name in wanted),
         target=args.target,
     )
     if args.quick:
         cfg.honest_sessions, cfg.honest_votes = 40, 10
-        cfg.attacker_sessions, cfg.attacker_votes = 4, 50
     template = f"arena_bench_rigging_{cfg.seed}"
     _admin(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
     _admin(f'CREATE DATABASE "{template}"')
@@ -559,6 +649,8 @@ def main() -> None:
 
         call_command("migrate", verbosity=0)
         call_command("load_demo", verbosity=0)
+        honest_report = demo_honest_report()
+        print(honest_report, flush=True)
         # The demo's imported human votes out: outcomes follow the seeded true ratings alone.
         Vote.objects.all().delete()
         Battle.objects.all().delete()
@@ -581,11 +673,11 @@ def main() -> None:
             flush=True,
         )
         outcomes = []
-        for strategy in STRATEGIES:
-            for outcome in scenario(cfg, strategy, template, clf):
+        for shape in cfg.shapes:
+            for outcome in scenario(cfg, shape, template, clf):
                 outcomes.append(outcome)
                 print(
-                    f"{strategy}, defences {outcome.defences}: the target in "
+                    f"({shape.name}) {shape.describe()}, defences {outcome.defences}: the target in "
                     f"{outcome.target_battles} of the attacker's battles; taken for it "
                     f"{outcome.seen_target} times ({outcome.voted_target_right} right, "
                     f"{outcome.voted_target_wrong} wrong; by {outcome.by_method}); "
@@ -598,11 +690,12 @@ def main() -> None:
             _admin(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
     print()
     print(
-        f"Attacker: {cfg.attacker_sessions} sessions, {cfg.sessions_per_address} per address, "
-        f"{cfg.attacker_votes} votes tried each; honest: {cfg.honest_sessions} sessions x "
-        f"{cfg.honest_votes} votes; seed {cfg.seed}; {time.monotonic() - started:.0f} s."
+        f"Honest: {cfg.honest_sessions} sessions x {cfg.honest_votes} votes; target "
+        f"{cfg.target}; seed {cfg.seed}; {time.monotonic() - started:.0f} s."
     )
-    print(_table(outcomes))
+    print(_table(outcomes, {s.name: s for s in cfg.shapes}))
+    print()
+    print(honest_report)
     print()
     print("Anomaly tests (defences on; a voter or source counted under its smallest p-value):")
     for o in outcomes:

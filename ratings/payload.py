@@ -64,6 +64,18 @@ class CategoryEntry(TypedDict):
     provisional: NotRequired[dict[str, list[ProvisionalEntry]]]  # same, every model listed
 
 
+class SourceCapCounts(TypedDict):
+    """Votes left out because their source (address hash, or session) already had
+    ``max(min_votes, share x the other sources' votes)`` rated votes on one of their models:
+    ``votes`` over ``sources`` sources (``RATINGS_SOURCE_MIN_VOTES``,
+    ``RATINGS_SOURCE_MAX_SHARE``; share 0: nothing left out)."""
+
+    votes: int
+    sources: int
+    min_votes: int
+    share: float
+
+
 class DuplicatePromptCounts(TypedDict):
     """Votes left out because their visitor's prompt (normalised, ``arena.prompt_text``) was
     rated more than ``cap`` times: ``votes`` past the first ``cap`` of each such prompt, over
@@ -87,6 +99,8 @@ class ExcludedCounts(TypedDict):
     by_reason: dict[str, int]
     # Written since repeated prompts are down-sampled; an older snapshot lacks it.
     duplicate_prompts: NotRequired[DuplicatePromptCounts]
+    # Written since each source's influence is bounded; an older snapshot lacks it.
+    source_cap: NotRequired[SourceCapCounts]
 
 
 class SamplingInputs(TypedDict):

@@ -17,7 +17,7 @@ from django.db.models import Count, Max, QuerySet
 
 from answer_style import CONV_METADATA_KEYS
 from arena.models import ArenaModel
-from arena.selectors import votes_for_rating
+from arena.selectors import SourceCap, votes_for_rating
 from ratings.engine import ModelRatingDict, RatingResultDict
 from ratings.models import LeaderboardSnapshot
 from ratings.payload import CategoryEntry, ModelMeta, ProvisionalEntry, SnapshotPayload
@@ -64,11 +64,21 @@ BATTLE_COLUMNS = {
 }
 
 
+def source_cap() -> SourceCap:
+    """Each source's bound on a model's rated votes, from the settings."""
+    return SourceCap(
+        min_votes=settings.RATINGS_SOURCE_MIN_VOTES, share=settings.RATINGS_SOURCE_MAX_SHARE
+    )
+
+
 def rated_votes() -> QuerySet[Any, Any]:
     """The votes a refit rates: ``votes_for_rating`` with repeated visitors' prompts capped at
-    ``RATINGS_DUPLICATE_PROMPT_CAP`` votes each, the same for both refit paths (the cap is a
-    window in the query, so the in-memory read and the spill's COPY leave out the same votes)."""
-    return votes_for_rating(duplicate_cap=settings.RATINGS_DUPLICATE_PROMPT_CAP)
+    ``RATINGS_DUPLICATE_PROMPT_CAP`` votes each and each source's votes on a model bounded
+    (``source_cap``), the same for both refit paths (the caps are windows in the query, so the
+    in-memory read and the spill's COPY leave out the same votes)."""
+    return votes_for_rating(
+        duplicate_cap=settings.RATINGS_DUPLICATE_PROMPT_CAP, source_cap=source_cap()
+    )
 
 
 def rating_votes_mark() -> tuple[int, int]:

@@ -22,6 +22,14 @@ percentile of them: with a cap, only prompts with more copies than it lose votes
 are curated and never capped. The snapshot's ``excluded.duplicate_prompts`` counts what was left
 out.
 
+Each source's influence is bounded next (``ratings.selectors.source_cap``): a source is a
+vote's address hash, or its session where no address was kept, and its votes on a model count
+at most ``max(RATINGS_SOURCE_MIN_VOTES, RATINGS_SOURCE_MAX_SHARE x the model's votes from the
+other sources)``, the first by vote id. At the defaults (20, 0.15) one address holds at most 13%
+of a model's rated evidence once the model has 133 votes from others, and the sessions of one
+address are one source, so opening more sessions buys nothing. The snapshot's
+``excluded.source_cap`` counts what was left out.
+
 Within a view (a category with style control on or off; "on" uses the votes that carry style
 counts) the engine rates the largest set of models where ratings exist and lists every other
 model as provisional with its record and reason (``ratings.engine.identify``): a model that has
@@ -88,6 +96,7 @@ from ratings.selectors import (
     rating_battles_spill,
     rating_votes_mark,
     snapshot_latest,
+    source_cap,
     style_complete,
 )
 
@@ -200,6 +209,8 @@ def snapshot_params(*, streamed: bool = False) -> dict[str, Any]:
         "min_category_votes": settings.RATINGS_MIN_CATEGORY_VOTES,
         "long_prompt_chars": settings.RATINGS_LONG_PROMPT_CHARS,
         "duplicate_prompt_cap": settings.RATINGS_DUPLICATE_PROMPT_CAP,
+        "source_max_share": settings.RATINGS_SOURCE_MAX_SHARE,
+        "source_min_votes": settings.RATINGS_SOURCE_MIN_VOTES,
         "established_min_votes": settings.RATINGS_ESTABLISHED_MIN_VOTES,
         "anchor": settings.RATINGS_ANCHOR_MODEL or None,
         "votes": "anonymous, unflagged",
@@ -689,7 +700,8 @@ def excluded_counts() -> ExcludedCounts:
     """The votes the leaderboard leaves out, by reason (``arena.transparency``), with the
     copies of repeated visitors' prompts past ``RATINGS_DUPLICATE_PROMPT_CAP``."""
     cap = settings.RATINGS_DUPLICATE_PROMPT_CAP
-    counts = votes_excluded_counts(duplicate_cap=cap)
+    bound = source_cap()
+    counts = votes_excluded_counts(duplicate_cap=cap, source_cap=bound)
     return {
         "named": counts.named,
         "flagged": counts.flagged,
@@ -698,6 +710,12 @@ def excluded_counts() -> ExcludedCounts:
             "votes": counts.repeated.votes,
             "prompts": counts.repeated.prompts,
             "cap": cap,
+        },
+        "source_cap": {
+            "votes": counts.source_capped.votes,
+            "sources": counts.source_capped.sources,
+            "min_votes": bound.min_votes,
+            "share": bound.share,
         },
     }
 

@@ -9,8 +9,11 @@ it changed (and then with its new number).
 """
 
 import uuid
+from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, Q, Sum
 
 from arena.env.outbound import url_shown
@@ -194,11 +197,39 @@ class EnvGroup:
     votes: tuple[GroupVote, ...]
 
 
+def _source_bounded(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``rows`` (``winner, completion_a, completion_b, slug_a, slug_b, source``, in vote order)
+    without the votes past their source's bound on one of their completions: a source (address
+    hash, or session where no address was kept) counts at most ``max(ARENA_ENV_SOURCE_MIN_VOTES,
+    RATINGS_SOURCE_MAX_SHARE x the completion's votes from the other sources)`` votes on a
+    completion, the first ones, as the leaderboard bounds a source on a model. Reference answers
+    are not bounded on their own: each of their votes judges a completion too."""
+    share = float(settings.RATINGS_SOURCE_MAX_SHARE)
+    if share <= 0:
+        return rows
+    total: Counter[Any] = Counter()
+    mine: Counter[tuple[str, Any]] = Counter()
+    for row in rows:
+        for completion in {row[1], row[2]} - {None}:
+            total[completion] += 1
+            mine[(row[5], completion)] += 1
+    floor = settings.ARENA_ENV_SOURCE_MIN_VOTES
+    counted: Counter[tuple[str, Any]] = Counter()
+    kept = []
+    for row in rows:
+        cells = [(row[5], c) for c in {row[1], row[2]} - {None}]
+        if all(counted[cell] < max(floor, share * (total[cell[1]] - mine[cell])) for cell in cells):
+            kept.append(row)
+            counted.update(cells)
+    return kept
+
+
 def env_group(*, submission_id: uuid.UUID) -> EnvGroup:
     """The group's completions and the unflagged votes of its environment battles.
 
-    Flagged votes do not count (as for the leaderboard). A side without a completion is the
-    reference model's answer, named by the battle's model on that side.
+    Flagged votes do not count (as for the leaderboard), nor a source's votes past its bound on
+    a completion (``_source_bounded``). A side without a completion is the reference model's
+    answer, named by the battle's model on that side.
     """
     completion_ids = EnvCompletion.objects.filter(submission_id=submission_id).order_by("index")
     rows = (
@@ -213,15 +244,18 @@ def env_group(*, submission_id: uuid.UUID) -> EnvGroup:
             "battle__env__completion_b_id",
             "battle__model_a__slug",
             "battle__model_b__slug",
+            "ip_hash",
+            "voter_id",
         )
     )
+    bounded = _source_bounded([(*row[:5], row[5] or f"session:{row[6]}") for row in rows])
     votes = tuple(
         GroupVote(
             model_a=completion_key(a) if a is not None else reference_key(slug_a),
             model_b=completion_key(b) if b is not None else reference_key(slug_b),
             winner=winner,
         )
-        for winner, a, b, slug_a, slug_b in rows
+        for winner, a, b, slug_a, slug_b, _source in bounded
     )
     return EnvGroup(
         submission_id=submission_id,

@@ -82,8 +82,10 @@ def judge(
     *,
     prefix: str = "visitor",
     flagged_agent: bool = False,
+    ip: str = "",
 ) -> list[Battle]:
-    """``count`` visitors (one session each) are served an env battle and vote on it."""
+    """``count`` visitors (one session each, from the address ``ip`` when given) are served an
+    env battle and vote on it."""
     battles = []
     for n in range(count):
         session = f"{prefix}-{uuid.uuid4().hex[:8]}-{n}"
@@ -98,6 +100,7 @@ def judge(
             voter_id=session,
             winner=decide(env),
             user_agent="curl/8.0" if flagged_agent else "Mozilla/5.0 (X11; Linux x86_64)",
+            ip=ip,
         )
         battles.append(battle)
     return battles

@@ -372,6 +372,19 @@ RATINGS_SPILL_DIR = env("RATINGS_SPILL_DIR", default=None)
 # never capped. 0: no cap.
 RATINGS_DUPLICATE_PROMPT_CAP = env.int("RATINGS_DUPLICATE_PROMPT_CAP", default=25)
 _bounded("RATINGS_DUPLICATE_PROMPT_CAP", RATINGS_DUPLICATE_PROMPT_CAP, 0, 1_000_000)
+# One source's influence (its address hash; its session where no address was kept): its rated
+# votes on a model count at most max(RATINGS_SOURCE_MIN_VOTES, RATINGS_SOURCE_MAX_SHARE x the
+# model's votes from every other source), the first by vote id; the rest are left out of the fit
+# (so one source holds at most 13% of a model's evidence at the default share once past the
+# floor). 0.15 keeps 1,743 of the demo's 1,751 expert votes (the MT-bench authors' heaviest judge
+# gave one model 14% of its votes); 0 switches the cap off. Environment rewards count at most
+# ARENA_ENV_SOURCE_MIN_VOTES of a source's votes on a completion, or the same share.
+RATINGS_SOURCE_MAX_SHARE = env.float("RATINGS_SOURCE_MAX_SHARE", default=0.15)
+RATINGS_SOURCE_MIN_VOTES = env.int("RATINGS_SOURCE_MIN_VOTES", default=20)
+ARENA_ENV_SOURCE_MIN_VOTES = env.int("ARENA_ENV_SOURCE_MIN_VOTES", default=1)
+_bounded("RATINGS_SOURCE_MAX_SHARE", RATINGS_SOURCE_MAX_SHARE, 0, 10)
+_bounded("RATINGS_SOURCE_MIN_VOTES", RATINGS_SOURCE_MIN_VOTES, 1, 1_000_000)
+_bounded("ARENA_ENV_SOURCE_MIN_VOTES", ARENA_ENV_SOURCE_MIN_VOTES, 1, 1_000_000)
 # A model with fewer rated votes than this in a view is "preliminary": shown with its rating and
 # interval, marked, never ranked above the others, and left out of the mean that sets the scale
 # (so its votes do not move the established models). At 50 votes a 95% interval is about +-96

@@ -117,6 +117,31 @@ def test_flagged_votes_do_not_count():
     assert all(r.votes == 0 and r.score is None for r in records(submission))
 
 
+def test_one_address_counts_once_per_completion_however_many_sessions_it_opens(settings):
+    settings.RATINGS_SOURCE_MAX_SHARE = 0.15
+    settings.ARENA_ENV_SOURCE_MIN_VOTES = 1
+    run = make_run(votes_per_completion=20)
+    submission, _ = submit(run, ["best answer", "worst answer"])
+    # Six sessions of one address vote for the worst answer; three visitors judge honestly.
+    worst_first = winner_by(lambda env, side: -by_quality(env, side))
+    judge(6, worst_first, prefix="rigger", ip="203.0.113.9")
+    judge(3, winner_by(by_quality), prefix="honest")
+    assert Vote.objects.count() == 9
+    group = env_group(submission_id=submission.pk)
+    assert len(group.votes) == 1 + 3
+    refresh(submission)
+    best, worst = records(submission)
+    assert best.votes == worst.votes == 4 and best.score > worst.score
+
+
+def test_the_source_bound_off_counts_every_vote(settings):
+    settings.RATINGS_SOURCE_MAX_SHARE = 0
+    run = make_run(votes_per_completion=20)
+    submission, _ = submit(run, ["best answer", "worst answer"])
+    judge(6, winner_by(by_quality), prefix="one-address", ip="203.0.113.9")
+    assert len(env_group(submission_id=submission.pk).votes) == 6
+
+
 def test_status_is_pending_until_enough_votes_then_complete():
     run = make_run(votes_per_completion=2)
     submission, _ = submit(run, ["best answer", "worst answer"])

@@ -130,6 +130,7 @@ def test_the_leaderboard_shows_the_votes_it_left_out_by_reason(client, arena_his
         "flagged": 3,
         "by_reason": {"too_fast": 2, "bot_user_agent": 1, "identity_leak": 1},
         "duplicate_prompts": {"votes": 0, "prompts": 0, "cap": 25},
+        "source_cap": {"votes": 0, "sources": 0, "min_votes": 20, "share": 0.15},
     }
     html = client.get("/leaderboard").content.decode()
     shown = " ".join(
