@@ -6,7 +6,9 @@ one Bradley-Terry fit (style-controlled over the votes with style counts) of eve
 a voter x model test and a goodness-of-fit test, each judging the voter against that fit with
 its own votes held out (``held_out_expectations``: otherwise a voter with many votes on one model
 pulls the model's rating towards itself and hides); the voter's p-value is Bonferroni's over
-them.
+them. Voters and sources that the voter x model test finds at all suspicious are tested again
+against one fit without every suspect's votes, so that sessions favouring the same model from
+different addresses cannot hide behind each other's pull.
 Sessions sharing an address hash and user-agent class whose first votes follow each other within
 ``ARENA_ANOMALY_SOURCE_WINDOW_MINUTES`` are tested the same way as one source; a flagged source
 flags the votes of all its sessions.
@@ -30,6 +32,7 @@ from arena.selectors import votes_for_anomaly
 from arena.services.flags import ANOMALOUS_VOTER, voters_flag
 from ratings.engine.anomaly import (
     AnomalyResult,
+    expectations_filled,
     fitted_expectations,
     held_out_expectations,
     voter_fit_test,
@@ -79,14 +82,23 @@ def _with_style(frame: pd.DataFrame, styles: list[Any]) -> tuple[pd.DataFrame, n
     return flat, complete
 
 
+#: A voter or source whose voter x model p-value is below this is a *suspect*: the fit the
+#: tests judge against is made again without every suspect's votes (see ``voters_flag_run``),
+#: at most ``SUSPECT_ROUNDS`` times.
+SUSPECT_P = 0.05
+SUSPECT_ROUNDS = 5
+
+
 def _tested(
-    frame: pd.DataFrame, expectations: Any, *, min_votes: int
+    frame: pd.DataFrame, expectations: Any, *, min_votes: int, fit_rows: Any = None
 ) -> tuple[AnomalyResult, pd.DataFrame]:
+    """The three tests of every voter of ``frame`` against the fit ``expectations`` come from
+    (made from the rows ``fit_rows`` marks; all by default): a voter whose votes are all in
+    it is judged without them (``held_out_expectations``), the others as the fit stands."""
     crowd = voters_anomaly(frame, min_votes=min_votes)
-    # Each tested voter (or source) is judged against the fit without its own votes.
-    held_out = held_out_expectations(frame, expectations, min_votes=min_votes)
-    model = voter_model_test(frame, held_out, min_votes=min_votes)
-    fit = voter_fit_test(frame, held_out, min_votes=min_votes)
+    judged = held_out_expectations(frame, expectations, min_votes=min_votes, fit_rows=fit_rows)
+    model = voter_model_test(frame, judged, min_votes=min_votes)
+    fit = voter_fit_test(frame, judged, min_votes=min_votes)
     return crowd, voters_combined(crowd.voters, model, fit)
 
 
@@ -108,9 +120,7 @@ def voters_flag_run(
         }
     )
     styled, complete = _with_style(frame, [r["style"] for r in rows])
-    expectations = fitted_expectations(styled, style_complete=complete)
-    result, combined = _tested(frame, expectations, min_votes=min_votes)
-    combined["sessions"] = [[v] for v in combined["voter"]]
+    full = expectations = fitted_expectations(styled, style_complete=complete)
     # Sources: the same votes, each under its session's source label; tested where a source
     # holds more than one session (a lone session's test is the one above).
     sessions = pd.DataFrame(
@@ -127,11 +137,37 @@ def voters_flag_run(
         first_vote=("first_vote", "min"),
     )
     source = voter_sources(sessions, window_seconds=window) if window > 0 else pd.Series()
-    if len(source):
-        grouped = frame.assign(voter=frame["voter"].map(source).fillna(frame["voter"]))
-        _, by_source = _tested(grouped, expectations, min_votes=min_votes)
-        by_source = by_source[by_source["voter"].isin(set(source))].copy()
-        members = source.groupby(source).groups
+    labels = frame["voter"].map(source).astype(object)
+    grouped = frame.assign(voter=labels.where(labels.notna(), frame["voter"]))
+    members = source.groupby(source).groups if len(source) else {}
+    # Several sessions (from several addresses) that each favour the same model pull its
+    # fitted rating up together, so that each one, held out alone, still looks as predicted.
+    # So the voters and sources the voter x model test finds at all suspicious (p below
+    # SUSPECT_P) are left out of the fit the tests judge against, and everyone is tested
+    # again, until no new suspect appears (at most SUSPECT_ROUNDS fits more).
+    suspect_sessions: set[str] = set()
+    fit_rows = None
+    for _ in range(SUSPECT_ROUNDS + 1):
+        result, combined = _tested(frame, expectations, min_votes=min_votes, fit_rows=fit_rows)
+        by_source = combined.iloc[0:0]
+        if len(source):
+            _, by_source = _tested(grouped, expectations, min_votes=min_votes, fit_rows=fit_rows)
+            by_source = by_source[by_source["voter"].isin(set(source))]
+        found = set(combined.loc[combined["p_model"] < SUSPECT_P, "voter"])
+        for label in by_source.loc[by_source["p_model"] < SUSPECT_P, "voter"]:
+            found |= set(members[label])
+        if found <= suspect_sessions:
+            break
+        suspect_sessions |= found
+        fit_rows = ~frame["voter"].isin(suspect_sessions).to_numpy()
+        # A model only suspects judged keeps the full fit's rating (nothing else rates it).
+        expectations = expectations_filled(
+            fitted_expectations(styled, style_complete=complete, fit_rows=fit_rows), full
+        )
+    combined = combined.copy()
+    combined["sessions"] = [[v] for v in combined["voter"]]
+    if len(by_source):
+        by_source = by_source.copy()
         by_source["sessions"] = [sorted(members[s]) for s in by_source["voter"]]
         combined = pd.concat([combined, by_source], ignore_index=True)
     flagged = voters_flagged(

@@ -195,16 +195,28 @@ def voter_model_test(
 ) -> pd.DataFrame:
     """Does a voter's record favour (or disfavour) one model beyond what the fit predicts?
 
-    For voter ``u`` and model ``m``, over ``u``'s battles with ``m`` on either side:
+    For voter ``u`` and model ``m``, over ``u``'s battles with ``m`` on either side, with
+    ``y_i``, ``p_i`` the score and fitted win probability from ``m``'s side, the voter's own
+    shift ``delta`` of ``m``'s logit (``logit q_i = logit p_i + delta``) is tested against 0 by
+    its likelihood ratio (ties count as half a win, as in the fit):
 
-        Z_um = (|sum (y_m - p_m)| - 1/2)+ / sqrt(sum p_m (1 - p_m))
+        LR_um = 2 sum [y_i ln(q_i / p_i) + (1 - y_i) ln((1 - q_i) / (1 - p_i))]  at delta-hat
 
-    ``y_m``, ``p_m`` the score and fitted win probability from ``m``'s side; the half is a
-    continuity correction (the sum moves in steps of a half). Two-sided normal p-values for the
-    (voter, model) cells with at least ``min_votes`` battles; the voter's p-value is Bonferroni's
-    over them: ``min(1, M_u min_m p_um)``. One row per voter with a tested cell: ``voter``,
-    ``n_models`` (M_u), ``model`` (the most anomalous), ``z`` (its signed score), ``p_value``.
+    ``delta-hat`` by Newton's method (``|delta| <= 30``; a record of only wins has
+    ``LR = -2 sum ln p_i``). ``LR`` is referred to chi-squared with one degree of freedom. The
+    score test ``sum (y_i - p_i) / sqrt(sum p_i (1 - p_i))`` it replaces understates extreme
+    records: 20 wins in 20 at p = 0.45 have an exact two-sided p-value of 2.3e-7, 2.4e-6 by the
+    score's normal tail with continuity correction, 1.6e-8 by the likelihood ratio. So at the
+    extreme the ratio overstates, but an honest voter seldom reaches it: in 100,000 simulated
+    honest cells of 10, 20 and 50 votes (p uniform on [0.2, 0.8], 10% ties) the share below
+    1e-3 was 0.07%, 0.06%, 0.05% and below 1e-4 0.005%, 0.003%, 0.002%, under the nominal rate
+    (ties make a score's variance smaller than ``p (1 - p)``). P-values for the (voter, model) cells
+    with at least ``min_votes`` battles; the voter's p-value is Bonferroni's over them:
+    ``min(1, M_u min_m p_um)``. One row per voter with a tested cell: ``voter``, ``n_models``
+    (M_u), ``model`` (the most anomalous), ``z`` (``sign(delta-hat) sqrt(LR)``), ``p_value``.
     """
+    from scipy.stats import chi2
+
     p = expectations.p_a
     known = np.isfinite(p)
     y = _scores(votes["winner"])
@@ -214,21 +226,31 @@ def voter_model_test(
         votes["model_a"].astype(str).to_numpy()[known],
         votes["model_b"].astype(str).to_numpy()[known],
     ]
-    r = (y - p)[known]
-    w = (p * (1.0 - p))[known]
+    pk, yk = p[known], y[known]
     cell_voter = np.concatenate([voter, voter])
     cell_model = np.concatenate(sides)
-    residual = np.concatenate([r, -r])
-    variance = np.concatenate([w, w])
+    prob = np.clip(np.concatenate([pk, 1.0 - pk]), 1e-12, 1.0 - 1e-12)
+    score = np.concatenate([yk, 1.0 - yk])
     codes, uniques = pd.factorize(pd.Series(cell_voter) + "\x00" + pd.Series(cell_model))
     n_cells = len(uniques)
     n = np.bincount(codes, minlength=n_cells)
-    s = np.bincount(codes, weights=residual, minlength=n_cells)
-    v = np.bincount(codes, weights=variance, minlength=n_cells)
+    v = np.bincount(codes, weights=prob * (1.0 - prob), minlength=n_cells)
+    eta = np.log(prob) - np.log1p(-prob)
+    delta = np.zeros(n_cells)
+    for _ in range(60):
+        q = 1.0 / (1.0 + np.exp(-(eta + delta[codes])))
+        g = np.bincount(codes, weights=score - q, minlength=n_cells)
+        h = np.bincount(codes, weights=q * (1.0 - q), minlength=n_cells)
+        delta = np.clip(delta + g / np.maximum(h, 1e-12), -30.0, 30.0)
+    q = np.clip(1.0 / (1.0 + np.exp(-(eta + delta[codes]))), 1e-300, 1.0)
+    q_not = np.clip(1.0 / (1.0 + np.exp(eta + delta[codes])), 1e-300, 1.0)
+    terms = score * (np.log(q) - np.log(prob)) + (1.0 - score) * (np.log(q_not) - np.log1p(-prob))
+    lr = np.maximum(2.0 * np.bincount(codes, weights=terms, minlength=n_cells), 0.0)
+    s = delta
     first = np.zeros(n_cells, dtype=np.int64)
     first[codes[::-1]] = np.arange(len(codes))[::-1]
     cells = pd.DataFrame(
-        {"voter": cell_voter[first], "model": cell_model[first], "n": n, "s": s, "v": v}
+        {"voter": cell_voter[first], "model": cell_model[first], "n": n, "s": s, "v": v, "lr": lr}
     )
     cells = cells[(cells["n"] >= min_votes) & (cells["v"] > 0)].copy()
     columns = ["voter", "n_models", "model", "z", "p_value"]
@@ -236,9 +258,9 @@ def voter_model_test(
         return pd.DataFrame(
             {c: pd.Series(dtype=object if c in ("voter", "model") else float) for c in columns}
         )
-    magnitude = np.maximum(np.abs(cells["s"].to_numpy()) - 0.5, 0.0)
-    cells["z"] = np.sign(cells["s"].to_numpy()) * magnitude / np.sqrt(cells["v"].to_numpy())
-    cells["p"] = _normal_two_sided(cells["z"].to_numpy())
+    stat = cells["lr"].to_numpy()
+    cells["z"] = np.sign(cells["s"].to_numpy()) * np.sqrt(stat)
+    cells["p"] = chi2.sf(stat, 1)
     cells = cells.sort_values(["voter", "p", "model"])
     best = cells.groupby("voter", sort=True).head(1).set_index("voter")
     n_models = cells.groupby("voter", sort=True).size()
@@ -341,7 +363,10 @@ def voters_combined(crowd: pd.DataFrame, model: pd.DataFrame, fit: pd.DataFrame)
 
 
 def fitted_expectations(
-    votes: pd.DataFrame, *, style_complete: np.ndarray | None = None
+    votes: pd.DataFrame,
+    *,
+    style_complete: np.ndarray | None = None,
+    fit_rows: np.ndarray | None = None,
 ) -> Expectations:
     """The expectations of ``votes`` (``model_a``, ``model_b``, ``winner``) under the arena's
     Bradley-Terry fit of the same votes (``rate``, sandwich intervals, no online Elo).
@@ -350,8 +375,9 @@ def fitted_expectations(
     ``STYLE_COLUMNS``), the fit is style-controlled over those rows, and each of them gets the
     fit's coefficients applied to its style differences, z-scored as the fit z-scores them
     (mean and population standard deviation over the fitted rows); the other rows get the
-    fitted ratings alone. Votes whose models the fit cannot rate get NaN; so does every vote
-    when no fit is possible (too few votes or models).
+    fitted ratings alone. ``fit_rows`` (one bool per row) fits only the rows it marks and
+    gives every row its expectation under that fit. Votes whose models the fit cannot rate get
+    NaN; so does every vote when no fit is possible (too few votes or models).
     """
     from .api import ELO_PER_LOGIT, rate
     from .data import STYLE_ELEMENTS, style_differences
@@ -365,12 +391,13 @@ def fitted_expectations(
         if style_complete is None
         else np.asarray(style_complete, dtype=bool)
     )
+    fitting = np.ones(n, dtype=bool) if fit_rows is None else np.asarray(fit_rows, dtype=bool)
     try:
-        if styled.any():
-            fitted = votes.reset_index(drop=True)[styled]
+        if (styled & fitting).any():
+            fitted = votes.reset_index(drop=True)[styled & fitting]
             result = rate(fitted, style_control=True, ci="sandwich", with_online_elo=False)
         else:
-            result = rate(core, style_control=False, ci="sandwich", with_online_elo=False)
+            result = rate(core[fitting], style_control=False, ci="sandwich", with_online_elo=False)
     except EngineError:
         return nothing
     logits = {m.model: m.rating / ELO_PER_LOGIT for m in result.models}
@@ -384,7 +411,7 @@ def fitted_expectations(
     rated = (
         core.loc[styled, "model_a"].isin(logits.keys())
         & core.loc[styled, "model_b"].isin(logits.keys())
-    ).to_numpy()
+    ).to_numpy() & fitting[styled]
     mean = raw[:, rated].mean(axis=1)
     std = raw[:, rated].std(axis=1)
     z = np.full((len(names), n), np.nan)
@@ -393,6 +420,19 @@ def fitted_expectations(
     return model_expectations(
         core["model_a"], core["model_b"], logits=logits, style=z, coefficients=beta
     )
+
+
+def expectations_filled(primary: Expectations, fallback: Expectations) -> Expectations:
+    """``primary`` where it has an expectation, ``fallback``'s probability and linear
+    predictor for the votes it has none for (a fit of fewer votes may leave a model unrated
+    that a fuller fit rates); the style differences stay ``primary``'s. Same rows in both."""
+    missing = ~np.isfinite(primary.p_a) & np.isfinite(fallback.p_a)
+    if not missing.any():
+        return primary
+    p_a = np.where(missing, fallback.p_a, primary.p_a)
+    design = primary.design.copy()
+    design[0] = np.where(missing, fallback.design[0], primary.design[0])
+    return Expectations(p_a=p_a, design=design)
 
 
 def voter_sources(
@@ -446,12 +486,19 @@ HELD_OUT_MIN_INFORMATION = 2.5
 
 
 def held_out_expectations(
-    votes: pd.DataFrame, expectations: Expectations, *, min_votes: int = 10
+    votes: pd.DataFrame,
+    expectations: Expectations,
+    *,
+    min_votes: int = 10,
+    fit_rows: np.ndarray | None = None,
 ) -> Expectations:
     """``expectations`` with each vote of a voter holding at least ``min_votes`` votes between
     rated models replaced by its expectation under the models' ratings without that voter's
     votes (see the section's text). ``votes``: ``voter``, ``model_a``, ``model_b``, ``winner``
-    in the rows' order. Costs one solve of at most (models x models) per tested voter.
+    in the rows' order. ``fit_rows`` marks the rows the expectations' fit was made from (all by
+    default): the information is theirs, and a voter with a row outside them is left as it is
+    (its votes are not all in the fit to be taken out). Costs one solve of at most
+    (models x models) per tested voter.
     """
     p = np.asarray(expectations.p_a, dtype=float)
     y = _scores(votes["winner"])
@@ -461,7 +508,9 @@ def held_out_expectations(
     rows = np.flatnonzero(known)
     codes, _ = pd.factorize(votes["voter"].astype(str).to_numpy()[rows])
     counts = np.bincount(codes)
-    tested = np.flatnonzero(counts >= min_votes)
+    in_fit = np.ones(len(rows), dtype=bool) if fit_rows is None else np.asarray(fit_rows)[rows]
+    outside = np.bincount(codes, weights=~in_fit, minlength=len(counts))
+    tested = np.flatnonzero((counts >= min_votes) & (outside == 0))
     if not len(tested):
         return expectations
     _, idx = np.unique(
@@ -480,10 +529,11 @@ def held_out_expectations(
     r = y[rows] - pk
     # H over every model (the reference is chosen per group, among the informed models).
     information = np.zeros((m, m))
-    np.add.at(information, (a, a), w)
-    np.add.at(information, (b, b), w)
-    np.add.at(information, (a, b), -w)
-    np.add.at(information, (b, a), -w)
+    wf = np.where(in_fit, w, 0.0)
+    np.add.at(information, (a, a), wf)
+    np.add.at(information, (b, b), wf)
+    np.add.at(information, (a, b), -wf)
+    np.add.at(information, (b, a), -wf)
     order = np.argsort(codes, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(counts)])
     eta = expectations.design[0].astype(float).copy()

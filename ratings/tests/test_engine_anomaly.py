@@ -154,14 +154,27 @@ def test_a_targeted_voter_on_pairs_nobody_else_judged_is_caught_by_the_voter_mod
     assert (honest["p_value"] > 1e-3).all()
 
 
-def test_the_voter_model_score_is_the_standardised_sum_of_residuals():
-    # Two models at equal strength: p = 1/2 everywhere. A voter who picks x in 16 of 16 battles
-    # has sum (y - p) = 8, variance 16/4 = 4: Z = (8 - 1/2) / 2.
+def test_the_voter_model_statistic_is_the_likelihood_ratio_of_the_voters_own_shift():
+    from scipy.stats import chi2
+
+    # Two models at equal strength: p = 1/2 everywhere. 12 wins and 4 losses for x: the voter's
+    # own shift is logit(12/16) = ln 3, and LR = 2 [12 ln(0.75/0.5) + 4 ln(0.25/0.5)].
+    votes = frame([("u", "x", "y", "model_a")] * 12 + [("u", "x", "y", "model_b")] * 4)
+    expectations = model_expectations(votes["model_a"], votes["model_b"], logits={"x": 0, "y": 0})
+    row = voter_model_test(votes, expectations, min_votes=10).iloc[0]
+    lr = 2 * (12 * math.log(1.5) + 4 * math.log(0.5))
+    assert row["z"] == pytest.approx(math.sqrt(lr)) and row["n_models"] == 2
+    assert row["p_value"] == pytest.approx(2 * chi2.sf(lr, 1))
+
+
+def test_a_record_of_only_wins_has_the_likelihood_ratio_of_its_probabilities():
+    from scipy.stats import chi2
+
     votes = frame([("u", "x", "y", "model_a")] * 16)
     expectations = model_expectations(votes["model_a"], votes["model_b"], logits={"x": 0, "y": 0})
     row = voter_model_test(votes, expectations, min_votes=10).iloc[0]
-    assert row["z"] == pytest.approx(3.75) and row["n_models"] == 2
-    assert row["p_value"] == pytest.approx(min(1.0, 2 * 2 * 0.5 * math.erfc(3.75 / math.sqrt(2))))
+    assert row["z"] ** 2 == pytest.approx(-2 * 16 * math.log(0.5))
+    assert row["p_value"] == pytest.approx(2 * chi2.sf(-2 * 16 * math.log(0.5), 1))
 
 
 def test_the_fit_test_sees_a_voter_who_votes_against_the_style_the_crowd_rewards():
@@ -208,11 +221,10 @@ def test_a_voter_that_pulls_the_fit_towards_itself_is_judged_without_its_votes(s
     votes = pulled_arena(seed)
     full = fitted_expectations(votes)
     pulled = voter_model_test(votes, full, min_votes=10).set_index("voter")
-    # Its 48 wins are over a third of m1's evidence: the full fit moves m1 up to meet them,
-    # and at the flagging threshold the attacker passes.
-    assert pulled.loc["attacker", "p_value"] > 1e-4
+    # Its 48 wins are over a third of m1's evidence: the full fit moves m1 up to meet them.
     held_out = held_out_expectations(votes, full)
     held = voter_model_test(votes, held_out, min_votes=10).set_index("voter")
+    assert held.loc["attacker", "p_value"] < 1e-3 * pulled.loc["attacker", "p_value"]
     assert held.loc["attacker", "p_value"] < 1e-4 and held.loc["attacker", "model"] == "m1"
     fit = voter_fit_test(votes, held_out, min_votes=10).set_index("voter")
     assert (fit.drop(index="attacker")["p_value"] > 1e-4).all()  # the honest voters pass

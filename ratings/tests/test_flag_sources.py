@@ -22,9 +22,10 @@ def demo(db):
     return Vote.objects.count()
 
 
-def pool_votes(*, voter, n, seed, choose, ip_hash="", created_at=None):
+def pool_votes(*, voter, n, seed, choose, ip_hash="", created_at=None, by_models=None):
     """``n`` votes by ``voter`` on random pool battles (two models' pool answers to one prompt,
-    with their style counts); ``choose(style)`` picks the winner from the battle's counts."""
+    with their style counts); ``choose(style)`` picks the winner from the battle's counts, or
+    ``by_models(slug_a, slug_b, style)`` when given."""
     rng = random.Random(seed)
     by_prompt = {}
     for completion in Completion.objects.filter(source="pool").select_related("model"):
@@ -48,7 +49,9 @@ def pool_votes(*, voter, n, seed, choose, ip_hash="", created_at=None):
         votes.append(
             Vote(
                 battle=battle,
-                winner=choose(style),
+                winner=choose(style)
+                if by_models is None
+                else by_models(a.model.slug, b.model.slug, style),
                 voter_id=voter,
                 ip_hash=ip_hash,
                 user_agent_class="browser",
@@ -102,6 +105,47 @@ def test_sessions_from_one_address_are_flagged_as_one_source(demo):
     assert run.voters.iloc[0]["sessions"] == [f"sybil-{i}" for i in range(10)]
     assert run.flagged_voter_ids == [f"sybil-{i}" for i in range(10)]
     assert len(run.votes) == 80
+
+
+def for_the_target(target):
+    """Votes for ``target`` wherever it appears, and elsewhere for the longer answer (the
+    experts' own taste on MT-bench, so that these votes blend in)."""
+
+    def choose(a, b, style):
+        if target in (a, b):
+            return "model_a" if a == target else "model_b"
+        longer = style["sum_assistant_a_tokens"] >= style["sum_assistant_b_tokens"]
+        return "model_a" if longer else "model_b"
+
+    return choose
+
+
+@pytest.mark.parametrize("rounds", [0, 5])
+def test_sessions_from_many_addresses_lifting_one_model_are_flagged_together(
+    demo, monkeypatch, rounds
+):
+    """Ten sessions from ten addresses, 100 votes each, for alpaca-13b wherever it appears: each
+    one, held out alone, is judged against a fit the other nine still pull up; leaving every
+    suspect out of that fit (the rounds) catches all ten, and no expert."""
+    from ratings import voters
+
+    monkeypatch.setattr(voters, "SUSPECT_ROUNDS", rounds)
+    for i in range(10):
+        pool_votes(
+            voter=f"lifter-{i}",
+            n=100,
+            seed=200 + i,
+            choose=None,
+            ip_hash=f"address-{i}",
+            by_models=for_the_target("alpaca-13b"),
+        )
+    run = voters_flag_run(dry_run=True)
+    lifters = [v for v in run.flagged_voter_ids if v.startswith("lifter-")]
+    assert len(run.flagged_voter_ids) == len(lifters)  # no expert
+    if rounds:
+        assert sorted(lifters) == [f"lifter-{i}" for i in range(10)]
+    else:
+        assert len(lifters) < 10
 
 
 def test_sessions_from_one_address_hours_apart_are_not_one_source(demo, settings):
