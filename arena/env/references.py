@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from arena.inputs import text_storable
-from arena.models import ArenaModel, Completion, EnvSubmission
+from arena.models import ArenaModel, Completion, EnvSubmission, completion_turns_hash
 
 if TYPE_CHECKING:
     from arena.live.upstream import UpstreamTarget
@@ -69,10 +69,12 @@ def _store(submission: EnvSubmission, model: ArenaModel, answer: str) -> Complet
     """The reference answer, stored once (a concurrent store of the same one is the same)."""
     try:
         with transaction.atomic():
+            turns = [text_storable(answer)]
             return Completion.objects.create(
                 prompt_id=submission.prompt_id,
                 model=model,
-                turns=[text_storable(answer)],
+                turns=turns,
+                turns_hash=completion_turns_hash(turns),
                 source=Completion.Source.REFERENCE,
             )
     except IntegrityError:

@@ -2,8 +2,9 @@ import json
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import IntegrityError, transaction
 
-from arena.models import ArenaModel, Completion, Prompt
+from arena.models import ArenaModel, Completion, Prompt, completion_turns_hash
 
 pytestmark = pytest.mark.django_db
 
@@ -54,6 +55,34 @@ def test_importing_the_same_file_twice_changes_nothing(tmp_path):
         3,
         2,
     )
+
+
+def test_other_texts_of_a_model_answer_are_variants_and_a_repeat_adds_nothing(tmp_path):
+    second = {**GOOD[0], "completion": ["Leaves drift...", "Les feuilles tombent..."]}
+    path = write_pool(tmp_path, [*GOOD, second, GOOD[0], second])
+    call_command("import_pool", str(path))
+    call_command("import_pool", str(path))
+    variants = Completion.objects.filter(
+        prompt__external_id="q1", model__slug="my-model-7b"
+    ).order_by("pk")
+    assert [c.turns for c in variants] == [GOOD[0]["completion"], second["completion"]]
+    assert Completion.objects.count() == 4
+
+
+def test_the_database_refuses_the_same_pool_text_twice():
+    prompt = Prompt.objects.create(turns=["Hi"], source="t")
+    model = ArenaModel.objects.create(slug="m", display_name="m")
+    turns = ["Hello"]
+    Completion.objects.create(
+        prompt=prompt, model=model, turns=turns, turns_hash=completion_turns_hash(turns)
+    )
+    Completion.objects.create(
+        prompt=prompt, model=model, turns=["Hey"], turns_hash=completion_turns_hash(["Hey"])
+    )
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Completion.objects.create(
+            prompt=prompt, model=model, turns=turns, turns_hash=completion_turns_hash(turns)
+        )
 
 
 @pytest.mark.parametrize(
