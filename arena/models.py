@@ -172,7 +172,9 @@ class Completion(models.Model):
     model = models.ForeignKey(ArenaModel, on_delete=models.PROTECT, related_name="completions")
     turns = models.JSONField(help_text="List of assistant turns (strings).")
     # SHA-256 of the turns (``completion_turns_hash``): a model may have several pool answers
-    # (variants) to one prompt, rotated per battle, but never the same text twice.
+    # (variants) to one prompt, rotated per battle, but never the same text twice. Set by
+    # whatever writes the turns: the pool import and generation, the admin's form, the
+    # reference answers.
     turns_hash = models.CharField(
         max_length=64, blank=True, editable=False, help_text="SHA-256 of the turns."
     )
