@@ -183,7 +183,7 @@ def models_served() -> ServedSummary:
     )
 
 
-def _pool_answers() -> list[PoolAnswer]:
+def pool_answers() -> list[PoolAnswer]:
     """Every pool answer of the active models, variants in the order they were stored (the
     first is the published one), with whether its text names its model (``arena.leaks``)."""
     models = {m.pk: m for m in ArenaModel.objects.filter(is_active=True, env_run__isnull=True)}
@@ -217,7 +217,7 @@ def pool_recognisability_refresh() -> list[ModelRecognisability]:
     """Compute the pool's recognisability figures and keep them for the pool generation the
     rows were read under (a change meanwhile starts another, whose figures come next)."""
     generation = pool_cache().tokens["pool"]
-    figures = recognisability(_pool_answers())
+    figures = recognisability(pool_answers())
     cache.set(_recognisability_key(generation), figures, timeout=RECOGNISABILITY_CACHE_SECONDS)
     return figures
 
