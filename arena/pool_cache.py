@@ -3,10 +3,10 @@ stored in the shared cache.
 
 Every pool battle reads the same rows until an operator changes a model or imports a pool: the
 active models with pool answers and their weights, the prompts each pair of them answered, the
-answers' text (every variant of a model's answer) with their style counts and identity-leak checks, and whether any environment
-run is open. Each process keeps its own copy of these, valid while the generation token stored in
-the shared cache (Redis in production: one ``get_many`` per battle) is the one the copy was read
-under:
+answers' text (every variant of a model's answer) with their style counts and identity-leak
+checks, and whether any environment run is open. Each process keeps its own copy of these,
+valid while the generation token stored in the shared cache (Redis in production: one
+``get_many`` per battle) is the one the copy was read under:
 
 - saving or deleting an ``ArenaModel``, ``Prompt`` or ``Completion`` starts a new pool
   generation, and saving or deleting an ``EnvRun`` (its state) a new environment generation, at
@@ -72,7 +72,8 @@ GENERATION_KEYS: dict[Scope, str] = {
 _FOLLOWERS: dict[Scope, tuple[Scope, ...]] = {"pool": ("live",)}
 # The oldest a copy may be, for writes that send no signal.
 MAX_AGE_SECONDS = 30.0
-# Answers (prompt, model: all its variants) kept per process: a pool of any size costs bounded memory.
+# Answers (prompt, model: all its variants) kept per process: a pool of any size costs bounded
+# memory.
 MAX_ANSWERS = 20_000
 
 T = TypeVar("T")

@@ -1,6 +1,6 @@
 """Celery tasks of the battle side, under their registered names: the live battles' sweep
-(``arena.live.sweep``), the pool's recognisability figures (``arena.transparency``) and the environment API's reference answers, webhook deliveries and
-expiry (``arena.env``)."""
+(``arena.live.sweep``), the pool's recognisability figures (``arena.transparency``) and the
+environment API's reference answers, webhook deliveries and expiry (``arena.env``)."""
 
 import logging
 import uuid
