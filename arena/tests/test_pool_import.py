@@ -1,10 +1,13 @@
+import importlib
 import json
 
 import pytest
+from django.apps import apps
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError, transaction
 
 from arena.models import ArenaModel, Completion, Prompt, completion_turns_hash
+from arena.tests.factories import CompletionFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -118,3 +121,17 @@ def test_conflicting_prompt_ids_roll_back_the_whole_file(tmp_path):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(CommandError, match="cannot read"):
         call_command("import_pool", str(tmp_path / "nope.jsonl"))
+
+
+def test_the_migration_fills_the_hash_of_every_stored_completion():
+    migration = importlib.import_module("arena.migrations.0012_completion_pool_variants")
+    pooled = CompletionFactory(turns=["Hello é", "again"])
+    reference = CompletionFactory(turns=["A reference"], source=Completion.Source.REFERENCE)
+    Completion.objects.update(turns_hash="")
+
+    migration.fill_turns_hash(apps, None)
+
+    pooled.refresh_from_db()
+    reference.refresh_from_db()
+    assert pooled.turns_hash == completion_turns_hash(["Hello é", "again"])
+    assert reference.turns_hash == completion_turns_hash(["A reference"])
