@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.db import models
 from django.db.models import Q
@@ -27,6 +28,7 @@ from arena.models import (
     RefusedPrompt,
     TermsAcceptance,
     Vote,
+    completion_turns_hash,
 )
 from arena.services.flags import ANOMALOUS_VOTER, votes_flag_clear
 from arena.services.models import models_deactivate
@@ -106,8 +108,33 @@ class PromptAdmin(admin.ModelAdmin[Prompt]):
     readonly_fields = ["text_hash"]
 
 
+class CompletionForm(forms.ModelForm[Completion]):
+    """A completion's ``turns_hash`` follows its turns; a pool variant's text must be new."""
+
+    class Meta:
+        model = Completion
+        fields = ["prompt", "model", "turns", "source"]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        turns = cleaned.get("turns")
+        if not isinstance(turns, list):
+            return cleaned
+        self.instance.turns_hash = completion_turns_hash([str(t) for t in turns])
+        same = Completion.objects.filter(
+            prompt=cleaned.get("prompt"),
+            model=cleaned.get("model"),
+            source=Completion.Source.POOL,
+            turns_hash=self.instance.turns_hash,
+        ).exclude(pk=self.instance.pk)
+        if cleaned.get("source") == Completion.Source.POOL and same.exists():
+            raise forms.ValidationError("The model already has this answer to this prompt.")
+        return cleaned
+
+
 @admin.register(Completion)
 class CompletionAdmin(admin.ModelAdmin[Completion]):
+    form = CompletionForm
     list_display = ["id", "model", "prompt", "source", "created_at"]
     list_filter = ["source", "model"]
     search_fields = ["model__slug", "turns"]

@@ -3,6 +3,8 @@
 Business rules live in ``arena.services``; these classes hold data and database constraints only.
 """
 
+import hashlib
+import json
 import uuid
 
 from django.core.exceptions import ValidationError
@@ -152,8 +154,13 @@ class Prompt(models.Model):
         return first[:80]
 
 
+def completion_turns_hash(turns: list[str] | tuple[str, ...]) -> str:
+    """The SHA-256 of a completion's turns (their JSON list), stored as ``turns_hash``."""
+    return hashlib.sha256(json.dumps(list(turns)).encode()).hexdigest()
+
+
 class Completion(models.Model):
-    """A model's answers to every turn of a prompt."""
+    """A model's answers to every turn of a prompt: one of its pool variants, or a reference."""
 
     class Source(models.TextChoices):
         POOL = "pool", "Pool"
@@ -164,15 +171,22 @@ class Completion(models.Model):
     prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="completions")
     model = models.ForeignKey(ArenaModel, on_delete=models.PROTECT, related_name="completions")
     turns = models.JSONField(help_text="List of assistant turns (strings).")
+    # SHA-256 of the turns (``completion_turns_hash``): a model may have several pool answers
+    # (variants) to one prompt, rotated per battle, but never the same text twice. Set by
+    # whatever writes the turns: the pool import and generation, the admin's form, the
+    # reference answers.
+    turns_hash = models.CharField(
+        max_length=64, blank=True, editable=False, help_text="SHA-256 of the turns."
+    )
     source = models.CharField(max_length=20, choices=Source.choices, default=Source.POOL)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["prompt", "model"],
+                fields=["prompt", "model", "turns_hash"],
                 condition=Q(source="pool"),
-                name="completion_one_pool_answer_per_model",
+                name="completion_pool_variants_differ",
             ),
             models.UniqueConstraint(
                 fields=["prompt", "model"],

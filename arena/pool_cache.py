@@ -3,10 +3,10 @@ stored in the shared cache.
 
 Every pool battle reads the same rows until an operator changes a model or imports a pool: the
 active models with pool answers and their weights, the prompts each pair of them answered, the
-two answers' text with their style counts and identity-leak checks, and whether any environment
-run is open. Each process keeps its own copy of these, valid while the generation token stored in
-the shared cache (Redis in production: one ``get_many`` per battle) is the one the copy was read
-under:
+answers' text (every variant of a model's answer) with their style counts and identity-leak
+checks, and whether any environment run is open. Each process keeps its own copy of these,
+valid while the generation token stored in the shared cache (Redis in production: one
+``get_many`` per battle) is the one the copy was read under:
 
 - saving or deleting an ``ArenaModel``, ``Prompt`` or ``Completion`` starts a new pool
   generation, and saving or deleting an ``EnvRun`` (its state) a new environment generation, at
@@ -30,6 +30,7 @@ such as an import command beside a running server, is seen within ``MAX_AGE_SECO
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 import uuid
@@ -71,7 +72,8 @@ GENERATION_KEYS: dict[Scope, str] = {
 _FOLLOWERS: dict[Scope, tuple[Scope, ...]] = {"pool": ("live",)}
 # The oldest a copy may be, for writes that send no signal.
 MAX_AGE_SECONDS = 30.0
-# Answers (prompt, model) kept per process: a pool of any size costs bounded memory.
+# Answers (prompt, model: all its variants) kept per process: a pool of any size costs bounded
+# memory.
 MAX_ANSWERS = 20_000
 
 T = TypeVar("T")
@@ -220,28 +222,42 @@ class PoolCache:
         """The live limits in force (``arena.selectors.live_limits``)."""
         return self._get("live", "limits", live_limits)
 
-    def answers(self, prompt_id: int, model_ids: list[int]) -> dict[int, list[PoolTurn]]:
-        """Each model's pool answer to the prompt, turn by turn, as battle messages store it
-        (one query for those not kept yet). A model with no pool answer to it is left out."""
-        found: dict[int, list[PoolTurn]] = {}
+    def variants(self, prompt_id: int, model_ids: list[int]) -> dict[int, list[list[PoolTurn]]]:
+        """Each model's pool answers (its variants, in the order they were stored) to the
+        prompt, turn by turn, as battle messages store them (one query for those not kept yet).
+        A model with no pool answer to it is left out."""
+        found: dict[int, list[list[PoolTurn]]] = {}
         for model_id in model_ids:
             hit = self._lookup("pool", ("answer", prompt_id, model_id))
             if hit is not None:
                 found[model_id] = hit
         missing = [m for m in model_ids if m not in found]
         if missing:
-            for model_id, turns in _load_answers(prompt_id, missing).items():
-                self._store("pool", ("answer", prompt_id, model_id), turns, limit=MAX_ANSWERS)
-                found[model_id] = turns
+            for model_id, variants in _load_answers(prompt_id, missing).items():
+                self._store("pool", ("answer", prompt_id, model_id), variants, limit=MAX_ANSWERS)
+                found[model_id] = variants
         return found
 
+    def answers(
+        self, prompt_id: int, model_ids: list[int], rng: random.Random
+    ) -> dict[int, list[PoolTurn]]:
+        """One pool answer of each model to the prompt: one of its variants, drawn uniformly
+        with ``rng`` (``variants``)."""
+        return {
+            model_id: rng.choice(variants)
+            for model_id, variants in self.variants(prompt_id, model_ids).items()
+        }
 
-def _load_answers(prompt_id: int, model_ids: list[int]) -> dict[int, list[PoolTurn]]:
-    """The pool answers of these models to the prompt (one query), each turn's text made
-    storable, its style counted and its identity-leak check made once, here."""
-    answers: dict[int, list[PoolTurn]] = {}
-    for completion in Completion.objects.select_related("model", "prompt").filter(
-        prompt_id=prompt_id, model_id__in=model_ids, source=Completion.Source.POOL
+
+def _load_answers(prompt_id: int, model_ids: list[int]) -> dict[int, list[list[PoolTurn]]]:
+    """The pool answers of these models to the prompt (one query), each model's variants in id
+    order, each turn's text made storable, its style counted and its identity-leak check made
+    once, here."""
+    answers: dict[int, list[list[PoolTurn]]] = {}
+    for completion in (
+        Completion.objects.select_related("model", "prompt")
+        .filter(prompt_id=prompt_id, model_id__in=model_ids, source=Completion.Source.POOL)
+        .order_by("pk")
     ):
         prompt: Prompt = completion.prompt
         turns: list[PoolTurn] = []
@@ -257,7 +273,7 @@ def _load_answers(prompt_id: int, model_ids: list[int]) -> dict[int, list[PoolTu
                     ),
                 )
             )
-        answers[completion.model_id] = turns
+        answers.setdefault(completion.model_id, []).append(turns)
     return answers
 
 

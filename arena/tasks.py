@@ -1,6 +1,6 @@
 """Celery tasks of the battle side, under their registered names: the live battles' sweep
-(``arena.live.sweep``) and the environment API's reference answers, webhook deliveries and
-expiry (``arena.env``)."""
+(``arena.live.sweep``), the pool's recognisability figures (``arena.transparency``) and the
+environment API's reference answers, webhook deliveries and expiry (``arena.env``)."""
 
 import logging
 import uuid
@@ -17,6 +17,7 @@ from arena.env.webhook import (
     webhook_runs_behind,
 )
 from arena.live.sweep import live_battles_sweep
+from arena.transparency import pool_recognisability_refresh
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,19 @@ def live_battles_sweep_task() -> int:
     if settled:
         logger.warning("settled %d live battles left streaming", settled)
     return settled
+
+
+@shared_task(  # type: ignore[untyped-decorator]
+    name="arena.tasks.pool_recognisability",
+    soft_time_limit=600,
+    time_limit=660,
+    acks_late=True,
+    ignore_result=True,
+)
+def pool_recognisability_task() -> int:
+    """Compute the pool's recognisability figures for the /transparency page (``arena.
+    transparency``); a rerun computes the same figures again. Returns the models counted."""
+    return len(pool_recognisability_refresh())
 
 
 # --- The environment API (arena.env): reference answers, webhook deliveries, expiry ----------

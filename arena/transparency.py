@@ -1,5 +1,9 @@
 """Reads for what the arena publishes about itself: votes left out and why, models served.
 
+The page also shows how recognisable each active model's pool answers are
+(``pool_recognisability``: ``arena.recognisability`` over the pool, kept in the shared cache per
+pool generation, so it is computed once per change of the pool, not per visit).
+
 The leaderboard's snapshot counts the votes it excludes (``votes_excluded_counts``: named,
 flagged, and repeated visitors' prompts past the cap) and the
 public ``/transparency`` page (``ratings.views``) lists every model served with its dates and
@@ -11,13 +15,19 @@ aggregated line (``trainer_submissions``).
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from celery import current_app
+from django.core.cache import cache
 from django.db.models import Count, Max, Min, QuerySet
 
-from arena.models import ArenaModel, Battle, Vote
+from arena.leaks import model_names, names_in_answer
+from arena.models import ArenaModel, Battle, Completion, Vote
+from arena.pool_cache import pool_cache
+from arena.recognisability import ModelRecognisability, PoolAnswer, recognisability
 from arena.selectors import (
     RepeatedPrompts,
     SourceCap,
@@ -28,6 +38,15 @@ from arena.selectors import (
 
 #: The label of a flagged vote whose list of reasons is empty (a flag set by hand, say).
 UNSPECIFIED_REASON = "unspecified"
+#: How long the pool's recognisability figures are kept for one pool generation (a change of
+#: the pool starts another generation, whose figures are computed on the next read).
+RECOGNISABILITY_CACHE_SECONDS = 7 * 24 * 3600
+_RECOGNISABILITY_KEY = "arena:recognisability:v1:{generation}"
+# A generation's figures are queued at most once in this long (a lost task is queued again).
+_RECOGNISABILITY_QUEUED_SECONDS = 600
+# By name: the arena's tasks module imports this one.
+RECOGNISABILITY_TASK = "arena.tasks.pool_recognisability"
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -175,3 +194,61 @@ def models_served() -> ServedSummary:
             votes=int(env_battles["votes"]),
         ),
     )
+
+
+def pool_answers() -> list[PoolAnswer]:
+    """Every pool answer of the active models, variants in the order they were stored (the
+    first is the published one), with whether its text names its model (``arena.leaks``)."""
+    models = {m.pk: m for m in ArenaModel.objects.filter(is_active=True, env_run__isnull=True)}
+    names = {pk: model_names(m) for pk, m in models.items()}
+    rows = (
+        Completion.objects.filter(source=Completion.Source.POOL, model_id__in=models)
+        .order_by("pk")
+        .values_list("prompt_id", "model_id", "turns", "prompt__turns")
+    )
+    answers = []
+    for prompt_id, model_id, turns, user_turns in rows.iterator(chunk_size=2000):
+        texts = tuple(str(t) for t in (turns if isinstance(turns, list) else []))
+        asked = [str(t) for t in (user_turns if isinstance(user_turns, list) else [])]
+        named = any(
+            names_in_answer(text, names=names[model_id], user_turns=asked[: turn + 1])
+            for turn, text in enumerate(texts)
+        )
+        answers.append(
+            PoolAnswer(
+                prompt=prompt_id, model=models[model_id].slug, turns=texts, names_model=named
+            )
+        )
+    return answers
+
+
+def _recognisability_key(generation: str) -> str:
+    return _RECOGNISABILITY_KEY.format(generation=generation)
+
+
+def pool_recognisability_refresh() -> list[ModelRecognisability]:
+    """Compute the pool's recognisability figures and keep them for the pool generation the
+    rows were read under (a change meanwhile starts another, whose figures come next)."""
+    generation = pool_cache().tokens["pool"]
+    figures = recognisability(pool_answers())
+    cache.set(_recognisability_key(generation), figures, timeout=RECOGNISABILITY_CACHE_SECONDS)
+    return figures
+
+
+def pool_recognisability() -> list[ModelRecognisability] | None:
+    """The current pool generation's recognisability figures, or None while they are computed.
+
+    The first read of a generation queues the task that computes them (once per
+    ``_RECOGNISABILITY_QUEUED_SECONDS``): the style counts and the classifier need the
+    tokenizer and numpy, which a web worker does not load. In eager mode (local settings, no
+    broker) the task runs at once and its figures are returned.
+    """
+    key = _recognisability_key(pool_cache().tokens["pool"])
+    kept = cache.get(key)
+    if kept is None and cache.add(f"{key}:queued", True, timeout=_RECOGNISABILITY_QUEUED_SECONDS):
+        try:
+            current_app.tasks[RECOGNISABILITY_TASK].apply_async()
+        except Exception:
+            logger.exception("could not queue the pool's recognisability figures")
+        kept = cache.get(key)
+    return kept if isinstance(kept, list) else None

@@ -274,12 +274,19 @@ class StyleClassifier:
 
         samples: dict[str, list[list[float]]] = {}
         self.texts: dict[str, set[str]] = {}
-        for slug, turns in Completion.objects.filter(source="pool").values_list(
-            "model__slug", "turns"
+        # The attacker knows one answer per (prompt, model): the first variant, the published one.
+        published: set[tuple[int, str]] = set()
+        for prompt_id, slug, turns in (
+            Completion.objects.filter(source="pool")
+            .order_by("pk")
+            .values_list("prompt_id", "model__slug", "turns")
         ):
+            known = (prompt_id, slug) not in published
+            published.add((prompt_id, slug))
             for text in turns:
                 samples.setdefault(slug, []).append(_features(dict(style_counts(text))))
-                self.texts.setdefault(slug, set()).add(_fold(text))
+                if known:
+                    self.texts.setdefault(slug, set()).add(_fold(text))
         self.stats: dict[str, list[tuple[float, float]]] = {}
         for slug, rows in samples.items():
             cols = list(zip(*rows, strict=True))
@@ -315,8 +322,8 @@ def _side_target(
                 m.content, names=target_names, user_turns=[m.user_content]
             ):
                 return side, "named"
-    # The pool's answers are stored texts: an attacker who has collected the target's answers
-    # to the pool's prompts (published, or asked of the target's API) recognises them.
+    # The pool's answers are stored texts: an attacker who has collected the target's published
+    # answer to each pool prompt recognises it (not the other variants the rotation shows).
     known = clf.texts.get(target, set())
     for m in messages:
         if _fold(m.content) in known:
@@ -664,6 +671,7 @@ def main() -> None:
             sys.exit(f"--target {cfg.target} is not among the demo's pool models: {slugs}")
         truth = _true_ratings(slugs, rng, cfg.target)
         clf = StyleClassifier()
+        recognisable = recognisability_figures()
         n_honest = honest_votes(cfg, truth, rng)
         print(
             f"{len(slugs)} models, {n_honest} honest votes from {cfg.honest_sessions} sessions "
@@ -704,6 +712,51 @@ def main() -> None:
                 f"{t}: {a} attacker / {h} honest" for t, (a, h) in sorted(o.by_test.items())
             )
             print(f"- {o.strategy}: {tests or 'none flagged'}")
+    print_recognisability(recognisable)
+
+
+# --- recognisability of the pool's answers ------------------------------------------------------
+
+
+def recognisability_figures() -> tuple[list[Any], list[Any]]:
+    """``arena.recognisability`` over the demo's pool: with the first variant of each answer
+    only (no rotation: what the attacker has published), and with every variant (rotation)."""
+    from arena.recognisability import recognisability
+    from arena.transparency import pool_answers
+
+    answers = pool_answers()
+    seen: set[tuple[Any, str]] = set()
+    first = []
+    for answer in answers:
+        if (answer.prompt, answer.model) not in seen:
+            seen.add((answer.prompt, answer.model))
+            first.append(answer)
+    return recognisability(first), recognisability(answers)
+
+
+def print_recognisability(figures: tuple[list[Any], list[Any]]) -> None:
+    """The printed "Recognisability" section: per model, before -> after the rotation."""
+    before, after = figures
+    print()
+    print(
+        "Recognisability (arena.recognisability; before -> after the rotation of variants): "
+        "share of a model's battle appearances recognised by the attacker's one published "
+        "answer per prompt (exact text), attributed to it by a leave-one-prompt-out naive-Bayes "
+        f"style classifier (chance {1 / max(1, len(after)):.0%}), naming it."
+    )
+    print("| model | answers | exact text | style | names it |")
+    print("|---|---|---|---|---|")
+    for old, new in zip(before, after, strict=True):
+
+        def pct(value: float | None) -> str:
+            return "-" if value is None else f"{value:.0%}"
+
+        print(
+            f"| {new.model} | {old.variants} -> {new.variants} "
+            f"| {pct(old.exact_text)} -> {pct(new.exact_text)} "
+            f"| {pct(old.style)} -> {pct(new.style)} "
+            f"| {pct(old.names_model)} -> {pct(new.names_model)} |"
+        )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@
 - Every model the arena has served (``arena.transparency.models_served``), deactivated ones and
   private variants (``is_public`` off) included, with first and last battle dates and shares;
   environment runs' hidden models only as one aggregated line of trainer submissions.
+- How recognisable each active model's pool answers are (``arena.recognisability``: by a
+  published answer's text under the rotation of variants, by style, by naming the model),
+  computed once per change of the pool by a task and read from the shared cache.
 - Flagged votes by reason, the leaderboard's excluded votes (from the latest snapshot: named,
   flagged, repeated visitors' prompts past ``RATINGS_DUPLICATE_PROMPT_CAP``) and when
   snapshots are written (the beat schedule's sweep, the after-vote refresh, the latest one).
@@ -19,8 +22,9 @@ from typing import Any
 from django.conf import settings
 
 from arena.models import ArenaModel
+from arena.recognisability import ModelRecognisability
 from arena.sampling_stats import SamplingPolicy, pair_probabilities_now, sampling_policy
-from arena.transparency import ServedSummary, models_served
+from arena.transparency import ServedSummary, models_served, pool_recognisability
 from ratings.models import LeaderboardSnapshot
 from ratings.payload import ExcludedCounts, SnapshotPayload
 from ratings.selectors import snapshot_latest
@@ -59,6 +63,8 @@ class Transparency:
     sweep_crontab: str
     refresh_on_vote: bool
     refresh_debounce_seconds: int
+    # None while the current pool's figures are computed (arena.transparency).
+    recognisability: list[ModelRecognisability] | None = None
 
 
 def crontab_text(schedule: Any) -> str:
@@ -122,4 +128,5 @@ def transparency() -> Transparency:
         sweep_crontab=crontab_text(sweep.get("schedule")) if sweep else "",
         refresh_on_vote=bool(settings.RATINGS_REFRESH_ON_VOTE),
         refresh_debounce_seconds=int(settings.RATINGS_REFRESH_DEBOUNCE_SECONDS),
+        recognisability=pool_recognisability(),
     )

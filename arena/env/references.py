@@ -18,16 +18,15 @@ submission's own prompt (one per model: ``completion_one_reference_answer_per_mo
 from __future__ import annotations
 
 import logging
-import os
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from arena.inputs import text_storable
-from arena.models import ArenaModel, Completion, EnvSubmission
+from arena.models import ArenaModel, Completion, EnvSubmission, completion_turns_hash
 
 if TYPE_CHECKING:
     from arena.live.upstream import UpstreamTarget
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ANSWER_TASK = "arena.tasks.env_reference_answer"
-_NO_KEY = "sk-no-key"
 
 
 class ReferenceFailed(Exception):
@@ -69,10 +67,12 @@ def _store(submission: EnvSubmission, model: ArenaModel, answer: str) -> Complet
     """The reference answer, stored once (a concurrent store of the same one is the same)."""
     try:
         with transaction.atomic():
+            turns = [text_storable(answer)]
             return Completion.objects.create(
                 prompt_id=submission.prompt_id,
                 model=model,
-                turns=[text_storable(answer)],
+                turns=turns,
+                turns_hash=completion_turns_hash(turns),
                 source=Completion.Source.REFERENCE,
             )
     except IntegrityError:
@@ -129,37 +129,12 @@ def _target(model: ArenaModel) -> UpstreamTarget:
 
 
 def _call(target: UpstreamTarget, messages: list[dict[str, str]]) -> str:
-    import httpx2
-    import openai
+    from arena.live.upstream import UpstreamFailed, answer_whole
 
-    from arena.live.upstream import request_body, request_kwargs
-
-    api_key = _NO_KEY
-    if target.api_key_env:
-        api_key = os.environ.get(target.api_key_env, "")
-        if not api_key:
-            raise ReferenceFailed(f"environment variable {target.api_key_env} is not set")
-    kwargs = request_kwargs(target, messages, settings.ARENA_LIVE_MAX_OUTPUT_TOKENS)
-    body: dict[str, Any] = request_body(kwargs)
-    body.pop("stream", None)
-    body.pop("stream_options", None)
-    timeout = httpx2.Timeout(
-        target.read_timeout, connect=target.connect_timeout, pool=target.connect_timeout
-    )
-    with openai.OpenAI(
-        base_url=target.base_url, api_key=api_key, max_retries=0, timeout=timeout
-    ) as client:
-        try:
-            response = client.post("/chat/completions", body=body, cast_to=object)
-        except openai.OpenAIError as exc:
-            raise ReferenceFailed(f"{type(exc).__name__}: {exc}"[:2000]) from exc
     try:
-        content = response["choices"][0]["message"]["content"]  # type: ignore[index]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise ReferenceFailed(f"malformed response: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(content, str) or not content.strip():
-        raise ReferenceFailed("the answer is empty")
-    return content
+        return answer_whole(target, messages, max_tokens=settings.ARENA_LIVE_MAX_OUTPUT_TOKENS)
+    except UpstreamFailed as exc:
+        raise ReferenceFailed(str(exc)) from exc
 
 
 def reference_answer_generate(*, submission_id: uuid.UUID, model_id: int) -> Completion | None:

@@ -235,6 +235,48 @@ def request_body(kwargs: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+class UpstreamFailed(Exception):
+    """The provider gave no answer to a whole (non-streamed) request; the message says why."""
+
+
+def answer_whole(target: UpstreamTarget, history: list[dict[str, str]], *, max_tokens: int) -> str:
+    """One answer to ``history``, asked without streaming (the model's system prompt and
+    generation parameters as a live battle's): for answers stored beforehand, such as the
+    environment's reference answers and generated pool variants. One attempt per
+    ``target.max_retries`` + 1. Raises ``UpstreamFailed`` (the text is never empty)."""
+    import httpx2
+    import openai
+
+    api_key = _NO_KEY
+    if target.api_key_env:
+        api_key = os.environ.get(target.api_key_env, "")
+        if not api_key:
+            raise UpstreamFailed(f"environment variable {target.api_key_env} is not set")
+    body: dict[str, Any] = request_body(request_kwargs(target, history, max_tokens))
+    body.pop("stream", None)
+    body.pop("stream_options", None)
+    timeout = httpx2.Timeout(
+        target.read_timeout, connect=target.connect_timeout, pool=target.connect_timeout
+    )
+    with openai.OpenAI(
+        base_url=target.base_url,
+        api_key=api_key,
+        max_retries=target.max_retries,
+        timeout=timeout,
+    ) as client:
+        try:
+            response = client.post("/chat/completions", body=body, cast_to=object)
+        except openai.OpenAIError as exc:
+            raise UpstreamFailed(f"{type(exc).__name__}: {exc}"[:2000]) from exc
+    try:
+        content = response["choices"][0]["message"]["content"]  # type: ignore[index]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise UpstreamFailed(f"malformed response: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(content, str) or not content.strip():
+        raise UpstreamFailed("the answer is empty")
+    return content
+
+
 async def stream_answer(
     target: UpstreamTarget,
     history: list[dict[str, str]],

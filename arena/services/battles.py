@@ -48,7 +48,10 @@ def battle_start_pool_with_messages(
     The two models are drawn by the active pair rule (``arena.sampling``, from the latest
     snapshot, mixed with the sampling weights and a floor) or, with ``ARENA_ACTIVE_SAMPLING``
     off, by sampling weight (the second among the rest); then a prompt both answered is drawn
-    uniformly; the two are placed on sides A and B in random order.
+    uniformly; the two are placed on sides A and B in random order, and each side shows one of
+    its model's pool answers to that prompt (its variants, ``arena.services.pool``), drawn
+    uniformly. Which variant a side showed is its messages' text (``Completion.turns_hash`` of
+    the stored turns finds it), so the draw writes nothing more than before.
 
     The battle's messages copy the pool's text with each NUL and lone surrogate replaced by
     U+FFFD: ``pool_import`` refuses both, but a row stored before it did (SQLite keeps a lone
@@ -99,7 +102,8 @@ def battle_start_pool_with_messages(
             status=503,
         )
     side_a, side_b = (first, second) if rng.random() < 0.5 else (second, first)
-    answers = kept.answers(prompt_id, [side_a, side_b])
+    # One of each model's variants of its answer to the prompt, drawn uniformly.
+    answers = kept.answers(prompt_id, [side_a, side_b], rng)
     n_turns = min(len(answers[side_a]), len(answers[side_b]))
     with transaction.atomic():
         battle = Battle.objects.create(

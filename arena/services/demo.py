@@ -36,6 +36,8 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _pool_lines(data_dir: Path) -> list[PoolLine]:
+    """The MT-bench answers, then the other texts the expert judges saw of the same models'
+    answers (``_judged_variants``): a pool model's first variant is its published answer."""
     questions = {q["question_id"]: q for q in _read_jsonl(data_dir / "mt_bench" / "question.jsonl")}
     lines = []
     for answer_file in sorted((data_dir / "mt_bench" / "model_answer").glob("*.jsonl")):
@@ -53,6 +55,38 @@ def _pool_lines(data_dir: Path) -> list[PoolLine]:
                     prompt_id=str(question["question_id"]),
                 )
             )
+    return lines + _judged_variants(data_dir, questions, lines)
+
+
+def _judged_variants(
+    data_dir: Path, questions: dict[int, dict[str, Any]], published: list[PoolLine]
+) -> list[PoolLine]:
+    """Second pool answers, real ones: the texts the MT-bench expert judges saw
+    (``answers_from_human_file.jsonl``) where a pool model's generation differs from its
+    published answer to the same question. Models without published answers stay out of the
+    pool (their texts are in the historical battles only)."""
+    known = {(line.model, line.prompt_id): line.completion for line in published}
+    lines = []
+    path = data_dir / "mt_bench_human_votes" / "answers_from_human_file.jsonl"
+    for row in _read_jsonl(path):
+        question = questions.get(row["question_id"])
+        key = (row["model"], str(row["question_id"]))
+        if question is None or key not in known:
+            continue
+        turns = tuple(row["answers"][: len(question["turns"])])
+        if turns == known[key] or len(turns) != len(question["turns"]):
+            continue
+        lines.append(
+            PoolLine(
+                line_no=0,
+                prompt=tuple(question["turns"]),
+                model=row["model"],
+                completion=turns,
+                category=question["category"],
+                language="en",
+                prompt_id=str(row["question_id"]),
+            )
+        )
     return lines
 
 
@@ -92,6 +126,10 @@ def demo_load(
     *, data_dir: Path = DEMO_DATA_DIR, progress: Progress = no_progress
 ) -> DemoLoadResult:
     """Load the MT-bench pool and the historical expert votes. Running it again adds nothing.
+
+    The pool's answers are MT-bench's published ones, plus, for the models whose answers the
+    expert judges saw in another generation (gpt-4 and claude-v1), those texts as second
+    variants, shown in rotation with the published ones.
 
     ``progress`` wraps the two long steps (the pool, the historical votes).
     """

@@ -12,6 +12,11 @@ Each line is a JSON object::
 Every line is checked before anything is written; every malformed line is reported with its
 1-based line number and nothing of the file is imported. Unknown models are registered as
 pool-only models.
+
+Several lines may give one model's answers to one prompt with different texts: each is a
+variant, and a pool battle shows one of them, drawn uniformly (``arena.pool_cache``), so that
+knowing one published answer does not tell which model wrote the one on screen. A line
+repeating a stored text adds nothing; an import never changes or removes a stored variant.
 """
 
 import hashlib
@@ -27,7 +32,7 @@ from django.utils.text import slugify
 
 from arena.errors import ArenaError, ErrorCode
 from arena.inputs import text_problem
-from arena.models import MODEL_SLUG_MAX, ArenaModel, Completion, Prompt
+from arena.models import MODEL_SLUG_MAX, ArenaModel, Completion, Prompt, completion_turns_hash
 from arena.pool_cache import generation_bumps_deferred
 
 # The prompt categories a pool may use: MT-bench's eight (the demo pool's), and ``other``. The
@@ -77,7 +82,6 @@ class PoolImportResult:
     lines: int = 0
     prompts_created: int = 0
     completions_created: int = 0
-    completions_updated: int = 0
     models_created: list[str] = field(default_factory=list)
 
 
@@ -284,7 +288,8 @@ def pool_write(
     model_defaults: dict[str, dict[str, str]] | None = None,
     progress: Progress = no_progress,
 ) -> PoolImportResult:
-    """Write parsed pool lines in one transaction: models, prompts, pool completions.
+    """Write parsed pool lines in one transaction: models, prompts, pool completions (one
+    variant per distinct text of a model's answer to a prompt).
 
     ``model_defaults`` maps a model name to the fields a newly created model gets
     (display_name, organization, license).
@@ -324,16 +329,14 @@ def pool_write(
                     f"line {line.line_no}: prompt_id '{external_id}' was given other turns earlier.",
                     field="prompt",
                 )
-            completion, created = Completion.objects.get_or_create(
+            # A text the model already has for this prompt is the same variant (re-importing a
+            # file changes nothing); another text is one more variant, shown in rotation.
+            _, created = Completion.objects.get_or_create(
                 prompt=prompt,
                 model=models[_model_slug(line.model)],
                 source=Completion.Source.POOL,
+                turns_hash=completion_turns_hash(line.completion),
                 defaults={"turns": list(line.completion)},
             )
-            if created:
-                result.completions_created += 1
-            elif list(completion.turns) != list(line.completion):
-                completion.turns = list(line.completion)
-                completion.save(update_fields=["turns"])
-                result.completions_updated += 1
+            result.completions_created += created
     return result

@@ -1,7 +1,15 @@
 import factory
 
 from arena.identity import session_hash
-from arena.models import ArenaModel, Battle, BattleMessage, Completion, Prompt, Provider
+from arena.models import (
+    ArenaModel,
+    Battle,
+    BattleMessage,
+    Completion,
+    Prompt,
+    Provider,
+    completion_turns_hash,
+)
 
 
 class ProviderFactory(factory.django.DjangoModelFactory):
@@ -39,6 +47,7 @@ class CompletionFactory(factory.django.DjangoModelFactory):
     prompt = factory.SubFactory(PromptFactory)
     model = factory.SubFactory(ArenaModelFactory)
     turns = factory.Sequence(lambda n: [f"Answer {n}, turn {i + 1}" for i in range(2)])
+    turns_hash = factory.LazyAttribute(lambda c: completion_turns_hash(c.turns))
     source = Completion.Source.POOL
 
 

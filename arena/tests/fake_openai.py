@@ -12,6 +12,9 @@ It also speaks ``POST /v1/moderations``: an input holding any of ``flagged_words
 case-insensitive substring) is flagged (category ``harassment``); the ``model`` of the request
 picks its :class:`FakeModel`, whose ``http_400``/``http_500`` and ``hang`` faults apply.
 
+A whole answer of a ``numbered`` model ends with its number (each answer another text), and a
+model's ``fail_on`` text fails each request that holds it with an HTTP 500.
+
 Faults: ``error_midstream`` (an error event after ``fail_after`` tokens), ``http_500``, ``hang``
 (after ``fail_after`` tokens, nothing more is sent, the connection stays open), ``endless``
 (tokens forever, until the client goes away).
@@ -47,6 +50,12 @@ class FakeModel:
     stamp: bool = False
     finish_reason: str = "stop"
     usage: bool = True  # report token usage when the client asks for it
+    # A whole (non-streamed) answer ends with its number among the model's answers, " (2)",
+    # as sampling at a temperature above 0 gives another text each time.
+    numbered: bool = False
+    # An HTTP 500 for a request any of whose messages holds this text (one prompt failing).
+    fail_on: str = ""
+    answered: int = 0
 
     def __post_init__(self) -> None:
         if self.fault not in FAULTS:
@@ -268,8 +277,11 @@ class FakeUpstream:
         """Answer one request; returns whether the connection stays open, and any byte of the
         client's next request that the disconnect watch read."""
         spec = self.models.get(request.model, self.default)
-        if spec.fault in ("http_400", "http_500"):
-            status = int(spec.fault[-3:])
+        fails_here = bool(spec.fail_on) and any(
+            spec.fail_on in str(m.get("content", "")) for m in request.messages
+        )
+        if spec.fault in ("http_400", "http_500") or fails_here:
+            status = 500 if fails_here else int(spec.fault[-3:])
             message = "context length exceeded" if status == 400 else "upstream exploded"
             kind = "invalid_request_error" if status == 400 else "server_error"
             await self._send_json(writer, status, {"error": {"message": message, "type": kind}})
@@ -400,6 +412,9 @@ class FakeUpstream:
             await self._pause(3600, gone)
         await self._pause(spec.first_delay + spec.delay * spec.count(), gone)
         text = "".join(spec.token(i) for i in range(spec.count()))
+        spec.answered += 1
+        if spec.numbered:
+            text += f" ({spec.answered})"
         message = {"role": "assistant", "content": text}
         await self._send_json(
             writer,

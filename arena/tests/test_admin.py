@@ -3,10 +3,15 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
-from arena.models import ArenaModel
+from arena.models import ArenaModel, Completion, completion_turns_hash
 from arena.services.terms import terms_accept
 from arena.services.votes import vote_record
-from arena.tests.factories import ArenaModelFactory, BattleFactory, ProviderFactory
+from arena.tests.factories import (
+    ArenaModelFactory,
+    BattleFactory,
+    CompletionFactory,
+    ProviderFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -59,6 +64,26 @@ def test_staff_adds_a_provider_and_a_model(staff_client):
     assert response.status_code == 302, response.content.decode()[:2000]
     model = ArenaModel.objects.get(slug="llama-3-8b")
     assert model.is_live and model.generation_params["max_tokens"] == 512
+
+
+def test_staff_adds_a_pool_variant_with_its_hash_and_not_the_same_text_twice(staff_client):
+    existing = CompletionFactory(turns=["Hello there"])
+    form = {
+        "prompt": existing.prompt_id,
+        "model": existing.model_id,
+        "turns": '["Hi, another answer"]',
+        "source": "pool",
+    }
+    response = staff_client.post(reverse("admin:arena_completion_add"), form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    added = Completion.objects.exclude(pk=existing.pk).get()
+    assert added.turns_hash == completion_turns_hash(["Hi, another answer"])
+    response = staff_client.post(
+        reverse("admin:arena_completion_add"), {**form, "turns": '["Hello there"]'}
+    )
+    assert response.status_code == 200
+    assert "already has this answer" in response.content.decode()
+    assert Completion.objects.count() == 2
 
 
 def test_provider_key_field_takes_a_variable_name_not_a_key(staff_client):

@@ -1,9 +1,13 @@
+import importlib
 import json
 
 import pytest
+from django.apps import apps
 from django.core.management import CommandError, call_command
+from django.db import IntegrityError, transaction
 
-from arena.models import ArenaModel, Completion, Prompt
+from arena.models import ArenaModel, Completion, Prompt, completion_turns_hash
+from arena.tests.factories import CompletionFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -56,6 +60,34 @@ def test_importing_the_same_file_twice_changes_nothing(tmp_path):
     )
 
 
+def test_other_texts_of_a_model_answer_are_variants_and_a_repeat_adds_nothing(tmp_path):
+    second = {**GOOD[0], "completion": ["Leaves drift...", "Les feuilles tombent..."]}
+    path = write_pool(tmp_path, [*GOOD, second, GOOD[0], second])
+    call_command("import_pool", str(path))
+    call_command("import_pool", str(path))
+    variants = Completion.objects.filter(
+        prompt__external_id="q1", model__slug="my-model-7b"
+    ).order_by("pk")
+    assert [c.turns for c in variants] == [GOOD[0]["completion"], second["completion"]]
+    assert Completion.objects.count() == 4
+
+
+def test_the_database_refuses_the_same_pool_text_twice():
+    prompt = Prompt.objects.create(turns=["Hi"], source="t")
+    model = ArenaModel.objects.create(slug="m", display_name="m")
+    turns = ["Hello"]
+    Completion.objects.create(
+        prompt=prompt, model=model, turns=turns, turns_hash=completion_turns_hash(turns)
+    )
+    Completion.objects.create(
+        prompt=prompt, model=model, turns=["Hey"], turns_hash=completion_turns_hash(["Hey"])
+    )
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Completion.objects.create(
+            prompt=prompt, model=model, turns=turns, turns_hash=completion_turns_hash(turns)
+        )
+
+
 @pytest.mark.parametrize(
     ("bad_line", "expected"),
     [
@@ -89,3 +121,17 @@ def test_conflicting_prompt_ids_roll_back_the_whole_file(tmp_path):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(CommandError, match="cannot read"):
         call_command("import_pool", str(tmp_path / "nope.jsonl"))
+
+
+def test_the_migration_fills_the_hash_of_every_stored_completion():
+    migration = importlib.import_module("arena.migrations.0012_completion_pool_variants")
+    pooled = CompletionFactory(turns=["Hello é", "again"])
+    reference = CompletionFactory(turns=["A reference"], source=Completion.Source.REFERENCE)
+    Completion.objects.update(turns_hash="")
+
+    migration.fill_turns_hash(apps, None)
+
+    pooled.refresh_from_db()
+    reference.refresh_from_db()
+    assert pooled.turns_hash == completion_turns_hash(["Hello é", "again"])
+    assert reference.turns_hash == completion_turns_hash(["A reference"])

@@ -24,6 +24,22 @@ def test_pool_battle_pairs_two_different_models_that_answered_its_prompt():
     assert messages["b"].content == battle.prompt.completions.get(model=battle.model_b).turns[0]
 
 
+def test_pool_battle_shows_each_variant_of_a_model_answer_uniformly():
+    models, prompts = pool_of(n_models=2, n_prompts=1, turns=1)
+    for n in range(2):
+        CompletionFactory(prompt=prompts[0], model=models[0], turns=[f"Variant {n} of A"])
+    texts = set(prompts[0].completions.filter(model=models[0]).values_list("turns__0", flat=True))
+    rng = random.Random(5)
+    shown = Counter()
+    for _ in range(300):
+        battle = battle_start_pool(session_key="s", rng=rng)
+        side = "a" if battle.model_a_id == models[0].id else "b"
+        shown[battle.messages.get(side=side).content] += 1
+    # Three variants, about 100 battles each (a binomial's spread is about 8).
+    assert set(shown) == texts
+    assert min(shown.values()) > 60
+
+
 def test_pool_battle_shows_every_turn_of_a_multi_turn_prompt():
     pool_of(n_models=2, n_prompts=1, turns=2)
     battle = battle_start_pool(session_key="s1")

@@ -24,16 +24,20 @@ def demo(db):
 
 def pool_votes(*, voter, n, seed, choose, ip_hash="", created_at=None, by_models=None):
     """``n`` votes by ``voter`` on random pool battles (two models' pool answers to one prompt,
-    with their style counts); ``choose(style)`` picks the winner from the battle's counts, or
-    ``by_models(slug_a, slug_b, style)`` when given."""
+    one of each model's variants, with their style counts); ``choose(style)`` picks the winner
+    from the battle's counts, or ``by_models(slug_a, slug_b, style)`` when given."""
     rng = random.Random(seed)
     by_prompt = {}
-    for completion in Completion.objects.filter(source="pool").select_related("model"):
-        by_prompt.setdefault(completion.prompt_id, []).append(completion)
-    prompts = sorted(p for p, cs in by_prompt.items() if len(cs) >= 2)
+    for completion in (
+        Completion.objects.filter(source="pool").select_related("model").order_by("pk")
+    ):
+        models = by_prompt.setdefault(completion.prompt_id, {})
+        models.setdefault(completion.model_id, []).append(completion)
+    prompts = sorted(p for p, ms in by_prompt.items() if len(ms) >= 2)
     battles, votes = [], []
     for _ in range(n):
-        a, b = rng.sample(by_prompt[rng.choice(prompts)], 2)
+        variants = by_prompt[rng.choice(prompts)]
+        a, b = (rng.choice(variants[m]) for m in rng.sample(sorted(variants), 2))
         style = conv_metadata(
             [style_counts(t) for t in a.turns], [style_counts(t) for t in b.turns]
         )

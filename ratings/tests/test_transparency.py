@@ -6,10 +6,13 @@ from datetime import UTC, datetime
 import pytest
 
 from arena.models import Battle, Vote
-from arena.tests.env_helpers import make_run
-from arena.tests.factories import ArenaModelFactory, CompletionFactory
+from arena.tests.env_helpers import eager_tasks, make_run
+from arena.tests.factories import ArenaModelFactory, CompletionFactory, pool_of
+from arena.transparency import pool_recognisability_refresh
 from ratings import services
 from ratings.transparency import crontab_text
+
+__all__ = ["eager_tasks"]  # a fixture, used by name
 
 
 @pytest.fixture(autouse=True)
@@ -161,3 +164,35 @@ def test_crontab_text_reads_the_five_fields():
 
     assert crontab_text(crontab(minute="*/10")) == "*/10 * * * *"
     assert crontab_text(crontab(minute=0, hour=3, day_of_week="mon")) == "0 3 * * mon"
+
+
+def _recognisable_row(html: str, slug: str) -> list[str]:
+    row = html.split(f'data-recognisable="{slug}"', 1)[1].split("</tr>", 1)[0]
+    return [cell.split("</td>")[0] for cell in row.split('<td class="num">')[1:]]
+
+
+def test_the_page_shows_how_recognisable_each_models_pool_answers_are(client, db, eager_tasks):
+    models, prompts = pool_of(n_models=2, n_prompts=2)
+    # A second variant of the first model's answer to the first prompt: an attacker who knows
+    # the first recognises half of that prompt's appearances, all of the other's.
+    CompletionFactory(prompt=prompts[0], model=models[0], turns=["Another answer", "More"])
+    html = client.get("/transparency").content.decode()
+    # prompts, answers, recognised by text, by style, names itself
+    assert _recognisable_row(html, models[0].slug)[:3] == ["2", "3", "75%"]
+    assert _recognisable_row(html, models[1].slug)[:3] == ["2", "2", "100%"]
+    assert _recognisable_row(html, models[1].slug)[4] == "0%"
+
+
+def test_the_figures_are_computed_by_a_task_once_per_pool_and_then_read(client, db):
+    models, prompts = pool_of(n_models=2, n_prompts=2)
+    html = client.get("/transparency").content.decode()
+    assert "being computed" in html and "data-recognisable" not in html
+    pool_recognisability_refresh()
+    html = client.get("/transparency").content.decode()
+    assert _recognisable_row(html, models[0].slug)[:3] == ["2", "2", "100%"]
+    # A change of the pool is a new generation: its figures are computed anew.
+    CompletionFactory(prompt=prompts[0], model=models[0], turns=["Another answer", "More"])
+    assert "being computed" in client.get("/transparency").content.decode()
+    pool_recognisability_refresh()
+    html = client.get("/transparency").content.decode()
+    assert _recognisable_row(html, models[0].slug)[:3] == ["2", "3", "75%"]

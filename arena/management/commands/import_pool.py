@@ -14,7 +14,8 @@ class Command(BaseCommand):
         "'model', 'completion' and optional 'category' (one of "
         + ", ".join(PROMPT_CATEGORIES)
         + "), 'language' (a language tag such as en, en-US, zh-Hant) and 'prompt_id'). "
-        "Every malformed line is reported; nothing is imported if any line is malformed."
+        "Every malformed line is reported; nothing is imported if any line is malformed. "
+        "Another text of a model's answer to a prompt adds a variant, shown in rotation."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -31,7 +32,6 @@ class Command(BaseCommand):
             self.style.SUCCESS(
                 f"Imported {result.lines} lines: {result.prompts_created} new prompts, "
                 f"{result.completions_created} new completions, "
-                f"{result.completions_updated} updated, "
                 f"{len(result.models_created)} new models"
                 + (f" ({', '.join(result.models_created)})" if result.models_created else "")
                 + "."
