@@ -96,6 +96,9 @@ class SamplingInputs(TypedDict):
 
     se: dict[str, float]
     counts: list[tuple[str, str, int]]
+    # The models rated and not preliminary in that view (the draw bridges the others to them,
+    # ``arena.services.bridge``); an older snapshot lacks it.
+    established: NotRequired[list[str]]
 
 
 class SnapshotPayload(TypedDict):

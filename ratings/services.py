@@ -552,6 +552,7 @@ def _payload(
     public = {slug for slug, m in models.items() if m.get("public", True)}
     categories = []
     sampling_se: dict[str, float] = {}
+    established: list[str] = []
     for category in votes.categories(long_prompt_chars=params["long_prompt_chars"]):
         n_votes, n_models = votes.census(category)
         entry: CategoryEntry = {
@@ -602,6 +603,7 @@ def _payload(
                 logger.warning("ratings: %s, style %s: %s", category.key, style, warning)
             if category.key == SAMPLING_VIEW[0] and style == SAMPLING_VIEW[1]:
                 sampling_se = _sampling_se(result)
+                established = sorted(m.model for m in result.models if not m.preliminary)
             # JSON at the edge: NaN and infinities (never valid JSON) become None.
             entry["results"][style] = cast(
                 engine.RatingResultDict, _finite(_public_only(result, public).to_dict())
@@ -627,7 +629,11 @@ def _payload(
             if slug in rated and slug in public
         },
         "categories": categories,
-        "sampling": {"se": sampling_se, "counts": votes.pair_counts()},
+        "sampling": {
+            "se": sampling_se,
+            "counts": votes.pair_counts(),
+            "established": established,
+        },
     }
 
 
@@ -675,6 +681,7 @@ def sampling_publish(snapshot: LeaderboardSnapshot) -> None:
             computed_at=snapshot.created_at,
             se=inputs["se"],
             counts=[(str(a), str(b), int(n)) for a, b, n in inputs["counts"]],
+            established=inputs.get("established"),
         )
     except Exception:
         logger.exception("ratings: could not publish the sampling statistics")
