@@ -46,7 +46,9 @@ PROVISIONAL_REASON_TEXT = {
     "no_wins": "It has not beaten or tied a rated model yet, directly or through others, so its "
     "rating has no lower bound.",
     "not_connected": "It has not met the rated models, directly or through others, so its rating "
-    "cannot be put on their scale.",
+    "cannot be put on their scale. Mixed battles fix that: while a live model is not established, "
+    "part of the pool battles (ARENA_BRIDGE_SHARE) set its live answer to a pool prompt against "
+    "a rated model's stored answer, and a win and a loss (or a tie) there connect it.",
     "few_votes": "This view has too few votes to rate any model yet.",
 }
 
@@ -439,6 +441,10 @@ class LeaderboardView:
         """What the fit had to fall back on (an anchor that could not serve)."""
         method = self.result.get("method") if self.result else None
         return list(method.get("warnings") or []) if method else []
+
+    @property
+    def has_not_connected(self) -> bool:
+        return any(row["reason"] == "not_connected" for row in self.provisional)
 
     @property
     def has_preliminary(self) -> bool:

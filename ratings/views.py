@@ -41,6 +41,7 @@ PROVISIONAL_FIELDS = (
     "losses",
     "ties",
     "reason",
+    "reason_text",  # the reason in words: why it is not rated and what rates it
 )
 # One row per model: rated ones fill the rating columns (status ``rated``, or ``preliminary``
 # below RATINGS_ESTABLISHED_MIN_VOTES votes), provisional ones the record.
@@ -52,6 +53,7 @@ CSV_FIELDS = (
     "losses",
     "ties",
     "reason",
+    "reason_text",
 )
 # Cells whose text comes from people (model names and descriptions), never numbers.
 TEXT_FIELDS = ("model", "name", "organization", "license")
