@@ -101,6 +101,14 @@ class _Tally:
 
 
 @dataclass(frozen=True)
+class SourceCount:
+    source: str  # a ``Battle.Source`` value
+    label: str
+    battles: int
+    votes: int
+
+
+@dataclass(frozen=True)
 class ServedSummary:
     models: list[ServedModel]
     battles: int  # the arena's own battles (environment battles aside)
@@ -108,6 +116,8 @@ class ServedSummary:
     flagged: int
     flagged_by_reason: dict[str, int] = field(default_factory=dict)
     trainer: TrainerSubmissions = field(default_factory=lambda: TrainerSubmissions(0, 0, 0))
+    # Battles and votes by source (pool, live, mixed, import), in ``Battle.Source`` order.
+    by_source: list[SourceCount] = field(default_factory=list)
 
 
 def models_served() -> ServedSummary:
@@ -150,7 +160,22 @@ def models_served() -> ServedSummary:
     env_battles = Battle.objects.filter(source=Battle.Source.ENV).aggregate(
         n=Count("id"), votes=Count("vote")
     )
+    counted = {
+        row["source"]: row
+        for row in battles.values("source").annotate(n=Count("id"), votes=Count("vote"))
+    }
+    by_source = [
+        SourceCount(
+            source=value,
+            label=str(label),
+            battles=int(counted[value]["n"]),
+            votes=int(counted[value]["votes"]),
+        )
+        for value, label in Battle.Source.choices
+        if value in counted
+    ]
     return ServedSummary(
+        by_source=by_source,
         models=served,
         battles=battles.count(),
         votes=votes.count(),

@@ -93,6 +93,19 @@ def test_the_page_shares_each_models_battles_and_the_draw_shares(client, arena_h
     assert "alpha" in draws and "secret-variant" in draws and "retired-one" not in draws
 
 
+def test_the_page_counts_mixed_battles_apart_from_pool_and_live_ones(client, arena_history):
+    mixed = Vote.objects.filter(battle__source=Battle.Source.POOL).first().battle
+    Battle.objects.filter(pk=mixed.pk).update(source=Battle.Source.MIXED, live_side="a")
+    pool = Battle.objects.filter(source=Battle.Source.POOL).count()
+    html = client.get("/transparency").content.decode()
+    kinds = " ".join(html.split('data-testid="battles-by-source"', 1)[1].split("</p>")[0].split())
+    assert (
+        '<span data-source="mixed">mixed (pool prompt, one live answer): 1 battle, 1 vote' in kinds
+    )
+    assert f'<span data-source="pool">pool: {pool} battles, {pool - 0} votes' in kinds
+    assert 'data-source="env"' not in kinds  # environment battles are counted on their own
+
+
 def test_the_page_runs_a_fixed_number_of_queries(
     client, arena_history, django_assert_max_num_queries
 ):
