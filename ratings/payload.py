@@ -107,3 +107,6 @@ class SnapshotPayload(TypedDict):
     categories: list[CategoryEntry]
     excluded: NotRequired[ExcludedCounts]
     sampling: NotRequired[SamplingInputs]
+    # Rated votes by their battle's source (``pool``, ``live``, ``mixed``, ``import``); an older
+    # snapshot lacks it.
+    by_source: NotRequired[dict[str, int]]

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db.models import Count, Max, QuerySet
 
 from answer_style import CONV_METADATA_KEYS
-from arena.models import ArenaModel
+from arena.models import ArenaModel, Battle
 from arena.selectors import votes_for_rating
 from ratings.engine import ModelRatingDict, RatingResultDict
 from ratings.models import LeaderboardSnapshot
@@ -71,6 +71,13 @@ def rated_votes() -> QuerySet[Any, Any]:
     ``RATINGS_DUPLICATE_PROMPT_CAP`` votes each, the same for both refit paths (the cap is a
     window in the query, so the in-memory read and the spill's COPY leave out the same votes)."""
     return votes_for_rating(duplicate_cap=settings.RATINGS_DUPLICATE_PROMPT_CAP)
+
+
+def rated_votes_by_source() -> dict[str, int]:
+    """The rated votes by their battle's source (pool, live, mixed, import), in that order."""
+    counts = dict(rated_votes().order_by().values_list("battle__source").annotate(n=Count("id")))
+    order = {value: i for i, value in enumerate(Battle.Source.values)}
+    return {k: int(counts[k]) for k in sorted(counts, key=lambda k: order.get(k, len(order)))}
 
 
 def rating_votes_mark() -> tuple[int, int]:

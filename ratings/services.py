@@ -84,6 +84,7 @@ from ratings.selectors import (
     STYLE_COMPLETE_COLUMN,
     BattleSpill,
     models_metadata,
+    rated_votes_by_source,
     rating_battles,
     rating_battles_spill,
     rating_votes_mark,
@@ -773,6 +774,7 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
             rated_high_water = int(battles["vote_id"].max()) if len(battles) else 0
             rated_votes = len(battles)
         payload["excluded"] = excluded
+        payload["by_source"] = rated_votes_by_source()
         snapshot = LeaderboardSnapshot.objects.create(
             vote_high_water=rated_high_water,
             n_votes=rated_votes,

@@ -207,6 +207,8 @@ def leaderboard_json(request: HttpRequest) -> JsonResponse:
             "params": snapshot.params,
             # Votes left out, by reason (schema 3; None for an older snapshot).
             "excluded": snapshot.payload.get("excluded"),
+            # Rated votes by battle source: pool, live, mixed (None for an older snapshot).
+            "by_source": snapshot.payload.get("by_source"),
         },
         "category": {k: category[k] for k in ("key", "label", "description", "n_votes")},
         "status": "ok" if view.result else "insufficient",
