@@ -5,8 +5,9 @@ snapshot, each model's standard error and each pair's battle count. The arena ne
 ratings app, so the ratings side hands them over: after a snapshot commits (and on each sweep,
 should the entry be gone) ``ratings.services.sampling_publish`` calls
 ``arena.services.sampling.sampling_stats_store`` with the snapshot's figures, keyed by model
-slug; that service maps slugs to ids and keeps one JSON entry in the shared cache (Redis in
-production) under ``SAMPLING_STATS_KEY``, with no expiry. A cache is enough: the entry is a pure
+slug (and the models established in that view, which mixed battles stop bridging:
+``arena.services.bridge``); that service maps slugs to ids and keeps one JSON entry in the
+shared cache (Redis in production) under ``SAMPLING_STATS_KEY``, with no expiry. A cache is enough: the entry is a pure
 function of the latest snapshot, rewritten after every one, and while it is missing (a cache
 flush; no snapshot yet) the active rule sees every pair alike, so the draw follows the
 sampling weights (with the floor).

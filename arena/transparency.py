@@ -15,10 +15,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.conf import settings
 from django.db.models import Count, Max, Min, QuerySet
 
 from arena.models import ArenaModel, Battle, Vote
+from arena.pool_cache import pool_cache
 from arena.selectors import RepeatedPrompts, repeated_prompt_counts
+from arena.services.bridge import bridge_models
 
 #: The label of a flagged vote whose list of reasons is empty (a flag set by hand, say).
 UNSPECIFIED_REASON = "unspecified"
@@ -186,4 +189,29 @@ def models_served() -> ServedSummary:
             battles=int(env_battles["n"]),
             votes=int(env_battles["votes"]),
         ),
+    )
+
+
+@dataclass(frozen=True)
+class BridgedModel:
+    slug: str
+    name: str
+    public: bool
+
+
+@dataclass(frozen=True)
+class Bridging:
+    """Mixed battles in force: the share of pool draws they take while some live model is not
+    established, and the live models the draw bridges now (``arena.services.bridge``)."""
+
+    share: float
+    models: list[BridgedModel]
+
+
+def bridging_now() -> Bridging:
+    share = float(settings.ARENA_BRIDGE_SHARE)
+    found = bridge_models(pool_cache()) if share > 0 else []
+    return Bridging(
+        share=share,
+        models=[BridgedModel(slug=m.slug, name=m.display_name, public=m.is_public) for m in found],
     )

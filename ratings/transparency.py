@@ -20,7 +20,7 @@ from django.conf import settings
 
 from arena.models import ArenaModel
 from arena.sampling_stats import SamplingPolicy, pair_probabilities_now, sampling_policy
-from arena.transparency import ServedSummary, models_served
+from arena.transparency import Bridging, ServedSummary, bridging_now, models_served
 from ratings.models import LeaderboardSnapshot
 from ratings.payload import ExcludedCounts, SnapshotPayload
 from ratings.selectors import snapshot_latest
@@ -59,6 +59,7 @@ class Transparency:
     sweep_crontab: str
     refresh_on_vote: bool
     refresh_debounce_seconds: int
+    bridging: Bridging | None = None
 
 
 def crontab_text(schedule: Any) -> str:
@@ -122,4 +123,5 @@ def transparency() -> Transparency:
         sweep_crontab=crontab_text(sweep.get("schedule")) if sweep else "",
         refresh_on_vote=bool(settings.RATINGS_REFRESH_ON_VOTE),
         refresh_debounce_seconds=int(settings.RATINGS_REFRESH_DEBOUNCE_SECONDS),
+        bridging=bridging_now(),
     )
