@@ -72,6 +72,29 @@ def test_a_preliminary_live_model_gets_a_mixed_battle_with_the_stored_side_shown
     assert all(battle.live_side not in turn for turn in payload["turns"])
 
 
+def test_a_mixed_battle_takes_no_vote_before_its_live_side_has_answered(
+    settings, live_models, visitor
+):
+    settings.ARENA_BRIDGE_SHARE = 1.0
+    _one_live_model(live_models)
+    pool_of(n_models=2, n_prompts=1)
+    created = visitor.post("/api/battles", data="{}", content_type="application/json")
+    assert created.status_code == 201 and created.json()["source"] == "mixed"
+    voted = visitor.post(
+        f"/api/battles/{created.json()['id']}/vote",
+        data='{"winner": "model_a"}',
+        content_type="application/json",
+    )
+    assert voted.status_code == 409
+    assert voted.json()["error"]["code"] == "not_votable"
+    assert "streaming" in voted.json()["error"]["message"]
+    assert (
+        not Battle.objects.get(pk=created.json()["id"])
+        .messages.filter(status=BattleMessage.Status.STREAMING)
+        .exists()
+    )
+
+
 def test_the_bridge_share_zero_serves_only_pool_battles(settings, live_models):
     settings.ARENA_BRIDGE_SHARE = 0.0
     _one_live_model(live_models)
