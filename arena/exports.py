@@ -5,8 +5,10 @@ replacement, never the superseded one) and its vote. Five formats:
 
 - ``arena``: the public Chatbot Arena schema (``question_id``, ``model_a``, ``model_b``,
   ``winner``, ``judge``, ``conversation_a``/``_b`` as role/content lists, ``turn``, ``anony``,
-  ``language``, ``tstamp``, ``conv_metadata`` with the style counts). Every vote, ties and
-  "both bad" included; ``manage.py rate`` and ``ratings.engine`` read it back as they are.
+  ``language``, ``tstamp``, ``conv_metadata`` with the style counts), and ``source``: the
+  battle's kind (``pool``, ``live``, ``mixed``: a pool prompt, one stored answer and one live,
+  ``import``). Every vote, ties and "both bad" included; ``manage.py rate`` and
+  ``ratings.engine`` read it back as they are.
 - ``trl``: TRL's conversational preference format, ``prompt`` / ``chosen`` / ``rejected`` as
   message lists (``DPOTrainer``, ``RewardTrainer``). The prompt is the first user turn; in a
   multi-turn battle the follow-ups (the same text was sent to both models) sit inside
@@ -93,6 +95,7 @@ class VotedBattle:
     user_turns: list[str]
     answers: dict[Side, list[str]]  # side -> assistant turns, in order
     style: dict[str, Any]
+    source: str = ""  # the battle's source (``Battle.Source``)
 
 
 @dataclass
@@ -134,6 +137,7 @@ class ArenaRow(TypedDict):
     category: str
     tstamp: float
     conv_metadata: dict[str, Any] | None  # answer_style.conv_metadata's counts
+    source: str  # the battle's kind: pool, live, mixed or import
 
 
 class TrlRow(TypedDict):
@@ -189,9 +193,10 @@ _VOTE_COLUMNS = (
     "battle__model_b__slug",
     "battle__prompt__language",
     "battle__prompt__category",
+    "battle__source",
 )
 _MESSAGE_COLUMNS = ("battle_id", "turn", "side", "user_content", "content")
-VoteValues = tuple[uuid.UUID, str, str, datetime, Any, str, str, str, str | None, str | None]
+VoteValues = tuple[uuid.UUID, str, str, datetime, Any, str, str, str, str | None, str | None, str]
 MessageValues = tuple[uuid.UUID, int, str, str, str]
 #: Votes read (and their messages fetched) per query.
 CHUNK_SIZE = 2000
@@ -200,7 +205,10 @@ CHUNK_SIZE = 2000
 def voted_battle(vote: VoteValues, messages: Iterable[MessageValues]) -> VotedBattle:
     """The record of one vote; ``messages`` are the battle's current (not superseded) ones.
     A vote read without its details has an empty ``judge`` and no style counts."""
-    battle_id, winner, voter_id, created_at, style, mode, slug_a, slug_b, language, category = vote
+    (battle_id, winner, voter_id, created_at, style, mode, slug_a, slug_b, language, category) = (
+        vote[:10]
+    )
+    source = vote[10]
     turns: dict[int, str] = {}
     answers: dict[Side, dict[int, str]] = {"a": {}, "b": {}}
     for _, turn, side, user_content, content in messages:
@@ -220,6 +228,7 @@ def voted_battle(vote: VoteValues, messages: Iterable[MessageValues]) -> VotedBa
         user_turns=[turns[t] for t in order],
         answers={side: [by_turn.get(t, "") for t in order] for side, by_turn in answers.items()},
         style=style or {},
+        source=source,
     )
 
 
@@ -282,6 +291,7 @@ def to_arena(record: VotedBattle) -> ArenaRow | str:
         "category": record.category,
         "tstamp": record.tstamp,
         "conv_metadata": record.style or None,
+        "source": record.source,
     }
 
 
@@ -544,7 +554,15 @@ def write_jsonl(rows: Iterable[ExportRow], out: IO[str] | OutputWrapper) -> None
 ROW_GROUP_SIZE = 2000
 # Columns worth a Parquet dictionary: a few distinct values each. Answers and prompts are not
 # (a dictionary of long texts that hardly repeat costs memory and saves nothing).
-_DICTIONARY_COLUMNS = ("model_a", "model_b", "winner", "judge", "language", "category")
+_DICTIONARY_COLUMNS = (
+    "model_a",
+    "model_b",
+    "winner",
+    "judge",
+    "language",
+    "category",
+    "source",
+)
 
 
 @cache
@@ -574,6 +592,7 @@ def arrow_schema(fmt: str) -> pa.Schema:
             ("category", pa.string()),
             ("tstamp", pa.float64()),
             ("conv_metadata", pa.struct(counts)),
+            ("source", pa.string()),
         ],
         "trl": [("prompt", messages), ("chosen", messages), ("rejected", messages)],
         "openai": [

@@ -210,6 +210,9 @@ class Battle(models.Model):
     class Source(models.TextChoices):
         POOL = "pool", "Pool"
         LIVE = "live", "Live"
+        # A pool prompt answered live by a live model against an established model's stored
+        # pool answer: how a new live model meets the pool's models (arena.services.bridge).
+        MIXED = "mixed", "Mixed (pool prompt, one live answer)"
         IMPORT = "import", "Imported"
         # A trainer's completions judged for rewards (arena.env); never on the public leaderboard.
         ENV = "env", "Environment"
@@ -238,12 +241,25 @@ class Battle(models.Model):
         help_text="Keyed hash (HMAC-SHA256) of the visitor's session key; never the key.",
     )
     state = models.CharField(max_length=20, choices=State.choices, db_index=True)
+    # A mixed battle's side ("a" or "b") whose model answers live; the other side shows that
+    # model's stored pool answer. Blank for every other source.
+    live_side = models.CharField(
+        max_length=1,
+        blank=True,
+        choices=[("a", "A"), ("b", "B")],
+        help_text="Mixed battles: the side answered live.",
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [
+            models.CheckConstraint(
+                condition=Q(source="mixed", live_side__in=["a", "b"])
+                | (~Q(source="mixed") & Q(live_side="")),
+                name="battle_live_side_iff_mixed",
+            ),
             # An environment battle may set two completions of one run against each other: both
             # sides then stand for the run's model, and ``EnvBattle`` says which completion is where.
             models.CheckConstraint(

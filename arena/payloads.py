@@ -13,7 +13,7 @@ Winner = Literal["model_a", "model_b", "tie", "tie (bothbad)"]
 Side = Literal["a", "b"]
 """A battle's side (``BattleMessage.Side``)."""
 BattleMode = Literal["anonymous", "named"]
-BattleSource = Literal["pool", "live", "import", "env"]
+BattleSource = Literal["pool", "live", "mixed", "import", "env"]
 """A battle's source (``Battle.Source``). A payload never says ``env``: an environment battle is
 shown as the pool battle it stands in for (``arena.selectors.battle_payload``)."""
 BattleState = Literal["streaming", "ready", "voted", "aborted", "errored"]

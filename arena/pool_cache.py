@@ -201,6 +201,18 @@ class PoolCache:
 
         return self._get("pool", ("pair", low, high), load)
 
+    def model_prompts(self, model_id: int) -> list[int]:
+        """The pool prompts the model answered, by id (in id order)."""
+        return self._get(
+            "pool",
+            ("prompts", model_id),
+            lambda: sorted(
+                Completion.objects.filter(
+                    model_id=model_id, source=Completion.Source.POOL
+                ).values_list("prompt_id", flat=True)
+            ),
+        )
+
     def live_models(self) -> list[ArenaModel]:
         """Active models with a provider and an upstream model, their providers joined, by id.
 

@@ -5,8 +5,9 @@ snapshot, each model's standard error and each pair's battle count. The arena ne
 ratings app, so the ratings side hands them over: after a snapshot commits (and on each sweep,
 should the entry be gone) ``ratings.services.sampling_publish`` calls
 ``arena.services.sampling.sampling_stats_store`` with the snapshot's figures, keyed by model
-slug; that service maps slugs to ids and keeps one JSON entry in the shared cache (Redis in
-production) under ``SAMPLING_STATS_KEY``, with no expiry. A cache is enough: the entry is a pure
+slug (and the models established in that view, which mixed battles stop bridging:
+``arena.services.bridge``); that service maps slugs to ids and keeps one JSON entry in the
+shared cache (Redis in production) under ``SAMPLING_STATS_KEY``, with no expiry. A cache is enough: the entry is a pure
 function of the latest snapshot, rewritten after every one, and while it is missing (a cache
 flush; no snapshot yet) the active rule sees every pair alike, so the draw follows the
 sampling weights (with the floor).
@@ -23,7 +24,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 from django.conf import settings
 from django.core.cache import cache
@@ -41,6 +42,9 @@ class StoredStats(TypedDict):
     computed_at: str  # ISO 8601, the snapshot's creation time
     se: dict[str, float]  # model id (as JSON keys are strings) -> standard error, rating points
     counts: list[list[int]]  # [model id, model id, battles]
+    # Model ids rated and not preliminary in the snapshot's sampling view (absent in an entry
+    # written before it was kept: then the rated models, the keys of ``se``, stand in).
+    established: NotRequired[list[int]]
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,19 @@ def sampling_stats() -> SamplingStats | None:
         se={int(k): float(v) for k, v in stored["se"].items()},
         counts={(int(a), int(b)): int(n) for a, b, n in stored["counts"]},
     )
+
+
+def established_models() -> frozenset[int] | None:
+    """The models (by id) the latest snapshot rates with at least ``RATINGS_ESTABLISHED_MIN_VOTES``
+    votes on the connected board; every other model is preliminary, not connected or new. None
+    while no statistics are stored (no snapshot yet, a cache flush): nothing is known."""
+    stored = _stored()
+    if stored is None:
+        return None
+    established = stored.get("established")
+    if established is None:
+        return frozenset(int(k) for k in stored["se"])
+    return frozenset(int(pk) for pk in established)
 
 
 def sampling_policy() -> SamplingPolicy:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from celery import current_app
+from django.conf import settings
 from django.core.cache import cache
 from django.db.models import Count, Max, Min, QuerySet
 
@@ -35,6 +36,7 @@ from arena.selectors import (
     repeated_prompt_counts,
     source_capped_counts,
 )
+from arena.services.bridge import bridge_models
 
 #: The label of a flagged vote whose list of reasons is empty (a flag set by hand, say).
 UNSPECIFIED_REASON = "unspecified"
@@ -133,6 +135,14 @@ class _Tally:
 
 
 @dataclass(frozen=True)
+class SourceCount:
+    source: str  # a ``Battle.Source`` value
+    label: str
+    battles: int
+    votes: int
+
+
+@dataclass(frozen=True)
 class ServedSummary:
     models: list[ServedModel]
     battles: int  # the arena's own battles (environment battles aside)
@@ -140,6 +150,8 @@ class ServedSummary:
     flagged: int
     flagged_by_reason: dict[str, int] = field(default_factory=dict)
     trainer: TrainerSubmissions = field(default_factory=lambda: TrainerSubmissions(0, 0, 0))
+    # Battles and votes by source (pool, live, mixed, import), in ``Battle.Source`` order.
+    by_source: list[SourceCount] = field(default_factory=list)
 
 
 def models_served() -> ServedSummary:
@@ -182,7 +194,22 @@ def models_served() -> ServedSummary:
     env_battles = Battle.objects.filter(source=Battle.Source.ENV).aggregate(
         n=Count("id"), votes=Count("vote")
     )
+    counted = {
+        row["source"]: row
+        for row in battles.values("source").annotate(n=Count("id"), votes=Count("vote"))
+    }
+    by_source = [
+        SourceCount(
+            source=value,
+            label=str(label),
+            battles=int(counted[value]["n"]),
+            votes=int(counted[value]["votes"]),
+        )
+        for value, label in Battle.Source.choices
+        if value in counted
+    ]
     return ServedSummary(
+        by_source=by_source,
         models=served,
         battles=battles.count(),
         votes=votes.count(),
@@ -252,3 +279,28 @@ def pool_recognisability() -> list[ModelRecognisability] | None:
             logger.exception("could not queue the pool's recognisability figures")
         kept = cache.get(key)
     return kept if isinstance(kept, list) else None
+
+
+@dataclass(frozen=True)
+class BridgedModel:
+    slug: str
+    name: str
+    public: bool
+
+
+@dataclass(frozen=True)
+class Bridging:
+    """Mixed battles in force: the share of pool draws they take while some live model is not
+    established, and the live models the draw bridges now (``arena.services.bridge``)."""
+
+    share: float
+    models: list[BridgedModel]
+
+
+def bridging_now() -> Bridging:
+    share = float(settings.ARENA_BRIDGE_SHARE)
+    found = bridge_models(pool_cache()) if share > 0 else []
+    return Bridging(
+        share=share,
+        models=[BridgedModel(slug=m.slug, name=m.display_name, public=m.is_public) for m in found],
+    )

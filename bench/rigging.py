@@ -1,45 +1,47 @@
-"""Rigging simulation: can an attacker with M sessions lift a model on the leaderboard?
+"""Rigging simulation: can an attacker lift a model on the leaderboard?
 
-    .venv/bin/python bench/rigging.py [--quick] [--seed 12] [--keep]
+    .venv/bin/python bench/rigging.py [--quick] [--seed 12] [--shapes a,b,c,d,naive] [--keep]
 
 A synthetic arena through the real services, no HTTP: battles are served by
 ``arena.services.battles.battle_start_pool`` (the demo's real models and their real MT-bench pool
-answers, ``manage.py load_demo``), votes recorded by ``arena.services.votes.vote_record``, the
-daily caps taken as the vote view takes them (``arena.services.vote_guards.vote_caps_take``),
-anomalous voters flagged by ``ratings.voters.voters_flag_run`` (what ``manage.py flag_voters``
-and its periodic task run), and the leaderboard fitted by the real engine from the votes the
-snapshot reads (``ratings.selectors.rating_battles``: unflagged votes).
+answers, several per model and prompt where the demo has them, ``manage.py load_demo``), votes
+recorded by ``arena.services.votes.vote_record``, the daily caps taken as the vote view takes
+them (``arena.services.vote_guards.vote_caps_take``), anomalous voters flagged by
+``ratings.voters.voters_flag_run`` (what ``manage.py flag_voters`` and its periodic task run),
+and the leaderboard fitted by the real engine from the votes the snapshot reads
+(``arena.selectors.votes_for_rating`` with each source's bound, ``ratings.selectors.source_cap``).
 
 1. A database of its own (``arena_bench_rigging_*`` on the server ``DATABASE_URL`` names) is
-   migrated and loaded with the demo; the demo's imported human votes are deleted so that the
-   outcomes follow the seeded true ratings alone.
+   migrated and loaded with the demo. What each defence does to the demo's 1,751 real expert
+   votes is printed; then they are deleted so that outcomes follow the seeded true ratings.
 2. Honest voters: H sessions (each its own address and a browser user-agent), each voting K pool
-   battles with Bradley-Terry outcomes from seeded true ratings (Elo scale, 10% ties).
-   This state is saved as a template database.
-3. For each attacker strategy, with the defences off and on, a copy of the template gets the
-   attacker's M sessions (from a few addresses: A sessions per address), each trying V votes:
+   battles with Bradley-Terry outcomes from seeded true ratings (Elo scale, 10% ties); the
+   target (``--target``, default gpt-3.5-turbo, a model with real historical votes) is given
+   the middle rating (rank 6 of 10). This state is saved as a template database.
+3. For each attack shape (``SHAPES``: (a) 10 sessions from 10 addresses, 100 votes each; (b) 10
+   sessions from 1 address; (c) 100 sessions from 100 addresses, 10 votes each; (d) the
+   omnipresent strategy from 10 addresses; the naive attacker), with the defences off and on,
+   a copy of the template gets the attacker's sessions, each trying its votes:
    - ``style``: identify the target from an answer naming it (what the identity-leak flag
-     catches), else from its answers' text (the attacker has collected the target's answers to
-     the pool's prompts: the demo's are published MT-bench answers, and a pool answer is a
-     stored text every visitor of that prompt sees), else from their style (a Gaussian
-     naive-Bayes classifier on the style counts and length of every model's pool answers;
-     weak on these models: it picks out only a few per cent of vicuna-13b's answers), then
-     vote for it; in battles
-     where neither side looks like the target, vote as the public leaderboard predicts (blend in).
+     catches), else from its answers' text (the attacker has collected the target's published
+     answer to each pool prompt, the first imported variant; the pool rotates the others), else
+     from their style (a Gaussian naive-Bayes classifier on the style counts and length of
+     every model's pool answers), then vote for it; in battles where neither side looks like
+     the target, vote as the public leaderboard predicts (blend in).
    - ``omnipresent`` (Min et al. 2025): as ``style`` where the target is seen; in battles without
-     it, vote against whichever side is rated just above the target (its upper neighbours),
-     for the other side.
-   - ``shorter`` (the naive attacker): one session, 150 votes, always the shorter answer
-     (fewer tokens), whatever the models.
+     it, vote against whichever side is rated just above the target (its upper neighbours).
+   - ``shorter`` (the naive attacker): one session, 150 votes, always the shorter answer.
    Defences OFF: no caps, no anomaly run, every recorded vote rated (identity-leak flags
    ignored). Defences ON: the daily caps (ARENA_VOTES_PER_SESSION_PER_DAY,
    ARENA_VOTES_PER_IP_PER_DAY at their defaults), identity-leak flags (set when the answer is
-   saved, applied to the vote), and ``voters_flag_run`` (ARENA_ANOMALY_* defaults) before
-   rating. The proof-of-work challenge is not simulated: it costs a scripted attacker a few
-   hundred milliseconds of CPU per session and stops none of these votes.
-4. Prints, per scenario: attacker votes tried / accepted / flagged, honest votes wrongly
-   flagged, the target's rank and rating with and without the attacker (the honest-only fit on
-   the same defences), and the shift.
+   saved, applied to the vote), ``voters_flag_run`` (ARENA_ANOMALY_* defaults) and the
+   per-source bound (RATINGS_SOURCE_* defaults) before rating. The proof-of-work challenge is
+   not simulated: it costs a scripted attacker a few hundred milliseconds of CPU per session.
+4. Prints, per shape: attacker votes tried / counted / flagged / left out by the source bound,
+   honest votes flagged or left out, the target's rank and rating with and without the
+   attacker (the honest-only fit on the same defences), the shift and the goal (with the
+   defences on, (a), (b), (d): at most 1 rank and 20 points; naive: 90% of its votes flagged);
+   then how recognisable each model's pool answers are, before and after rotation.
 """
 
 from __future__ import annotations
@@ -169,12 +171,12 @@ def _setup_django(base: str) -> None:
 
 def _true_ratings(slugs: list[str], rng: random.Random, target: str) -> dict[str, float]:
     """Seeded true ratings (Elo scale), spread like a real arena's top dozen; the target is put
-    in the lower middle so that there is room to lift it."""
+    in the middle (rank 6 of 10) so that there is room to lift it."""
     ratings = sorted((rng.gauss(1000, 80) for _ in slugs), reverse=True)
     others = [s for s in slugs if s != target]
     rng.shuffle(others)
     order = others[:]
-    order.insert(len(slugs) * 2 // 3, target)
+    order.insert(len(slugs) // 2, target)
     return dict(zip(order, ratings, strict=True))
 
 
@@ -626,7 +628,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--quick", action="store_true", help="fewer voters and votes")
-    parser.add_argument("--target", default="vicuna-13b-v1.3")
+    parser.add_argument("--target", default="gpt-3.5-turbo")
     parser.add_argument("--honest-sessions", type=int, default=120)
     parser.add_argument("--honest-votes", type=int, default=10)
     parser.add_argument(

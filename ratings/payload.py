@@ -110,6 +110,9 @@ class SamplingInputs(TypedDict):
 
     se: dict[str, float]
     counts: list[tuple[str, str, int]]
+    # The models rated and not preliminary in that view (the draw bridges the others to them,
+    # ``arena.services.bridge``); an older snapshot lacks it.
+    established: NotRequired[list[str]]
 
 
 class SnapshotPayload(TypedDict):
@@ -118,3 +121,6 @@ class SnapshotPayload(TypedDict):
     categories: list[CategoryEntry]
     excluded: NotRequired[ExcludedCounts]
     sampling: NotRequired[SamplingInputs]
+    # Rated votes by their battle's source (``pool``, ``live``, ``mixed``, ``import``); an older
+    # snapshot lacks it.
+    by_source: NotRequired[dict[str, int]]

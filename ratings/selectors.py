@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db.models import Count, Max, QuerySet
 
 from answer_style import CONV_METADATA_KEYS
-from arena.models import ArenaModel
+from arena.models import ArenaModel, Battle
 from arena.selectors import SourceCap, votes_for_rating
 from ratings.engine import ModelRatingDict, RatingResultDict
 from ratings.models import LeaderboardSnapshot
@@ -46,7 +46,9 @@ PROVISIONAL_REASON_TEXT = {
     "no_wins": "It has not beaten or tied a rated model yet, directly or through others, so its "
     "rating has no lower bound.",
     "not_connected": "It has not met the rated models, directly or through others, so its rating "
-    "cannot be put on their scale.",
+    "cannot be put on their scale. Mixed battles fix that: while a live model is not established, "
+    "part of the pool battles (ARENA_BRIDGE_SHARE) set its live answer to a pool prompt against "
+    "a rated model's stored answer, and a win and a loss (or a tie) there connect it.",
     "few_votes": "This view has too few votes to rate any model yet.",
 }
 
@@ -79,6 +81,13 @@ def rated_votes() -> QuerySet[Any, Any]:
     return votes_for_rating(
         duplicate_cap=settings.RATINGS_DUPLICATE_PROMPT_CAP, source_cap=source_cap()
     )
+
+
+def rated_votes_by_source() -> dict[str, int]:
+    """The rated votes by their battle's source (pool, live, mixed, import), in that order."""
+    counts = dict(rated_votes().order_by().values_list("battle__source").annotate(n=Count("id")))
+    order = {value: i for i, value in enumerate(Battle.Source.values)}
+    return {k: int(counts[k]) for k in sorted(counts, key=lambda k: order.get(k, len(order)))}
 
 
 def rating_votes_mark() -> tuple[int, int]:
@@ -449,6 +458,10 @@ class LeaderboardView:
         """What the fit had to fall back on (an anchor that could not serve)."""
         method = self.result.get("method") if self.result else None
         return list(method.get("warnings") or []) if method else []
+
+    @property
+    def has_not_connected(self) -> bool:
+        return any(row["reason"] == "not_connected" for row in self.provisional)
 
     @property
     def has_preliminary(self) -> bool:

@@ -92,6 +92,7 @@ from ratings.selectors import (
     STYLE_COMPLETE_COLUMN,
     BattleSpill,
     models_metadata,
+    rated_votes_by_source,
     rating_battles,
     rating_battles_spill,
     rating_votes_mark,
@@ -563,6 +564,7 @@ def _payload(
     public = {slug for slug, m in models.items() if m.get("public", True)}
     categories = []
     sampling_se: dict[str, float] = {}
+    established: list[str] = []
     for category in votes.categories(long_prompt_chars=params["long_prompt_chars"]):
         n_votes, n_models = votes.census(category)
         entry: CategoryEntry = {
@@ -613,6 +615,7 @@ def _payload(
                 logger.warning("ratings: %s, style %s: %s", category.key, style, warning)
             if category.key == SAMPLING_VIEW[0] and style == SAMPLING_VIEW[1]:
                 sampling_se = _sampling_se(result)
+                established = sorted(m.model for m in result.models if not m.preliminary)
             # JSON at the edge: NaN and infinities (never valid JSON) become None.
             entry["results"][style] = cast(
                 engine.RatingResultDict, _finite(_public_only(result, public).to_dict())
@@ -638,7 +641,11 @@ def _payload(
             if slug in rated and slug in public
         },
         "categories": categories,
-        "sampling": {"se": sampling_se, "counts": votes.pair_counts()},
+        "sampling": {
+            "se": sampling_se,
+            "counts": votes.pair_counts(),
+            "established": established,
+        },
     }
 
 
@@ -686,6 +693,7 @@ def sampling_publish(snapshot: LeaderboardSnapshot) -> None:
             computed_at=snapshot.created_at,
             se=inputs["se"],
             counts=[(str(a), str(b), int(n)) for a, b, n in inputs["counts"]],
+            established=inputs.get("established"),
         )
     except Exception:
         logger.exception("ratings: could not publish the sampling statistics")
@@ -784,6 +792,7 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
             rated_high_water = int(battles["vote_id"].max()) if len(battles) else 0
             rated_votes = len(battles)
         payload["excluded"] = excluded
+        payload["by_source"] = rated_votes_by_source()
         snapshot = LeaderboardSnapshot.objects.create(
             vote_high_water=rated_high_water,
             n_votes=rated_votes,

@@ -24,7 +24,13 @@ from django.conf import settings
 from arena.models import ArenaModel
 from arena.recognisability import ModelRecognisability
 from arena.sampling_stats import SamplingPolicy, pair_probabilities_now, sampling_policy
-from arena.transparency import ServedSummary, models_served, pool_recognisability
+from arena.transparency import (
+    Bridging,
+    ServedSummary,
+    bridging_now,
+    models_served,
+    pool_recognisability,
+)
 from ratings.models import LeaderboardSnapshot
 from ratings.payload import ExcludedCounts, SnapshotPayload
 from ratings.selectors import snapshot_latest
@@ -65,6 +71,7 @@ class Transparency:
     refresh_debounce_seconds: int
     # None while the current pool's figures are computed (arena.transparency).
     recognisability: list[ModelRecognisability] | None = None
+    bridging: Bridging | None = None
 
 
 def crontab_text(schedule: Any) -> str:
@@ -129,4 +136,5 @@ def transparency() -> Transparency:
         refresh_on_vote=bool(settings.RATINGS_REFRESH_ON_VOTE),
         refresh_debounce_seconds=int(settings.RATINGS_REFRESH_DEBOUNCE_SECONDS),
         recognisability=pool_recognisability(),
+        bridging=bridging_now(),
     )

@@ -41,6 +41,7 @@ PROVISIONAL_FIELDS = (
     "losses",
     "ties",
     "reason",
+    "reason_text",  # the reason in words: why it is not rated and what rates it
 )
 # One row per model: rated ones fill the rating columns (status ``rated``, or ``preliminary``
 # below RATINGS_ESTABLISHED_MIN_VOTES votes), provisional ones the record.
@@ -52,6 +53,7 @@ CSV_FIELDS = (
     "losses",
     "ties",
     "reason",
+    "reason_text",
 )
 # Cells whose text comes from people (model names and descriptions), never numbers.
 TEXT_FIELDS = ("model", "name", "organization", "license")
@@ -205,6 +207,8 @@ def leaderboard_json(request: HttpRequest) -> JsonResponse:
             "params": snapshot.params,
             # Votes left out, by reason (schema 3; None for an older snapshot).
             "excluded": snapshot.payload.get("excluded"),
+            # Rated votes by battle source: pool, live, mixed (None for an older snapshot).
+            "by_source": snapshot.payload.get("by_source"),
         },
         "category": {k: category[k] for k in ("key", "label", "description", "n_votes")},
         "status": "ok" if view.result else "insufficient",

@@ -30,8 +30,11 @@ def wait_names_revealed(page, side="a"):
 
 
 def test_with_both_kinds_a_visitor_rates_pool_answers_then_switches_to_live(
-    asgi_server, page, fake_upstream, live_models
+    asgi_server, page, fake_upstream, live_models, settings
 ):
+    # The pool tab's battle is a stored pair here; with live models not yet rated the draw
+    # would serve a mixed battle at random (tests/test_browser_mixed_battle.py plays one).
+    settings.ARENA_BRIDGE_SHARE = 0.0
     pool_models()
     fake_upstream.default = FakeModel(tokens=["A live ", "answer."], delay=0.01)
     page.goto(asgi_server.url + "/?mode=pool")

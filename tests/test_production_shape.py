@@ -154,6 +154,10 @@ class ProductionShape:
             DJANGO_SECURE_HSTS_SECONDS="0",
             ARENA_IP_HASH_SALT="production-shape-salt",
             ARENA_MIN_VOTE_SECONDS="0",
+            # The walk's first battle is a pool one: with live models added and no snapshot
+            # rating them, the draw would otherwise serve a mixed battle at random
+            # (tests/test_browser_mixed_battle.py plays one).
+            ARENA_BRIDGE_SHARE="0",
             RATINGS_REFRESH_DEBOUNCE_SECONDS="1",
             DJANGO_SUPERUSER_PASSWORD=STAFF_PASSWORD,
             PYTHONUNBUFFERED="1",
@@ -712,7 +716,7 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
         hashed = re.compile(r"/static/js/(\w+)\.[0-9a-f]{12}\.js")
         assert all(hashed.fullmatch(path) for path in scripts), sorted(scripts)
         modules = {hashed.sub(r"\1", path) for path in scripts}
-        assert modules == {"live", "battle", "render", "leaderboard", "challenge"}
+        assert modules == {"live", "battle", "mixed", "render", "leaderboard", "challenge"}
         assert errors == []
         assert shape.exited() == []  # web, beat and both workers ran through the whole walk
     finally:

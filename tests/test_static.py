@@ -62,6 +62,7 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
     for name in (
         "js/live.js",
         "js/battle.js",
+        "js/mixed.js",
         "js/challenge.js",
         "js/render.js",
         "js/leaderboard.js",
@@ -75,8 +76,10 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
         ],
         "js/battle.js": [
             "./" + Path(manifest["js/challenge.js"]).name,
+            "./" + Path(manifest["js/mixed.js"]).name,
             "./" + Path(manifest["js/render.js"]).name,
         ],
+        "js/mixed.js": [],
         "js/challenge.js": [],
         "js/render.js": [],
         "js/leaderboard.js": [],

@@ -5,6 +5,9 @@ Frames from the page (JSON objects with a ``type``):
 - ``start``       {prompt, mode?: "anonymous"|"named", models?: [slug_a, slug_b]}
 - ``turn``        {battle_id, prompt}      a follow-up with the same pair
 - ``regenerate``  {battle_id}              new answers to the last turn
+- ``stream``      {battle_id}              a mixed battle's live side: its next pool turn, or
+                  again the turn its answer failed on (``arena.services.bridge``); the
+                  battle's ``turn_end`` says ``streaming`` while turns are left to answer
 - ``stop``        {}                       cancel the turn that is streaming
 - ``models``      {}                       the models named mode may pick from
 - ``suggest``     {}                       a prompt from the pool
@@ -59,7 +62,13 @@ from arena.live.runtime import (
 )
 from arena.live.sockets import SocketTicket, socket_admit, socket_release
 from arena.live.sweep import live_battles_settle_orphans
-from arena.live.turns import TurnPlan, battle_regenerate, battle_start_live, battle_turn_add
+from arena.live.turns import (
+    TurnPlan,
+    battle_mixed_stream,
+    battle_regenerate,
+    battle_start_live,
+    battle_turn_add,
+)
 from arena.live.upstream import Answer, stream_answer
 from arena.models import Battle
 from arena.payloads import Frame, Side
@@ -259,6 +268,15 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             # battle is no longer streaming: regenerate works as soon as the page hears of it.
             await save_unsaved(content.get("battle_id"))
             plan = await db(battle_regenerate)(
+                battle_id=content.get("battle_id"),
+                session_key=self.session_key,
+                client_ip=self.client_ip,
+            )
+            await self._begin(plan)
+        elif kind == "stream":
+            self._refuse_while_streaming()
+            await save_unsaved(content.get("battle_id"))
+            plan = await db(battle_mixed_stream)(
                 battle_id=content.get("battle_id"),
                 session_key=self.session_key,
                 client_ip=self.client_ip,

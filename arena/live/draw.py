@@ -37,6 +37,11 @@ def _available(kept: PoolCache) -> list[ArenaModel]:
     return [m for m in kept.live_models() if m.sampling_weight > 0 and breaker_closed(m)]
 
 
+def live_models_ready(kept: PoolCache | None = None) -> list[ArenaModel]:
+    """The live models a battle may call now (``_available``), as copies."""
+    return [copy.copy(m) for m in _available(kept or pool_cache())]
+
+
 def _own(a: ArenaModel, b: ArenaModel) -> tuple[ArenaModel, ArenaModel]:
     return copy.copy(a), copy.copy(b)
 

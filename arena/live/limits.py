@@ -79,7 +79,7 @@ def check_concurrency(*, session_key: str, limits: Limits, exclude: uuid.UUID | 
     fresh = timezone.now() - timedelta(seconds=settings.ARENA_LIVE_STALE_SECONDS)
     running = Battle.objects.filter(
         session_hash=digest,
-        source=Battle.Source.LIVE,
+        source__in=(Battle.Source.LIVE, Battle.Source.MIXED),
         state=Battle.State.STREAMING,
         updated_at__gte=fresh,
     )

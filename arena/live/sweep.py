@@ -94,7 +94,9 @@ def live_battles_settle_orphans(*, session_hash: str) -> int:
         return 0
     streaming = list(
         Battle.objects.filter(
-            session_hash=session_hash, source=Battle.Source.LIVE, state=Battle.State.STREAMING
+            session_hash=session_hash,
+            source__in=(Battle.Source.LIVE, Battle.Source.MIXED),
+            state=Battle.State.STREAMING,
         ).values_list("pk", flat=True)
     )
     if not streaming:

@@ -10,6 +10,7 @@ saved and the battle becomes ready to vote, or errored/aborted, which are not vo
 import random
 import uuid
 from dataclasses import dataclass
+from typing import cast
 
 from django.db import connection, transaction
 from django.db.models import Field
@@ -109,12 +110,14 @@ def battle_start_live(
         )
 
 
-def _locked_battle(*, battle_id: object, session_key: str) -> Battle:
+def _locked_battle(
+    *, battle_id: object, session_key: str, source: str = Battle.Source.LIVE
+) -> Battle:
     pk = battle_pk(battle_id)
     battle = (
         Battle.objects.select_for_update(of=("self",))
         .select_related("model_a__provider", "model_b__provider", "prompt")
-        .filter(pk=pk, source=Battle.Source.LIVE)
+        .filter(pk=pk, source=source)
         .first()
     )
     if battle is None or not session_hash_matches(battle.session_hash, session_key):
@@ -221,6 +224,95 @@ def _regenerate(*, battle_id: object, session_key: str, limits: Limits) -> TurnP
         return _plan_turn(battle=battle, turn=turn, text=text, limits=limits, regenerated=True)
 
 
+def battle_mixed_stream(
+    *, battle_id: object, session_key: str, client_ip: str | None = None
+) -> TurnPlan:
+    """Stream the live side of a mixed battle (``arena.services.bridge``): its next pool user
+    turn, with its own earlier answers in the conversation, or again the turn whose live
+    answer failed or was stopped (that answer stays on record, superseded).
+
+    The stored side's answers are saved already; the battle is ready to vote once the live side
+    has answered every turn. The call rate, moderation (of the pool's user turn), concurrency,
+    breaker, turn-end and settle-on-disconnect paths are the live battle's.
+    """
+    limits = live_limits()
+    check_call_rate(client_ip)
+    text = _mixed_next_text(battle_id=battle_id, session_key=session_key)
+    if text is not None:
+        prompt_moderate(text=text, session_key=session_key, client_ip=client_ip)
+    return settling_orphans(
+        lambda: _mixed_stream(battle_id=battle_id, session_key=session_key, limits=limits)
+    )
+
+
+def _mixed_turns(battle: Battle) -> tuple[list[BattleMessage], list[BattleMessage]]:
+    """A mixed battle's current messages: the live side's and the stored side's, by turn."""
+    current = battle_current_messages(battle=battle)
+    live = [m for m in current if m.side == battle.live_side]
+    stored = [m for m in current if m.side != battle.live_side]
+    return live, stored
+
+
+def _mixed_next_turn(live: list[BattleMessage]) -> int:
+    """The turn the live side answers next: the first one it has no finished answer to."""
+    done = {m.turn for m in live if m.status == BattleMessage.Status.DONE}
+    turn = 0
+    while turn in done:
+        turn += 1
+    return turn
+
+
+def _mixed_next_text(*, battle_id: object, session_key: str) -> str | None:
+    """The user turn a mixed battle's live side answers next (read without a lock, for the
+    moderation check before the battle is locked); None when there is none to answer."""
+    battle = (
+        Battle.objects.filter(pk=battle_pk(battle_id), source=Battle.Source.MIXED)
+        .only("id", "session_hash", "live_side")
+        .first()
+    )
+    if battle is None or not session_hash_matches(battle.session_hash, session_key):
+        raise not_found("Battle")
+    live, stored = _mixed_turns(battle)
+    turn = _mixed_next_turn(live)
+    return next((m.user_content for m in stored if m.turn == turn), None)
+
+
+def _mixed_stream(*, battle_id: object, session_key: str, limits: Limits) -> TurnPlan:
+    with transaction.atomic():
+        battle = _locked_battle(
+            battle_id=battle_id, session_key=session_key, source=Battle.Source.MIXED
+        )
+        if battle.state == Battle.State.VOTED:
+            raise ArenaError(
+                ErrorCode.ALREADY_VOTED, "This battle has a vote; start a new battle.", status=409
+            )
+        live, stored = _mixed_turns(battle)
+        if any(m.status == BattleMessage.Status.STREAMING for m in live):
+            _refuse_while_streaming(battle)
+        turn = _mixed_next_turn(live)
+        user_turn = next((m for m in stored if m.turn == turn), None)
+        if user_turn is None or battle.state == Battle.State.READY:
+            raise ArenaError(
+                ErrorCode.NOT_CONTINUABLE,
+                "Both sides have answered every turn; vote, or start a new battle.",
+                status=409,
+            )
+        check_concurrency(session_key=session_key, limits=limits, exclude=battle.pk)
+        retried = [m.pk for m in live if m.turn == turn]
+        if retried:  # a failed or stopped answer to this turn: kept on record, superseded
+            BattleMessage.objects.filter(pk__in=retried).update(superseded_at=timezone.now())
+        battle.state = Battle.State.STREAMING
+        battle.save(update_fields=["state", "updated_at"])
+        return _plan_turn(
+            battle=battle,
+            turn=turn,
+            text=user_turn.user_content,
+            limits=limits,
+            regenerated=bool(retried),
+            sides_planned=(cast(Side, battle.live_side),),
+        )
+
+
 def _plan_turn(
     *,
     battle: Battle,
@@ -229,7 +321,10 @@ def _plan_turn(
     limits: Limits,
     regenerated: bool,
     new_battle: bool = False,
+    sides_planned: tuple[Side, ...] = SIDES,
 ) -> TurnPlan:
+    """Create the streaming messages of a turn for ``sides_planned`` (both, or a mixed
+    battle's live side) and what the consumer needs to stream them."""
     earlier: dict[str, list[BattleMessage]] = {side: [] for side in SIDES}
     if not new_battle:  # a battle created just now has no earlier messages to read
         for message in battle.messages.filter(superseded_at__isnull=True, turn__lt=turn).order_by(
@@ -247,14 +342,16 @@ def _plan_turn(
                 content="",
                 status=BattleMessage.Status.STREAMING,
             )
-            for side in SIDES
+            for side in sides_planned
         ]
     )
     # Marked as this process's before the turn's transaction commits: no request finds the
     # battle streaming without a live owner (arena.live.owners).
     owners_mark([battle.pk])
     sides: dict[Side, SidePlan] = {}
-    for side, model, message in zip(SIDES, (battle.model_a, battle.model_b), messages, strict=True):
+    models = {"a": battle.model_a, "b": battle.model_b}
+    for side, message in zip(sides_planned, messages, strict=True):
+        model = models[side]
         history: list[dict[str, str]] = []
         for earlier_message in earlier[side]:
             history.append({"role": "user", "content": earlier_message.user_content})
@@ -395,7 +492,9 @@ def _turn_settle(
         if BattleMessage.Status.ERROR in statuses:
             battle.state = Battle.State.ERRORED
         elif statuses == {BattleMessage.Status.DONE}:
-            battle.state = Battle.State.READY
+            battle.state = (
+                Battle.State.STREAMING if _mixed_turns_left(battle, current) else Battle.State.READY
+            )
         else:
             battle.state = Battle.State.ABORTED
         battle.save(update_fields=["state", "updated_at"])
@@ -412,6 +511,16 @@ def _turn_settle(
             # UPDATE per answer saved, nearly always of nothing, otherwise.
             provider_success_record(provider_id=provider.pk)
     return battle, current
+
+
+def _mixed_turns_left(battle: Battle, current: list[BattleMessage]) -> bool:
+    """Whether a mixed battle's live side still has user turns to answer (the battle then stays
+    streaming, unvotable, and the page asks for the next turn at once); False for any other."""
+    if battle.source != Battle.Source.MIXED:
+        return False
+    done = BattleMessage.Status.DONE
+    live_done = {m.turn for m in current if m.side == battle.live_side and m.status == done}
+    return any(m.turn not in live_done for m in current if m.side != battle.live_side)
 
 
 def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[Side, tuple[int, Answer]]) -> Battle:

@@ -13,6 +13,7 @@ from arena.models import Battle, BattleMessage
 from arena.pool_cache import pool_cache
 from arena.sampling import draw_pair
 from arena.sampling_stats import pair_probabilities_active, sampling_active
+from arena.services.bridge import bridge_battle_serve
 
 _PAIR_ATTEMPTS = 20
 
@@ -51,7 +52,9 @@ def battle_start_pool_with_messages(
     uniformly; the two are placed on sides A and B in random order, and each side shows one of
     its model's pool answers to that prompt (its variants, ``arena.services.pool``), drawn
     uniformly. Which variant a side showed is its messages' text (``Completion.turns_hash`` of
-    the stored turns finds it), so the draw writes nothing more than before.
+    the stored turns finds it), so the draw writes nothing more than before. While a live model
+    is preliminary, ``ARENA_BRIDGE_SHARE`` of the draws serve a mixed battle for it instead
+    (``arena.services.bridge``): its live side streams over the battle websocket.
 
     The battle's messages copy the pool's text with each NUL and lone surrogate replaced by
     U+FFFD: ``pool_import`` refuses both, but a row stored before it did (SQLite keeps a lone
@@ -68,6 +71,11 @@ def battle_start_pool_with_messages(
         env_battle = env_battle_serve(session_key=session_key, rng=rng)
         if env_battle is not None:
             return StartedBattle(battle=env_battle, messages=None)
+    # A live model not yet established on the board takes its share of the draws as mixed
+    # battles against the pool's models (arena.services.bridge), so its votes connect.
+    mixed = bridge_battle_serve(session_key=session_key, rng=rng, kept=kept)
+    if mixed is not None:
+        return StartedBattle(battle=mixed[0], messages=mixed[1])
     candidates = kept.pool_models()
     if len(candidates) < 2:
         raise ArenaError(

@@ -410,6 +410,7 @@ def trl_features(datasets, fmt):
                 "category": string,
                 "tstamp": datasets.Value("float64"),
                 "conv_metadata": side_counts,
+                "source": string,
             },
             "trl": {"prompt": messages, "chosen": messages, "rejected": messages},
             "openai": {
@@ -555,6 +556,17 @@ def test_a_record_from_values_is_the_record_the_models_hold(make_vote, pair):
     assert row["tstamp"] == vote.created_at.timestamp()
     assert (row["category"], row["language"], row["anony"]) == ("coding", "de", True)
     assert row["conv_metadata"] == vote.style and row["winner"] == "model_b"
+    assert row["source"] == "pool"
+
+
+def test_the_arena_format_tells_mixed_battles_apart(make_vote, pair):
+    from arena.models import Battle
+
+    pool_vote, mixed_vote = make_vote(*pair, "model_a"), make_vote(*pair, "model_b")
+    Battle.objects.filter(pk=mixed_vote.battle_id).update(source=Battle.Source.MIXED, live_side="b")
+    rows = {r["question_id"]: r for r in map(to_arena, voted_battles())}
+    assert rows[pool_vote.battle_id.hex]["source"] == "pool"
+    assert rows[mixed_vote.battle_id.hex]["source"] == "mixed"
 
 
 def test_votes_read_without_details_have_no_judge_and_no_style_counts(make_vote, pair):

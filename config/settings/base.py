@@ -339,6 +339,12 @@ _bounded("ARENA_ANOMALY_SOURCE_WINDOW_MINUTES", ARENA_ANOMALY_SOURCE_WINDOW_MINU
 # Off: models by sampling weight alone.
 ARENA_ACTIVE_SAMPLING = env.bool("ARENA_ACTIVE_SAMPLING", default=True)
 ARENA_SAMPLING_FLOOR = env.float("ARENA_SAMPLING_FLOOR", default=0.2)
+# Bridging (arena.services.bridge): while a live model is preliminary in the latest snapshot
+# (fewer than RATINGS_ESTABLISHED_MIN_VOTES rated votes, or not connected to the rated models),
+# this share of the pool draws is a mixed battle for it: a pool prompt answered live by it
+# against an established model's stored answer. 0 turns bridging off.
+ARENA_BRIDGE_SHARE = env.float("ARENA_BRIDGE_SHARE", default=0.25)
+_bounded("ARENA_BRIDGE_SHARE", ARENA_BRIDGE_SHARE, 0, 1)
 
 # --- Ratings --------------------------------------------------------------------------------
 # How the leaderboard snapshot is fitted (see ratings/services.py). Changing any of these makes

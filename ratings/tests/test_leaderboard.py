@@ -183,3 +183,22 @@ def test_chart_text_is_escaped():
 def test_nice_ticks_cover_the_range_with_round_steps():
     assert plots.nice_ticks(712, 1206) == [700, 800, 900, 1000, 1100, 1200, 1300]
     assert plots.nice_ticks(-0.3, 0.3, 7) == [-0.3, -0.2, -0.1, 0.0, 0.1, 0.2, 0.3]
+
+
+def test_the_page_and_json_count_rated_votes_by_battle_source(client, rated_models, make_vote):
+    from arena.models import Battle
+
+    alpha, beta, _ = rated_models
+    mixed = [make_vote(alpha, beta, w) for w in ("model_a", "model_b", "tie")]
+    Battle.objects.filter(pk__in=[v.battle_id for v in mixed]).update(
+        source=Battle.Source.MIXED, live_side="a"
+    )
+    snapshot = services.snapshot_refresh().snapshot
+    assert snapshot.payload["by_source"] == {"pool": 60, "mixed": 3}
+
+    html = client.get("/leaderboard").content.decode()
+    counts = html.split('data-testid="votes-by-source"', 1)[1].split("</span>)")[0] + "</span>"
+    assert '<span data-source="pool">60 pool</span>' in counts
+    assert '<span data-source="mixed">3 mixed</span>' in counts
+    body = json.loads(client.get("/leaderboard.json").content)
+    assert body["snapshot"]["by_source"] == {"pool": 60, "mixed": 3}

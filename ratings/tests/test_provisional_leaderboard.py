@@ -106,6 +106,52 @@ def test_no_two_ratable_models_mark_the_category_and_list_everyone(db, make_vote
     }
 
 
+MIXED_FIX = "Mixed battles fix that"
+
+
+def test_the_page_marks_not_connected_models_and_says_mixed_battles_connect_them(client, newcomers):
+    html = client.get("/leaderboard?category=overall&style=off").content.decode()
+
+    _, _, below = html.partition('data-testid="provisional"')
+    row = below.split('<tr data-provisional="live-x" data-reason="not_connected"')[1]
+    row = row.split("</tr>")[0]
+    assert 'data-testid="not-connected-badge">not connected</span>' in row
+    assert '<td class="num">3</td>' in row  # its record: three battles
+    assert MIXED_FIX in row
+    assert 'data-testid="not-connected-note"' in below and "Mixed battles connect them" in below
+
+
+def test_the_page_has_no_not_connected_note_without_such_models(client, rated_models, make_vote):
+    newbie = ArenaModelFactory(slug="newbie")
+    make_vote(newbie, rated_models[0], "model_a")
+    services.snapshot_refresh()
+
+    html = client.get("/leaderboard?category=overall&style=off").content.decode()
+
+    assert 'data-provisional="newbie" data-reason="no_losses"' in html
+    assert 'data-testid="not-connected-note"' not in html
+
+
+def test_downloads_give_not_connected_models_their_record_and_the_fix_in_words(client, newcomers):
+    text = client.get("/leaderboard.csv?category=overall&style=off").content.decode()
+    rows = {r["model"]: r for r in csv.DictReader(io.StringIO(text))}
+    live_x = rows["live-x"]
+    assert live_x["status"] == "provisional" and live_x["reason"] == "not_connected"
+    assert (live_x["battles"], live_x["wins"], live_x["losses"], live_x["ties"]) == (
+        "3",
+        "1",
+        "1",
+        "1",
+    )
+    assert MIXED_FIX in live_x["reason_text"] and "ARENA_BRIDGE_SHARE" in live_x["reason_text"]
+    assert rows["alpha"]["reason_text"] == ""
+
+    body = json.loads(client.get("/leaderboard.json?category=overall&style=off").content)
+    entry = by_model(body["provisional"])["live-y"]
+    assert entry["reason"] == "not_connected" and entry["battles"] == 3
+    assert MIXED_FIX in entry["reason_text"]
+
+
 def test_hidden_models_are_left_out_of_the_provisional_list_too(newcomers):
     from arena.models import ArenaModel
 
@@ -211,8 +257,9 @@ def test_json_download_has_a_provisional_list(client, newcomers):
         "losses",
         "ties",
         "reason",
+        "reason_text",
     }
-    assert {k: v for k, v in entries["newbie"].items() if k != "license"} == {
+    assert {k: v for k, v in entries["newbie"].items() if k not in ("license", "reason_text")} == {
         "model": "newbie",
         "name": "Newbie",
         "organization": "=cmd|calc",

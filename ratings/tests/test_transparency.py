@@ -96,6 +96,39 @@ def test_the_page_shares_each_models_battles_and_the_draw_shares(client, arena_h
     assert "alpha" in draws and "secret-variant" in draws and "retired-one" not in draws
 
 
+def test_the_page_counts_mixed_battles_apart_from_pool_and_live_ones(client, arena_history):
+    mixed = Vote.objects.filter(battle__source=Battle.Source.POOL).first().battle
+    Battle.objects.filter(pk=mixed.pk).update(source=Battle.Source.MIXED, live_side="a")
+    pool = Battle.objects.filter(source=Battle.Source.POOL).count()
+    html = client.get("/transparency").content.decode()
+    kinds = " ".join(html.split('data-testid="battles-by-source"', 1)[1].split("</p>")[0].split())
+    assert (
+        '<span data-source="mixed">mixed (pool prompt, one live answer): 1 battle, 1 vote' in kinds
+    )
+    assert f'<span data-source="pool">pool: {pool} battles, {pool - 0} votes' in kinds
+    assert 'data-source="env"' not in kinds  # environment battles are counted on their own
+
+
+def test_the_page_names_the_live_models_mixed_battles_bridge_and_their_share(client, db, settings):
+    from arena.tests.factories import ProviderFactory
+
+    settings.ARENA_BRIDGE_SHARE = 0.25
+    provider = ProviderFactory()
+    ArenaModelFactory(
+        slug="fresh-live", display_name="Fresh Live", provider=provider, upstream_model_id="up"
+    )
+    ArenaModelFactory(slug="pool-only", display_name="Pool Only")
+    html = client.get("/transparency").content.decode()
+    bridging = " ".join(html.split('data-testid="bridging"', 1)[1].split("</p>")[0].split())
+    assert "25% of the pool battles" in bridging
+    assert '<span data-bridged="fresh-live">Fresh Live</span>' in bridging
+    assert "pool-only" not in bridging
+
+    settings.ARENA_BRIDGE_SHARE = 0.0
+    html = client.get("/transparency").content.decode()
+    assert "Mixed battles are off" in html and 'data-bridged="fresh-live"' not in html
+
+
 def test_the_page_runs_a_fixed_number_of_queries(
     client, arena_history, django_assert_max_num_queries
 ):

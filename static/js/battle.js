@@ -5,6 +5,7 @@
    starts over; in pool mode this module fetches the next battle itself). The page's tabs
    (?mode=live / ?mode=pool) are plain links. */
 import { solveChallenge } from "./challenge.js";
+import { streamMixed } from "./mixed.js";
 import { setMarkdown, turnBlock, turnLabel } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
@@ -21,6 +22,7 @@ const liveMode = root.dataset.mode === "live";
 let termsAccepted = root.dataset.termsAccepted === "true";
 let battle = null;
 let busy = false;
+let mixedStream = null;  // a mixed battle's live side streaming (mixed.js)
 
 function csrfToken() {
   const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
@@ -131,23 +133,47 @@ const VERDICTS = {
   tie: "You called it a tie.", "tie (bothbad)": "You found both bad.",
 };
 
+function renderTurns(turns) {
+  renderPrompt(turns);
+  renderSide("a", turns);
+  renderSide("b", turns);
+}
+
 function showBattle(data) {
   battle = data;
-  renderPrompt(data.turns);
-  renderSide("a", data.turns);
-  renderSide("b", data.turns);
+  renderTurns(data.turns);
   resetNames();
   voteButtons.forEach((b) => b.classList.remove("chosen"));
   verdictEl.hidden = true;
   nextButton.hidden = true;
+  if (data.source === "mixed" && data.state === "streaming") {
+    setVotingEnabled(false);
+    setStatus("One model is answering…");
+    mixedStream = streamMixed(data, { render: renderTurns, status: setStatus, done: mixedDone });
+    return;
+  }
   setVotingEnabled(data.votable);
   if (!data.votable) setStatus("This battle cannot be voted on.", true);
   else if (termsDeclined()) setStatus(TERMS_HINT, true);  // keep saying why a vote asks first
   else setStatus("");
 }
 
+/* A mixed battle's live side has ended: vote as on any battle, or go on if it failed. */
+function mixedDone(data) {
+  mixedStream = null;
+  if (data && data.id === battle.id) battle = data;
+  if (data && data.votable) {
+    setVotingEnabled(true);
+    setStatus(termsDeclined() ? TERMS_HINT : "Both answers are complete. Vote for the better one.", termsDeclined());
+    return;
+  }
+  if (data) setStatus("An answer failed or was stopped, so this battle cannot be voted on.", true);
+  nextButton.hidden = false;
+}
+
 async function newBattle() {
   if (busy) return;
+  if (mixedStream) { mixedStream.cancel(); mixedStream = null; }
   busy = true;
   setVotingEnabled(false);
   setStatus("Loading a new battle…");
