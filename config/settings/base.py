@@ -29,6 +29,19 @@ if env_file.exists():
     environ.Env.read_env(str(env_file))
 
 
+def env_float(name: str, *, default: float) -> float:
+    """A number from the environment as Python reads it (``1e-4``, ``0.15``, ``inf``), or a
+    refusal to start naming the setting: django-environ's own reader drops the ``e`` of an
+    exponent and reads ``1e-4`` as ``1-4``."""
+    raw = env.str(name, default="").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number; it is {raw!r}.") from None
+
+
 def _bounded(name: str, value: float, low: float, high: float) -> None:
     """Refuse to start with a setting outside [low, high], naming it."""
     if not low <= value <= high:
@@ -131,8 +144,8 @@ if REDIS_URL:
             "BACKEND": "arena.cache.FallbackRedisCache",
             "LOCATION": REDIS_URL,
             "OPTIONS": {
-                "socket_connect_timeout": env.float("REDIS_CACHE_TIMEOUT_SECONDS", default=1.0),
-                "socket_timeout": env.float("REDIS_CACHE_TIMEOUT_SECONDS", default=1.0),
+                "socket_connect_timeout": env_float("REDIS_CACHE_TIMEOUT_SECONDS", default=1.0),
+                "socket_timeout": env_float("REDIS_CACHE_TIMEOUT_SECONDS", default=1.0),
             },
         }
     }
@@ -221,7 +234,7 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env.int("ARENA_LOGIN_FAILURE_LIMIT", default=5)
-_LOCKOUT_MINUTES = env.float("ARENA_LOGIN_LOCKOUT_MINUTES", default=15)
+_LOCKOUT_MINUTES = env_float("ARENA_LOGIN_LOCKOUT_MINUTES", default=15)
 AXES_COOLOFF_TIME = timedelta(minutes=_LOCKOUT_MINUTES)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
@@ -291,7 +304,7 @@ ARENA_CHALLENGE_EXPIRES_SECONDS = env.int("ARENA_CHALLENGE_EXPIRES_SECONDS", def
 # or phrase a line, # comments) or a comma-separated list; empty blocks nothing.
 ARENA_MODERATION_PROVIDER = env("ARENA_MODERATION_PROVIDER", default="")
 ARENA_MODERATION_MODEL = env("ARENA_MODERATION_MODEL", default="omni-moderation-latest")
-ARENA_MODERATION_TIMEOUT_SECONDS = env.float("ARENA_MODERATION_TIMEOUT_SECONDS", default=5.0)
+ARENA_MODERATION_TIMEOUT_SECONDS = env_float("ARENA_MODERATION_TIMEOUT_SECONDS", default=5.0)
 ARENA_MODERATION_BLOCKLIST = env("ARENA_MODERATION_BLOCKLIST", default="")
 
 LOGGING = {
@@ -315,19 +328,22 @@ from config.schedule import BEAT_SCHEDULE  # noqa: E402
 
 CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 # A vote cast sooner than this after the answers were complete is kept but flagged.
-ARENA_MIN_VOTE_SECONDS = env.float("ARENA_MIN_VOTE_SECONDS", default=1.0)
+ARENA_MIN_VOTE_SECONDS = env_float("ARENA_MIN_VOTE_SECONDS", default=1.0)
 # Anomalous voters (ratings.voters, Chiang et al. 2024 section 5.1): a voter with at least
 # ARENA_ANOMALY_MIN_VOTES tested votes whose p-value is below the threshold is flagged with all
 # their votes; the p-value is Bonferroni's over three tests (the crowd's rates on each pair,
 # Fisher's method; the voter x model test and the goodness of fit against the fitted ratings).
 # With V voters and sources tested the expected number of honest ones flagged per run is at most
-# V x threshold (0.1 for 1,000 voters at 1e-4).
+# V x threshold (1 for 1,000 voters at 1e-3). 1e-3 rather than 1e-4: bench/rigging.py's ten
+# sessions from ten addresses lifting one model keep 1 session unflagged at 1e-3 (+15 points)
+# and 2 at 1e-4 (+36); neither flags one of its 120 honest voters nor one of the demo's 65
+# expert judges (whose smallest p-value is 2e-3).
 ARENA_ANOMALY_MIN_VOTES = env.int("ARENA_ANOMALY_MIN_VOTES", default=10)
-ARENA_ANOMALY_P_THRESHOLD = env.float("ARENA_ANOMALY_P_THRESHOLD", default=1e-4)
+ARENA_ANOMALY_P_THRESHOLD = env_float("ARENA_ANOMALY_P_THRESHOLD", default=1e-3)
 # Sessions with the same address hash and user-agent class whose first votes follow each other
 # within this many minutes are also tested as one source; a flagged source flags all its
 # sessions' votes.
-ARENA_ANOMALY_SOURCE_WINDOW_MINUTES = env.float("ARENA_ANOMALY_SOURCE_WINDOW_MINUTES", default=60)
+ARENA_ANOMALY_SOURCE_WINDOW_MINUTES = env_float("ARENA_ANOMALY_SOURCE_WINDOW_MINUTES", default=60)
 _bounded("ARENA_ANOMALY_MIN_VOTES", ARENA_ANOMALY_MIN_VOTES, 1, math.inf)
 if not 0 < ARENA_ANOMALY_P_THRESHOLD < 1:
     raise ImproperlyConfigured(
@@ -338,12 +354,12 @@ _bounded("ARENA_ANOMALY_SOURCE_WINDOW_MINUTES", ARENA_ANOMALY_SOURCE_WINDOW_MINU
 # from the latest snapshot, with ARENA_SAMPLING_FLOOR of the draws spread evenly over every pair.
 # Off: models by sampling weight alone.
 ARENA_ACTIVE_SAMPLING = env.bool("ARENA_ACTIVE_SAMPLING", default=True)
-ARENA_SAMPLING_FLOOR = env.float("ARENA_SAMPLING_FLOOR", default=0.2)
+ARENA_SAMPLING_FLOOR = env_float("ARENA_SAMPLING_FLOOR", default=0.2)
 # Bridging (arena.services.bridge): while a live model is preliminary in the latest snapshot
 # (fewer than RATINGS_ESTABLISHED_MIN_VOTES rated votes, or not connected to the rated models),
 # this share of the pool draws is a mixed battle for it: a pool prompt answered live by it
 # against an established model's stored answer. 0 turns bridging off.
-ARENA_BRIDGE_SHARE = env.float("ARENA_BRIDGE_SHARE", default=0.25)
+ARENA_BRIDGE_SHARE = env_float("ARENA_BRIDGE_SHARE", default=0.25)
 _bounded("ARENA_BRIDGE_SHARE", ARENA_BRIDGE_SHARE, 0, 1)
 
 # --- Ratings --------------------------------------------------------------------------------
@@ -385,7 +401,7 @@ _bounded("RATINGS_DUPLICATE_PROMPT_CAP", RATINGS_DUPLICATE_PROMPT_CAP, 0, 1_000_
 # floor). 0.15 keeps 1,743 of the demo's 1,751 expert votes (the MT-bench authors' heaviest judge
 # gave one model 14% of its votes); 0 switches the cap off. Environment rewards count at most
 # ARENA_ENV_SOURCE_MIN_VOTES of a source's votes on a completion, or the same share.
-RATINGS_SOURCE_MAX_SHARE = env.float("RATINGS_SOURCE_MAX_SHARE", default=0.15)
+RATINGS_SOURCE_MAX_SHARE = env_float("RATINGS_SOURCE_MAX_SHARE", default=0.15)
 RATINGS_SOURCE_MIN_VOTES = env.int("RATINGS_SOURCE_MIN_VOTES", default=20)
 ARENA_ENV_SOURCE_MIN_VOTES = env.int("ARENA_ENV_SOURCE_MIN_VOTES", default=1)
 _bounded("RATINGS_SOURCE_MAX_SHARE", RATINGS_SOURCE_MAX_SHARE, 0, 10)
@@ -421,24 +437,24 @@ ARENA_LIVE_MAX_CONCURRENT_BATTLES = env.int("ARENA_LIVE_MAX_CONCURRENT_BATTLES",
 # A battle left "streaming" longer than this (a crashed worker) no longer counts as running.
 ARENA_LIVE_STALE_SECONDS = env.int("ARENA_LIVE_STALE_SECONDS", default=900)
 # Wall-clock bound on one answer, whatever the upstream does (an endless stream ends here).
-ARENA_LIVE_ANSWER_SECONDS = env.float("ARENA_LIVE_ANSWER_SECONDS", default=300.0)
+ARENA_LIVE_ANSWER_SECONDS = env_float("ARENA_LIVE_ANSWER_SECONDS", default=300.0)
 # How often the partial text of a streaming answer is written to the database.
-ARENA_LIVE_SAVE_SECONDS = env.float("ARENA_LIVE_SAVE_SECONDS", default=5.0)
+ARENA_LIVE_SAVE_SECONDS = env_float("ARENA_LIVE_SAVE_SECONDS", default=5.0)
 # Circuit breaker: this many consecutive failed answers open it for the cool-down.
 ARENA_LIVE_BREAKER_FAILURES = env.int("ARENA_LIVE_BREAKER_FAILURES", default=3)
-ARENA_LIVE_BREAKER_COOLDOWN_SECONDS = env.float("ARENA_LIVE_BREAKER_COOLDOWN_SECONDS", default=60.0)
+ARENA_LIVE_BREAKER_COOLDOWN_SECONDS = env_float("ARENA_LIVE_BREAKER_COOLDOWN_SECONDS", default=60.0)
 # Answer pieces are buffered this long per socket and sent as one frame (both sides' together);
 # 0 sends them on the next event-loop iteration. It is the most a piece waits.
-ARENA_DELTA_COALESCE_MS = env.float("ARENA_DELTA_COALESCE_MS", default=2.0)
+ARENA_DELTA_COALESCE_MS = env_float("ARENA_DELTA_COALESCE_MS", default=2.0)
 # The process streaming a battle marks it alive for this long, refreshed every third of it; a
 # battle still streaming without a mark (its worker was killed) is settled by the next request
 # for it (a vote, a regenerate, a follow-up, the page's reconnect) instead of by the sweep.
-ARENA_LIVE_OWNER_TTL_SECONDS = env.float("ARENA_LIVE_OWNER_TTL_SECONDS", default=15.0)
+ARENA_LIVE_OWNER_TTL_SECONDS = env_float("ARENA_LIVE_OWNER_TTL_SECONDS", default=15.0)
 
 # --- The HTTP server (config/protocols.py, selected by bin/serve) -----------------------------
 # A request's head (request line and headers) must arrive within this many seconds of its first
 # byte (or of the connection's opening), or the connection is closed (slowloris); 0: no bound.
-ARENA_HTTP_HEADER_TIMEOUT_SECONDS = env.float("ARENA_HTTP_HEADER_TIMEOUT_SECONDS", default=10.0)
+ARENA_HTTP_HEADER_TIMEOUT_SECONDS = env_float("ARENA_HTTP_HEADER_TIMEOUT_SECONDS", default=10.0)
 # The longest head taken (bytes): a longer URL is a 414, longer headers a 431.
 ARENA_HTTP_MAX_HEAD_BYTES = env.int("ARENA_HTTP_MAX_HEAD_BYTES", default=65536)
 
@@ -448,7 +464,7 @@ ARENA_HTTP_MAX_HEAD_BYTES = env.int("ARENA_HTTP_MAX_HEAD_BYTES", default=65536)
 ARENA_WS_MAX_PER_ADDRESS = env.int("ARENA_WS_MAX_PER_ADDRESS", default=32)
 # A socket with no frame from the page and nothing streaming for this long is closed (code
 # 4408); the page opens a new one when it next sends. 0: never.
-ARENA_WS_IDLE_SECONDS = env.float("ARENA_WS_IDLE_SECONDS", default=120.0)
+ARENA_WS_IDLE_SECONDS = env_float("ARENA_WS_IDLE_SECONDS", default=120.0)
 # The largest frame a socket reads (bytes). The largest the page sends is a start with the
 # longest prompt allowed, every character JSON-escaped at most 6 bytes (a control character,
 # \u0001), plus the frame's other fields; above the limit a frame is refused unread (code
@@ -486,7 +502,7 @@ ARENA_ENV_RUNS_PER_HOUR = env.int("ARENA_ENV_RUNS_PER_HOUR", default=60)
 # body, and a worker of the webhooks queue is held no longer by a host that never answers.
 ARENA_ENV_WEBHOOK_ALLOW_HTTP = env.bool("ARENA_ENV_WEBHOOK_ALLOW_HTTP", default=False)
 ARENA_ENV_WEBHOOK_ALLOW_HOSTS: list[str] = env.list("ARENA_ENV_WEBHOOK_ALLOW_HOSTS", default=[])
-ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS = env.float("ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS = env_float("ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
 
 _HOST_NAME = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?)+$")
 _bounded("ARENA_ENV_MAX_OPEN_RUNS", ARENA_ENV_MAX_OPEN_RUNS, 0, 100_000)

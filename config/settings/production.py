@@ -3,7 +3,7 @@
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import DATABASES, REDIS_URL, SECRET_KEY, env
+from .base import DATABASES, REDIS_URL, SECRET_KEY, env, env_float
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ARENA_PRODUCTION = True
@@ -43,7 +43,7 @@ if DATABASE_POOL_MAX_SIZE > 0:
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": min(env.int("DATABASE_POOL_MIN_SIZE", default=1), DATABASE_POOL_MAX_SIZE),
         "max_size": DATABASE_POOL_MAX_SIZE,
-        "timeout": env.float("DATABASE_POOL_TIMEOUT_SECONDS", default=10.0),
+        "timeout": env_float("DATABASE_POOL_TIMEOUT_SECONDS", default=10.0),
     }
 
 SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"

@@ -179,3 +179,33 @@ def test_an_anomaly_setting_out_of_range_refuses_to_start_naming_it(name, value)
     from arena.tests.cli import settings_start_refusal
 
     settings_start_refusal(name, value)
+
+
+def test_a_threshold_in_exponent_notation_is_read_as_python_reads_it():
+    import subprocess
+    import sys
+
+    out = subprocess.run(  # noqa: S603 (this interpreter, a fixed script)
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.conf import settings; "
+            "print(settings.ARENA_ANOMALY_P_THRESHOLD)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **__import__("os").environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings.test",
+            "ARENA_ANOMALY_P_THRESHOLD": "1e-5",
+        },
+        check=True,
+    )
+    assert out.stdout.strip() == "1e-05"
+
+
+def test_a_setting_that_is_not_a_number_refuses_to_start_naming_it():
+    from arena.tests.cli import settings_start_refusal
+
+    assert "must be a number" in settings_start_refusal("RATINGS_SOURCE_MAX_SHARE", "lots")
