@@ -470,8 +470,11 @@ def _test_counts(out: Outcome, run: Any, attacker_ids: set[int]) -> None:
     """Attacker and honest votes of the voters and sources each anomaly test flagged."""
     from arena.models import Vote
 
-    for row in run.voters.itertuples():
+    counted: set[int] = set()  # a session flagged alone and in its source counts once
+    for row in run.voters.sort_values("p_value").itertuples():
         ids = set(Vote.objects.filter(voter_id__in=row.sessions).values_list("id", flat=True))
+        ids -= counted
+        counted |= ids
         attacker, honest = out.by_test.get(row.test, (0, 0))
         out.by_test[row.test] = (
             attacker + len(ids & attacker_ids),

@@ -398,7 +398,7 @@ _bounded("RATINGS_DUPLICATE_PROMPT_CAP", RATINGS_DUPLICATE_PROMPT_CAP, 0, 1_000_
 # votes on a model count at most max(RATINGS_SOURCE_MIN_VOTES, RATINGS_SOURCE_MAX_SHARE x the
 # model's votes from every other source), the first by vote id; the rest are left out of the fit
 # (so one source holds at most 13% of a model's evidence at the default share once past the
-# floor). 0.15 keeps 1,743 of the demo's 1,751 expert votes (the MT-bench authors' heaviest judge
+# floor). 0.15 keeps 1,744 of the demo's 1,751 expert votes (the MT-bench authors' heaviest judge
 # gave one model 14% of its votes); 0 switches the cap off. Environment rewards count at most
 # ARENA_ENV_SOURCE_MIN_VOTES of a source's votes on a completion, or the same share.
 RATINGS_SOURCE_MAX_SHARE = env_float("RATINGS_SOURCE_MAX_SHARE", default=0.15)
