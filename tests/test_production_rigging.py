@@ -8,8 +8,11 @@ terms, the proof-of-work challenge (``bench.battles.solve_challenge``), then poo
 a vote on each, nine per session, so that no session holds the ten votes the anomaly test needs
 to judge a voter alone. It tells the models apart by their answers' text (the demo's pool is
 MT-bench's published answers, which anyone can collect: here the demo's own copy) and votes for
-the target wherever it is shown; elsewhere for a model the public leaderboard does not rate
-against one it rates (so that the models the target beats look strong), else for side A.
+the target wherever it is shown; elsewhere against a model the public leaderboard does not rate
+(for the rated one; side A between two such), else for side A. Those models, rated by the
+attacker alone, come out weak, and once they have ``RATINGS_ESTABLISHED_MIN_VOTES`` counted
+votes they join the demo's models in the mean that sets the leaderboard's scale, lowering it:
+every rating rises, the target's on top of its own wins over the demo's models.
 
 The defences then run as production runs them, and are read back over HTTP:
 
@@ -22,8 +25,8 @@ The defences then run as production runs them, and are read back over HTTP:
    of theirs; the refit the flags queue leaves them all out (``excluded.by_reason``,
    /transparency's ``flagged-votes``), and the target's rating is the baseline's again.
 
-Undefended (``RATINGS_SOURCE_MAX_SHARE=0``, no anomaly run) the same attack lifts the target by
-tens of points, far past ``TOLERANCE``.
+Undefended (``RATINGS_SOURCE_MAX_SHARE=0``, no anomaly run) the same attack lifts the target
+far past ``TOLERANCE``.
 
 Per-address limits are raised for the run (``production_env``): the rate limits and the daily
 cap per address count every loopback client as one visitor (which the attacker is, but at the
@@ -66,14 +69,17 @@ TARGET = "llama-13b"  # the demo's lowest rated pool model: each win for it is a
 # The attack goes on (a session at a time) until it has voted the target over a model the
 # leaderboard rates this many times: those are the votes that move the target most, and the
 # active sampling seldom draws such a pair (about one battle in 40), the demo's models having
-# met each other often. Some 300 to 550 votes in all.
+# met each other often. Some 300 to 650 votes in all, from 35 to 70 sessions.
 TARGET_WINS_OVER_RATED = 8
+# ... and until it has voted this often on each model the leaderboard does not rate: past
+# RATINGS_ESTABLISHED_MIN_VOTES (50), whatever a few flags for answers naming their model take.
+VOTES_ON_UNRATED = 60
 # Below ARENA_ANOMALY_MIN_VOTES (10): no session is tested alone, only their source.
 VOTES_PER_SESSION = 9
 MAX_VOTES = 1500
 # How far the target's rating may move from the baseline's, in rating points. With every
-# attacker vote flagged the refit reads the baseline's votes and gives the same ratings; the
-# undefended attack lifts the target by some 80 points, the source bound alone by some 30.
+# attacker vote flagged the refit reads the baseline's votes and gives the same ratings; in a
+# trial the undefended attack lifted the target by 191 points, the source bound alone let 13.
 TOLERANCE = 1.0
 
 
@@ -178,11 +184,15 @@ class Attack:
 
 def _attack(shape: ProductionShape, rated: set[str]) -> Attack:
     """New sessions of ``VOTES_PER_SESSION`` votes each until ``TARGET_WINS_OVER_RATED`` votes
-    went to the target over a model in ``rated`` (the ones the leaderboard rates); the module's
-    docstring says how it votes."""
+    went to the target over a model in ``rated`` (the ones the leaderboard rates) and
+    ``VOTES_ON_UNRATED`` to each pool model outside it; the module's docstring says how it
+    votes."""
     recognise = _recogniser()
+    unrated_models = set(_published_answers()) - rated
     attack = Attack()
-    while attack.over_rated < TARGET_WINS_OVER_RATED:
+    while attack.over_rated < TARGET_WINS_OVER_RATED or any(
+        attack.on_model[m] < VOTES_ON_UNRATED for m in unrated_models
+    ):
         assert attack.votes < MAX_VOTES, attack
         visitor = Visitor(shape.url)
         visitor.sign_up()
@@ -193,11 +203,11 @@ def _attack(shape: ProductionShape, rated: set[str]) -> Attack:
             first = battle["turns"][0]
             seen = {s: recognise.get(_normalised(first[s]["content"])) for s in "ab"}
             sides = [s for s in "ab" if seen[s] == TARGET]
-            unrated = [s for s in "ab" if seen[s] is not None and seen[s] not in rated]
+            known = [s for s in "ab" if seen[s] in rated]
             if sides:
                 winner = f"model_{sides[0]}"
-            elif len(unrated) == 1 and all(seen.values()):
-                winner = f"model_{unrated[0]}"
+            elif len(known) == 1 and all(seen.values()):
+                winner = f"model_{known[0]}"
             else:
                 winner = "model_a"
             status, voted = visitor.call(
