@@ -127,6 +127,8 @@ class ProductionShape:
     database_url: str
     redis_url: str
     upstream: FakeUpstream
+    # Settings a test changes for every process (the ``production_env`` fixture).
+    extra_env: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     processes: list[Process] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
@@ -166,6 +168,7 @@ class ProductionShape:
             ARENA_ENV_WEBHOOK_ALLOW_HOSTS="127.0.0.1/32",
             ARENA_ENV_WEBHOOK_ALLOW_HTTP="true",
         )
+        env.update(self.extra_env)
         return env
 
     def _log(self, name: str) -> Path:
@@ -358,7 +361,16 @@ def _claim_redis_db() -> tuple[str, Any]:
 
 
 @pytest.fixture
-def production(tmp_path: Path) -> Iterator[tuple[ProductionShape, Database]]:
+def production_env() -> dict[str, str]:
+    """Settings every process of the shape gets on top of the ones above; a module overrides
+    this fixture to change them (none here)."""
+    return {}
+
+
+@pytest.fixture
+def production(
+    tmp_path: Path, production_env: dict[str, str]
+) -> Iterator[tuple[ProductionShape, Database]]:
 
     redis_url, broker = _claim_redis_db()
     database = Database()
@@ -367,7 +379,9 @@ def production(tmp_path: Path) -> Iterator[tuple[ProductionShape, Database]]:
         with FakeUpstream(record=False) as upstream:
             for _, upstream_id, tokens in LIVE_MODELS.values():
                 upstream.models[upstream_id] = FakeModel(tokens=tokens, delay=0.02)
-            shape = ProductionShape(tmp_path, database.url, redis_url, upstream)
+            shape = ProductionShape(
+                tmp_path, database.url, redis_url, upstream, extra_env=production_env
+            )
             try:
                 shape.manage("migrate", "--noinput")
                 shape.manage("collectstatic", "--noinput")
