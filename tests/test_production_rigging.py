@@ -61,7 +61,6 @@ pytestmark = [
     pytest.mark.production,
     pytest.mark.postgres,
     pytest.mark.redis,
-    pytest.mark.browser,
     pytest.mark.timeout(900),
 ]
 
