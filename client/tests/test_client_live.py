@@ -23,6 +23,14 @@ pytestmark = pytest.mark.postgres
 WAIT = 240  # seconds an adapter may wait for votes; they arrive in a few seconds here
 
 
+@pytest.fixture(autouse=True)
+def visitors_on_one_address(settings):
+    """The simulated visitors are different people who all reach the server from loopback, one
+    address: one source, whose votes on a completion would count once
+    (``ARENA_ENV_SOURCE_MIN_VOTES``; the bound has its own tests)."""
+    settings.ARENA_ENV_SOURCE_MIN_VOTES = 1_000_000
+
+
 @pytest.fixture
 def token(asgi_server) -> str:
     from arena.env.tokens import token_create
