@@ -143,7 +143,8 @@ def test_sessions_from_many_addresses_lifting_one_model_are_flagged_together(
             ip_hash=f"address-{i}",
             by_models=for_the_target("alpaca-13b"),
         )
-    run = voters_flag_run(dry_run=True)
+    # At 1e-4, where the held-out test alone leaves some of the ten unflagged.
+    run = voters_flag_run(dry_run=True, threshold=1e-4)
     lifters = [v for v in run.flagged_voter_ids if v.startswith("lifter-")]
     assert len(run.flagged_voter_ids) == len(lifters)  # no expert
     if rounds:
