@@ -21,12 +21,13 @@ an environment battle instead when some open run has work and its ``share`` allo
 - **Pair.** Every completion with work may meet any other member of its group that has not
   expired, or a reference model's answer that exists (the GRPO-style group comparison plus
   the references), except a pair another session holds (served to it within the hold and not
-  voted): one pair is never in front of two visitors at once. Of all the others, one this session has not been served yet is taken
-  whenever there is one; then the pair served least often (every battle counts, voted,
-  flagged or not), so that every pair of a group is shown before any is shown again; then the
-  one whose sides are least judged (judged = counted votes + recent unvoted battles), which
-  spreads concurrent visitors over the group; ties are broken at random. A completion with no
-  possible opponent (a group of one without reference answers yet) waits.
+  voted): one pair is never in front of two visitors at once (the run's row lock makes each
+  serve see the pairs served before it). Of all the others, one this session has not been
+  served yet is taken whenever there is one; then the pair served least often (every battle
+  counts, voted, flagged or not), so that every pair of a group is shown before any is shown
+  again; then the one whose sides are least judged (judged = counted votes + recent unvoted
+  battles), which spreads concurrent visitors over the group; ties are broken at random. A
+  completion with no possible opponent (a group of one without reference answers yet) waits.
 
 The battle is an ordinary anonymous battle (source ``env``, state ready): the run's hidden
 model (shown as "Submitted answer" after the vote) stands for a submitted side, the reference
@@ -175,8 +176,9 @@ def _pick_pair(
 ) -> tuple[_Side, _Side] | None:
     """The pair to serve: of every pair in a group with a completion with work (the group's
     other members that have not expired, and the reference answers) that no other session
-    holds, one this session has not been served when there is one, then the one served least, then the one whose sides are
-    least judged, ties broken at random. Five queries whatever the run's size."""
+    holds, one this session has not been served when there is one, then the one served least,
+    then the one whose sides are least judged, ties broken at random. Five queries whatever
+    the run's size."""
     working = list(_with_work(run, now))
     if not working:
         return None
@@ -208,6 +210,8 @@ def _pick_pair(
             n=Count("pk"),
             mine=Count("pk", filter=Q(battle__session_hash=hashed_session)),
             counted=Count("pk", filter=_counted_or_in_flight(now)),
+            # Held by another session; a visitor's own unvoted battle does not keep its pair
+            # from that same visitor (a repeat is better than nothing, as for seen pairs).
             held=Count("pk", filter=_in_flight(now) & ~Q(battle__session_hash=hashed_session)),
         )
     )
