@@ -23,6 +23,12 @@ replacement, never the superseded one) and its vote. Five formats:
   and ``label``: the chosen answer ``true``, the rejected one ``false``; a "both bad" vote gives
   two ``false`` rows, a tie none.
 
+``first_turn_only`` (``--first-turn-only``, ``?first_turn_only=1``) writes every format from the
+first turn alone: the prompt is the first user turn and each side's answer the first one, with
+no follow-up anywhere (OpenAI's format then holds multi-turn battles too; an ``arena`` row has
+``turn`` 1 and, for a battle that went on, no style counts, which were counted over every
+turn). The verdict was given on the whole conversation and is kept as the first answers'.
+
 The three pairwise formats need a preferred side, so ties and "both bad" are skipped (and
 counted). ``judge`` is a keyed hash of the pseudonymous voter id: stable across exports, so
 one judge's votes can be grouped, but not the id the site stores; no IP hash leaves the site.
@@ -42,7 +48,7 @@ import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cache
 from itertools import islice
@@ -521,13 +527,41 @@ def export_options(
     return fmt, filters
 
 
+def first_turn(record: VotedBattle) -> VotedBattle:
+    """The record as if the battle had stopped after its first turn. The vote's style counts
+    cover every turn, so a battle that went on loses them."""
+    if len(record.user_turns) <= 1:
+        return record
+    return replace(
+        record,
+        user_turns=record.user_turns[:1],
+        answers={side: answers[:1] for side, answers in record.answers.items()},
+        style={},
+    )
+
+
+def first_turn_option(params: Mapping[str, str]) -> bool:
+    """``first_turn_only`` of the query parameters (or the command's option)."""
+    value = (params.get("first_turn_only") or "").lower()
+    if value not in _BOOLEANS:
+        raise ArenaError(
+            ErrorCode.INVALID, "first_turn_only must be 1 or 0.", field="first_turn_only"
+        )
+    return _BOOLEANS[value]
+
+
 def export_rows(
-    records: Iterable[VotedBattle], fmt: str, stats: ExportStats
+    records: Iterable[VotedBattle],
+    fmt: str,
+    stats: ExportStats,
+    *,
+    first_turn_only: bool = False,
 ) -> Iterator[ExportRow]:
-    """The rows of ``fmt``; a vote the format cannot hold is counted in ``stats.skipped``."""
+    """The rows of ``fmt`` (of the first turns alone with ``first_turn_only``); a vote the
+    format cannot hold is counted in ``stats.skipped``."""
     shape = SHAPERS[fmt]
     for record in records:
-        shaped = shape(record)
+        shaped = shape(first_turn(record) if first_turn_only else record)
         if isinstance(shaped, str):
             stats.skipped[shaped] += 1
             continue
@@ -732,6 +766,8 @@ def dataset_card(
         + "; votes: "
         + ("flagged ones included" if filters.get("include_flagged") else "unflagged only")
     )
+    if filters.get("first_turn_only"):
+        chosen.append("- turns: the first only (the first user turn and the first answers)")
     skipped = [f"- {n} {why}" for why, n in sorted(stats.skipped.items())] or ["- none"]
     body = [
         f"# Arena votes: `{fmt}` format",

@@ -22,6 +22,7 @@ from arena.exports import (
     ExportStats,
     export_options,
     export_rows,
+    first_turn_option,
     jsonl_line,
     voted_battles,
 )
@@ -192,7 +193,7 @@ def votes_export(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
 
     Query: ``format`` (arena, trl, openai, hh-rlhf, kto), ``include_named``,
     ``include_flagged``, ``since``, ``until``, ``model`` (repeatable), ``category``,
-    ``language``. The manage.py command ``export_votes`` writes the same rows (and Parquet, and
+    ``language``, ``first_turn_only``. The manage.py command ``export_votes`` writes the same rows (and Parquet, and
     a folder with a dataset card) and reports what it skipped.
 
     A request with an ``Authorization`` header is the token's alone (a bad token is a 401, one
@@ -219,8 +220,9 @@ def votes_export(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
             ErrorCode.FORBIDDEN, "Exports need the permission to view votes.", status=403
         )
     fmt, filters = export_options(request.GET, models=request.GET.getlist("model"))
+    first_turn_only = first_turn_option(request.GET)
     records = voted_battles(details=fmt == "arena", **filters)
-    rows = export_rows(records, fmt, ExportStats())
+    rows = export_rows(records, fmt, ExportStats(), first_turn_only=first_turn_only)
     response = StreamingHttpResponse(_jsonl_batches(rows), content_type="application/x-ndjson")
     response["Content-Disposition"] = f'attachment; filename="arena-votes-{fmt}.jsonl"'
     return response

@@ -11,19 +11,23 @@ an environment battle instead when some open run has work and its ``share`` allo
   before the battle is created, so concurrent visitors cannot push a run over its share.
 - **Work.** A completion has work while it is pending, its submission has not expired, its run
   is open, and its counted votes (unflagged) plus its battles served but not yet voted in the
-  last ``SERVED_HOLD`` fall short of the run's ``votes_per_completion``. Counting recent unvoted
-  battles spreads concurrent visitors over the group instead of serving everyone the same pair;
-  a battle left unvoted stops counting after the hold.
+  last ``ARENA_ENV_BATTLE_HOLD_SECONDS`` (the hold) fall short of the run's
+  ``votes_per_completion``. Counting recent unvoted battles spreads concurrent visitors over the
+  group instead of serving everyone the same pair; a battle left unvoted stops counting after
+  the hold, so an abandoned battle stalls its group no longer than that. A vote that arrives
+  later still counts (the visitor did compare the two answers; the rewards are refitted).
 - **Run.** Among the open runs with work whose share allows one more, one is drawn at random,
   weighted by share (the next is tried if it has no servable pair).
 - **Pair.** Every completion with work may meet any other member of its group that has not
   expired, or a reference model's answer that exists (the GRPO-style group comparison plus
-  the references). Of all those pairs, one this session has not been served yet is taken
-  whenever there is one; then the pair served least often (every battle counts, voted,
-  flagged or not), so that every pair of a group is shown before any is shown again; then the
-  one whose sides are least judged (judged = counted votes + recent unvoted battles), which
-  spreads concurrent visitors over the group; ties are broken at random. A completion with no
-  possible opponent (a group of one without reference answers yet) waits.
+  the references), except a pair another session holds (served to it within the hold and not
+  voted): one pair is never in front of two visitors at once (the run's row lock makes each
+  serve see the pairs served before it). Of all the others, one this session has not been
+  served yet is taken whenever there is one; then the pair served least often (every battle
+  counts, voted, flagged or not), so that every pair of a group is shown before any is shown
+  again; then the one whose sides are least judged (judged = counted votes + recent unvoted
+  battles), which spreads concurrent visitors over the group; ties are broken at random. A
+  completion with no possible opponent (a group of one without reference answers yet) waits.
 
 The battle is an ordinary anonymous battle (source ``env``, state ready): the run's hidden
 model (shown as "Submitted answer" after the vote) stands for a submitted side, the reference
@@ -39,6 +43,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import (
     Count,
@@ -64,8 +69,10 @@ from arena.models import (
     EnvRun,
 )
 
-# How long a battle served but not yet voted keeps its completions "taken".
-SERVED_HOLD = timedelta(minutes=5)
+
+def served_hold() -> timedelta:
+    """How long a battle served but not yet voted holds its pair and counts as judging it."""
+    return timedelta(seconds=settings.ARENA_ENV_BATTLE_HOLD_SECONDS)
 
 
 class _SubqueryCount(Subquery):
@@ -75,12 +82,15 @@ class _SubqueryCount(Subquery):
     output_field = IntegerField()
 
 
+def _in_flight(now: datetime) -> Q:
+    """Env battles served within the hold and not voted yet."""
+    return Q(battle__state=Battle.State.READY, battle__created_at__gte=now - served_hold())
+
+
 def _counted_or_in_flight(now: datetime) -> Q:
     """Env battles that count towards a side's judgements: voted (unflagged vote), or served
     within the hold and not voted yet."""
-    return Q(battle__vote__flagged=False) | Q(
-        battle__state=Battle.State.READY, battle__created_at__gte=now - SERVED_HOLD
-    )
+    return Q(battle__vote__flagged=False) | _in_flight(now)
 
 
 def _judged(now: datetime) -> _SubqueryCount:
@@ -165,9 +175,10 @@ def _pick_pair(
     run: EnvRun, hashed_session: str, now: datetime, rng: random.Random
 ) -> tuple[_Side, _Side] | None:
     """The pair to serve: of every pair in a group with a completion with work (the group's
-    other members that have not expired, and the reference answers), one this session has not
-    been served when there is one, then the one served least, then the one whose sides are
-    least judged, ties broken at random. Five queries whatever the run's size."""
+    other members that have not expired, and the reference answers) that no other session
+    holds, one this session has not been served when there is one, then the one served least,
+    then the one whose sides are least judged, ties broken at random. Five queries whatever
+    the run's size."""
     working = list(_with_work(run, now))
     if not working:
         return None
@@ -181,6 +192,7 @@ def _pick_pair(
         members.setdefault(member.submission_id, []).append(member)
     served: dict[frozenset[str], int] = {}
     seen: set[frozenset[str]] = set()
+    held: set[frozenset[str]] = set()
     reference_judged: dict[tuple[uuid.UUID, int], int] = {}
     # One row per pair served (not per battle): how often, whether to this session, and how
     # many of those battles count towards a reference side's judgements.
@@ -198,6 +210,9 @@ def _pick_pair(
             n=Count("pk"),
             mine=Count("pk", filter=Q(battle__session_hash=hashed_session)),
             counted=Count("pk", filter=_counted_or_in_flight(now)),
+            # Held by another session; a visitor's own unvoted battle does not keep its pair
+            # from that same visitor (a repeat is better than nothing, as for seen pairs).
+            held=Count("pk", filter=_in_flight(now) & ~Q(battle__session_hash=hashed_session)),
         )
     )
     for row in battles:
@@ -207,6 +222,8 @@ def _pick_pair(
         served[pair] = served.get(pair, 0) + row["n"]
         if row["mine"]:
             seen.add(pair)
+        if row["held"]:
+            held.add(pair)
         for completion_id, model_id in ((a, model_a), (b, model_b)):
             if completion_id is None and row["counted"]:
                 key = (row["submission_id"], model_id)
@@ -238,6 +255,8 @@ def _pick_pair(
         ]
         for other in others:
             pair = frozenset((me.key, other.key))
+            if pair in held:
+                continue
             rank = (pair in seen, served.get(pair, 0), me.judged + other.judged, rng.random())
             if best is None or rank < best[0]:
                 best = (rank, (me, other))

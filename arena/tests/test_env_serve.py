@@ -1,21 +1,34 @@
 """Environment battles served in place of pool battles (arena.env.serve)."""
 
 import random
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 import time_machine
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
+from django.db.models import Q
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from arena.api import VOTER_SESSION_KEY
 from arena.env.references import references_request
 from arena.env.runs import env_run_close
-from arena.env.serve import SERVED_HOLD, env_battle_serve, env_work_available
-from arena.models import Battle, BattleMessage, Completion, EnvBattle, EnvSubmission, Vote
+from arena.env.serve import env_battle_serve, env_work_available, served_hold
+from arena.identity import session_hash
+from arena.models import (
+    Battle,
+    BattleMessage,
+    Completion,
+    EnvBattle,
+    EnvCompletion,
+    EnvSubmission,
+    Vote,
+)
 from arena.services.battles import battle_start_pool
 from arena.services.terms import terms_accept
+from arena.services.votes import vote_record
 from arena.tests.env_helpers import make_run, side_text, submit
 from arena.tests.factories import (
     ArenaModelFactory,
@@ -23,6 +36,7 @@ from arena.tests.factories import (
     PromptFactory,
     pool_of,
 )
+from arena.tests.test_settings import import_production_settings
 
 pytestmark = pytest.mark.django_db
 
@@ -100,7 +114,7 @@ def test_a_pool_request_is_served_an_env_battle_of_the_group_exactly_like_a_pool
 def test_the_share_caps_the_fraction_of_battles_from_the_run_at_every_moment():
     pool_of(n_models=3, n_prompts=3)
     run = make_run(share=0.25, votes_per_completion=50)
-    submit(run, [f"answer {i}" for i in range(4)])
+    submit(run, [f"answer {i}" for i in range(6)])  # 15 pairs: more than the share lets through
     rng = random.Random(3)
     for n in range(40):
         battle_start_pool(session_key=f"s{n}", rng=rng)
@@ -129,9 +143,93 @@ def test_a_completion_with_enough_votes_and_battles_in_flight_has_no_more_work_u
     assert served is not None
     assert env_battle_serve(session_key="s2") is None
     assert battle_start_pool(session_key="s2").source == Battle.Source.POOL
-    with time_machine.travel(timezone.now() + SERVED_HOLD + timedelta(seconds=1)):
+    with time_machine.travel(timezone.now() + served_hold() + timedelta(seconds=1)):
         again = env_battle_serve(session_key="s3")
     assert again is not None and sides(again) == sides(served)
+
+
+def test_an_abandoned_battles_pair_is_served_to_the_next_visitor_once_the_hold_ends(settings):
+    settings.ARENA_ENV_BATTLE_HOLD_SECONDS = 20
+    run = make_run(share=1.0, votes_per_completion=5)
+    submit(run, ["a", "b"])  # one pair
+    abandoned = env_battle_serve(session_key="leaves")
+    assert abandoned is not None
+    start = timezone.now()
+    with time_machine.travel(start + timedelta(seconds=19), tick=False):
+        assert env_battle_serve(session_key="next") is None  # held by the first visitor
+    with time_machine.travel(start + timedelta(seconds=21), tick=False):
+        served = env_battle_serve(session_key="next")
+    assert served is not None and sides(served) == sides(abandoned)
+
+
+def test_the_default_hold_frees_an_abandoned_pair_within_a_minute():
+    run = make_run(share=1.0, votes_per_completion=50)
+    submit(run, ["a", "b"])
+    assert env_battle_serve(session_key="leaves") is not None
+    with time_machine.travel(timezone.now() + timedelta(minutes=1), tick=False):
+        assert env_battle_serve(session_key="next") is not None
+
+
+@pytest.mark.parametrize("value", ["0", "3601"])
+def test_an_out_of_range_battle_hold_refuses_to_start_naming_the_setting(value):
+    result = import_production_settings(
+        "import config.settings.test", ARENA_ENV_BATTLE_HOLD_SECONDS=value
+    )
+    assert result.returncode != 0
+    assert ImproperlyConfigured.__name__ in result.stderr
+    assert "ARENA_ENV_BATTLE_HOLD_SECONDS must be from 1 to 3600" in result.stderr
+
+
+def test_a_visitor_asking_for_many_battles_is_not_stalled_by_an_abandoned_one():
+    run = make_run(share=1.0, votes_per_completion=2)
+    submit(run, ["a", "b", "c"])  # 3 pairs, 6 judgements to give
+    env_battle_serve(session_key="leaves")  # never voted
+    start = timezone.now()
+    voted = 0
+    for n in range(14):
+        at = start + timedelta(seconds=1 + 3 * n)  # 14 battles over 40 s
+        with time_machine.travel(at, tick=False):
+            battle = env_battle_serve(session_key="busy")
+            if battle is None:
+                continue
+            terms_accept(voter_id="busy")
+            vote_record(
+                battle_id=battle.pk,
+                session_key="busy",
+                voter_id="busy",
+                winner="tie",
+                user_agent="Mozilla/5.0 (X11; Linux x86_64)",
+                ip="",
+            )
+            voted += 1
+    # Each completion gets its two counted votes: three battles; the abandoned one's pair came
+    # back after the hold instead of holding two completions for minutes.
+    assert voted == 3
+    assert not Battle.objects.filter(session_hash=session_hash("busy"), vote__isnull=True).exists()
+    for completion in EnvCompletion.objects.filter(run=run):
+        involving = Q(completion_a=completion) | Q(completion_b=completion)
+        assert EnvBattle.objects.filter(involving, battle__vote__isnull=False).count() == 2
+
+
+def test_a_late_vote_on_an_abandoned_battle_whose_pair_was_served_again_counts(client):
+    run = make_run(share=1.0, votes_per_completion=5)
+    submit(run, ["a", "b"])
+    client.get("/")
+    terms_accept(voter_id=client.session[VOTER_SESSION_KEY])
+    opened = client.post("/api/battles", data="{}", content_type="application/json")
+    assert opened.status_code == 201, opened.content
+    first = Battle.objects.get(pk=opened.json()["id"])
+    with time_machine.travel(timezone.now() + served_hold() + timedelta(seconds=5)):
+        again = env_battle_serve(session_key="next")
+        assert again is not None and sides(again) == sides(first)
+        voted = client.post(
+            f"/api/battles/{first.pk}/vote",
+            data={"winner": "model_a"},
+            content_type="application/json",
+        )
+    assert voted.status_code == 201, voted.content
+    vote = Vote.objects.get(battle=first)
+    assert not vote.flagged
 
 
 def test_a_session_is_not_served_the_same_pair_twice_while_another_remains():
@@ -254,3 +352,49 @@ def test_concurrent_visitors_cannot_push_a_run_over_its_share():
     assert len(served) == 6
     assert sum(b is not None for b in served) == 1
     assert EnvBattle.objects.filter(run=run).count() == 1
+
+
+def _at_once(n: int, serve: Callable[[int], Battle | None]) -> list[Battle | None]:
+    """``n`` sessions, each on its own database connection, call ``serve`` at the same moment."""
+    import threading
+
+    from django.db import connections
+
+    barrier = threading.Barrier(n)
+    served: list[Battle | None] = []
+
+    def visitor(i: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            served.append(serve(i))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=visitor, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert len(served) == n
+    return served
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_visitors_asking_at_once_for_a_group_of_one_pair_never_both_get_it():
+    run = make_run(share=1.0, votes_per_completion=50)
+    submit(run, ["a", "b"])
+    served = _at_once(2, lambda i: env_battle_serve(session_key=f"at-once-{i}"))
+    assert sum(b is not None for b in served) == 1
+    assert EnvBattle.objects.filter(run=run).count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_visitors_asking_at_once_are_never_served_the_same_pair_within_the_hold():
+    run = make_run(share=1.0, votes_per_completion=50)
+    submit(run, ["a", "b", "c"])  # 3 pairs for 6 visitors
+    served = _at_once(6, lambda i: env_battle_serve(session_key=f"at-once-{i}"))
+    got = [sides(b) for b in served if b is not None]
+    assert len(got) == 3
+    assert len(set(got)) == 3

@@ -503,11 +503,17 @@ ARENA_ENV_RUNS_PER_HOUR = env.int("ARENA_ENV_RUNS_PER_HOUR", default=60)
 ARENA_ENV_WEBHOOK_ALLOW_HTTP = env.bool("ARENA_ENV_WEBHOOK_ALLOW_HTTP", default=False)
 ARENA_ENV_WEBHOOK_ALLOW_HOSTS: list[str] = env.list("ARENA_ENV_WEBHOOK_ALLOW_HOSTS", default=[])
 ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS = env_float("ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+# How long an environment battle served and not voted holds its pair (arena.env.serve): no other
+# visitor is served that pair meanwhile, and its sides count as judged. A visitor votes on two
+# finished answers within about this long or has left; 30 s frees an abandoned battle's pair
+# before a trainer's group stalls, and a late vote still counts.
+ARENA_ENV_BATTLE_HOLD_SECONDS = env.int("ARENA_ENV_BATTLE_HOLD_SECONDS", default=30)
 
 _HOST_NAME = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?)+$")
 _bounded("ARENA_ENV_MAX_OPEN_RUNS", ARENA_ENV_MAX_OPEN_RUNS, 0, 100_000)
 _bounded("ARENA_ENV_RUNS_PER_HOUR", ARENA_ENV_RUNS_PER_HOUR, 0, 100_000)
 _bounded("ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS", ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS, 0.5, 60)
+_bounded("ARENA_ENV_BATTLE_HOLD_SECONDS", ARENA_ENV_BATTLE_HOLD_SECONDS, 1, 3600)
 for _entry in ARENA_ENV_WEBHOOK_ALLOW_HOSTS:
     try:
         ipaddress.ip_network(_entry.strip(), strict=False)

@@ -54,6 +54,11 @@ class Command(BaseCommand):
             metavar="SLUG",
             help="battles where either side is this model (repeatable)",
         )
+        parser.add_argument(
+            "--first-turn-only",
+            action="store_true",
+            help="rows of the first turn alone: the first user turn and the first answers",
+        )
         parser.add_argument("--category", help="battles on prompts of this category")
         parser.add_argument("--language", help="battles on prompts in this language (e.g. en)")
         parser.add_argument(
@@ -88,7 +93,7 @@ class Command(BaseCommand):
         # Only the arena format writes judges and style counts; the others skip reading them.
         votes = voted_battles(details=fmt == "arena", **filters)
         records = progress_iter(votes, desc=fmt, total=total, unit="vote")
-        rows = export_rows(records, fmt, stats)
+        rows = export_rows(records, fmt, stats, first_turn_only=options["first_turn_only"])
         if folder is not None:
             try:
                 data = write_dataset(
@@ -96,7 +101,8 @@ class Command(BaseCommand):
                     folder,
                     fmt,
                     stats=stats,
-                    filters=filters,
+                    # The card lists the first-turn-only choice among the filters.
+                    filters={**filters, "first_turn_only": options["first_turn_only"]},
                     parquet=parquet,
                     license=options["license"],
                 )
