@@ -125,10 +125,8 @@ def test_a_trainer_gets_human_rewards_back_through_the_cursor_and_the_webhook(
 ):
     settings.RATINGS_REFRESH_ON_VOTE = False  # the leaderboard is refreshed once, at the end
     # The six visitors are different people on one address (the test client's): one source,
-    # whose votes on a completion would count once (the bound has its own tests).
-    settings.ARENA_ENV_SOURCE_MIN_VOTES = 1_000_000
-    # The same one source would also have its rated pool votes on a model capped, and how many
-    # pool battles a model gets is random: the leaderboard count below is of every pool vote.
+    # whose votes on a completion would count once and whose rated pool votes on a model would
+    # be capped (the count below is of every pool vote). The bound has its own tests: off here.
     settings.RATINGS_SOURCE_MAX_SHARE = 0
     # The receiver listens on loopback, which the webhook guard refuses unless allowed.
     for name, value in LOOPBACK_ALLOWED.items():
