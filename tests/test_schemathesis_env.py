@@ -104,6 +104,7 @@ def test_the_document_is_openapi_3_and_lists_the_operations(db):
     }
     assert operations == {
         ("POST", "/api/env/v1/runs"),
+        ("GET", "/api/env/v1/runs"),
         ("GET", "/api/env/v1/runs/{run_id}"),
         ("POST", "/api/env/v1/runs/{run_id}/close"),
         ("POST", "/api/env/v1/runs/{run_id}/submissions"),

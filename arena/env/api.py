@@ -26,7 +26,13 @@ from ninja.security import HttpBearer
 from pydantic import BeforeValidator, ConfigDict
 
 from arena.api import error_json
-from arena.env.payloads import RewardsPage, RunCreated, RunPayload, SubmissionPayload
+from arena.env.payloads import (
+    RewardsPage,
+    RunCreated,
+    RunPayload,
+    RunsPage,
+    SubmissionPayload,
+)
 from arena.env.runs import (
     IDEMPOTENCY_KEY_MAX,
     RUN_NAME_MAX,
@@ -35,14 +41,18 @@ from arena.env.runs import (
     WEBHOOK_URL_MAX,
     env_run_close,
     env_run_create,
+    env_run_touch,
     env_submission_create,
 )
 from arena.env.selectors import (
     REWARDS_DEFAULT_LIMIT,
     REWARDS_MAX_LIMIT,
+    RUNS_DEFAULT_LIMIT,
+    RUNS_MAX_LIMIT,
     env_rewards_payload,
     env_run_for_token,
     env_run_payload,
+    env_runs_page,
     env_submission_payload,
 )
 from arena.env.tokens import BEARER_CHALLENGE, token_for_request
@@ -337,6 +347,11 @@ class RewardsQuery(Schema):
     limit: int = Field(REWARDS_DEFAULT_LIMIT, ge=1, le=REWARDS_MAX_LIMIT)
 
 
+class RunsQuery(Schema):
+    offset: int = Field(0, ge=0, description="next_offset of the previous page; 0 at first.")
+    limit: int = Field(RUNS_DEFAULT_LIMIT, ge=1, le=RUNS_MAX_LIMIT)
+
+
 class ErrorDetailOut(Schema):
     code: str
     message: str
@@ -361,7 +376,29 @@ def _token(request: HttpRequest) -> ApiToken:
 
 
 def _run(request: HttpRequest, run_id: uuid.UUID) -> EnvRun:
-    return env_run_for_token(run_id=run_id, token=_token(request))
+    """The token's run, its lease renewed: every call on a run is its trainer's heartbeat."""
+    return env_run_touch(run=env_run_for_token(run_id=run_id, token=_token(request)))
+
+
+def _known_query(request: HttpRequest, schema: type[Schema]) -> None:
+    # An unknown parameter (a misspelt "cursor") is an error, not a silent first page.
+    for name in request.GET:
+        if name not in schema.model_fields:
+            raise ArenaError(ErrorCode.INVALID, f"Unknown query parameter {name!r}.", field=name)
+
+
+@api.get(
+    "/runs",
+    response={200: RunsPage, 400: ErrorOut, **AUTH_ERRORS},
+    summary="The token's runs",
+    operation_id="list_runs",
+)
+def list_runs(request: HttpRequest, page: Query[RunsQuery]) -> RunsPage:
+    """The runs of this token (no other token's), newest first, with their state, counts and
+    last activity (the trainer's last call on the run). Follow ``next_offset`` until it is
+    null. Listing renews no run's lease."""
+    _known_query(request, RunsQuery)
+    return env_runs_page(token=_token(request), offset=page.offset, limit=page.limit)
 
 
 @api.post(
@@ -397,6 +434,8 @@ def create_run(request: HttpRequest, payload: RunIn) -> Status[RunCreated]:
         "webhook_delivery": shown["webhook_delivery"],
         "created_at": shown["created_at"],
         "closed_at": shown["closed_at"],
+        "closed_reason": shown["closed_reason"],
+        "last_activity_at": shown["last_activity_at"],
         "counts": shown["counts"],
         "webhook_secret": run.webhook_secret,
     }
@@ -461,10 +500,7 @@ def submit(
 def rewards(request: HttpRequest, run_id: uuid.UUID, page: Query[RewardsQuery]) -> RewardsPage:
     """The run's reward records changed after ``cursor``, in the order they changed. A record
     comes again only when it changed; following ``next_cursor`` never skips or repeats one."""
-    # An unknown parameter (a misspelt "cursor") is an error, not a silent first page.
-    for name in request.GET:
-        if name not in RewardsQuery.model_fields:
-            raise ArenaError(ErrorCode.INVALID, f"Unknown query parameter {name!r}.", field=name)
+    _known_query(request, RewardsQuery)
     return env_rewards_payload(run=_run(request, run_id), cursor=page.cursor, limit=page.limit)
 
 

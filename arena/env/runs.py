@@ -219,16 +219,25 @@ def _run_caps_check(*, token: ApiToken) -> None:
         )
 
 
-def env_run_close(*, run: EnvRun) -> EnvRun:
+def env_run_close(*, run: EnvRun, reason: str = EnvRun.ClosedReason.TRAINER) -> EnvRun:
     """Stop serving ``run`` and refuse its further submissions; closing a closed run changes
-    nothing. Its records stay readable."""
+    nothing (it keeps its first reason). Its records stay readable."""
     with transaction.atomic():
         locked = EnvRun.objects.select_for_update().get(pk=run.pk)
         if locked.state != EnvRun.State.CLOSED:
             locked.state = EnvRun.State.CLOSED
             locked.closed_at = timezone.now()
-            locked.save(update_fields=["state", "closed_at"])
+            locked.closed_reason = reason
+            locked.save(update_fields=["state", "closed_at", "closed_reason"])
     return locked
+
+
+def env_run_touch(*, run: EnvRun) -> EnvRun:
+    """Renew the lease of ``run``: its trainer called. One UPDATE, no lock."""
+    now = timezone.now()
+    EnvRun.objects.filter(pk=run.pk).update(touched_at=now)
+    run.touched_at = now
+    return run
 
 
 @dataclass(frozen=True)
