@@ -12,6 +12,7 @@ field by its dotted path (``completions.3.text``). No cookie is read, so no CSRF
 
 import json
 import uuid
+from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
@@ -27,12 +28,14 @@ from pydantic import BeforeValidator, ConfigDict
 
 from arena.api import error_json
 from arena.env.payloads import (
+    CancelResult,
     RewardsPage,
     RunCreated,
     RunPayload,
     RunsPage,
     SubmissionPayload,
 )
+from arena.env.rewards import CancelOutcome, env_submissions_cancel
 from arena.env.runs import (
     IDEMPOTENCY_KEY_MAX,
     RUN_NAME_MAX,
@@ -342,6 +345,19 @@ class SubmissionIn(_Strict):
     )
 
 
+# A year: longer than any submission stays pending (ttl_hours is at most TTL_HOURS_RANGE's top).
+CANCEL_OLDER_THAN_MAX = 365 * 24 * 3600
+
+
+class CancelIn(_Strict):
+    older_than_seconds: WholeNumber = Field(
+        ge=0,
+        le=CANCEL_OLDER_THAN_MAX,
+        description="Cancel the pending completions of submissions created at least this many "
+        "seconds ago (0: every pending submission).",
+    )
+
+
 class RewardsQuery(Schema):
     cursor: int = Field(0, ge=0, description="next_cursor of the previous page; 0 at first.")
     limit: int = Field(REWARDS_DEFAULT_LIMIT, ge=1, le=REWARDS_MAX_LIMIT)
@@ -489,6 +505,45 @@ def submit(
         completions=[completion.model_dump() for completion in payload.completions],
     )
     return Status(201 if created else 200, env_submission_payload(submission=submission))
+
+
+def _cancel_result(outcome: CancelOutcome) -> CancelResult:
+    return {
+        "submission_ids": [str(pk) for pk in outcome.submission_ids],
+        "completions": outcome.completions,
+    }
+
+
+@api.post(
+    "/runs/{run_id}/submissions/cancel",
+    response={200: CancelResult, **RUN_ERRORS},
+    summary="Cancel the pending submissions older than a time",
+    operation_id="cancel_submissions",
+)
+def cancel_submissions(request: HttpRequest, run_id: uuid.UUID, payload: CancelIn) -> CancelResult:
+    """The pending completions of the run's submissions created at least older_than_seconds
+    ago become ``cancelled``: no longer served to visitors, and each comes again in the reward
+    feed with a new number. Complete and expired records are left as they are; a repeat
+    cancels nothing more (an empty answer)."""
+    outcome = env_submissions_cancel(
+        run=_run(request, run_id), older_than=timedelta(seconds=payload.older_than_seconds)
+    )
+    return _cancel_result(outcome)
+
+
+@api.post(
+    "/runs/{run_id}/submissions/{submission_id}/cancel",
+    response={200: CancelResult, **RUN_ERRORS},
+    summary="Cancel one submission's pending completions",
+    operation_id="cancel_submission",
+)
+def cancel_submission(
+    request: HttpRequest, run_id: uuid.UUID, submission_id: uuid.UUID
+) -> CancelResult:
+    """As the cancel above, for one submission of the run (another id is a 404). A POST, not
+    a DELETE: the submission and its records stay, only their judging stops."""
+    outcome = env_submissions_cancel(run=_run(request, run_id), submission_id=submission_id)
+    return _cancel_result(outcome)
 
 
 @api.get(

@@ -175,7 +175,7 @@ def _pick_pair(
     members: dict[uuid.UUID, list[_JudgedCompletion]] = {}
     for member in (
         EnvCompletion.objects.filter(submission_id__in=submission_ids)
-        .exclude(status=EnvCompletion.Status.EXPIRED)
+        .exclude(status__in=[EnvCompletion.Status.EXPIRED, EnvCompletion.Status.CANCELLED])
         .annotate(judged=_judged(now))
     ):
         members.setdefault(member.submission_id, []).append(member)

@@ -690,6 +690,8 @@ def test_the_openapi_document_is_served_without_a_token_and_names_every_operatio
         f"{BASE}/runs/{{run_id}}/close",
         f"{BASE}/runs/{{run_id}}/submissions",
         f"{BASE}/runs/{{run_id}}/rewards",
+        f"{BASE}/runs/{{run_id}}/submissions/cancel",
+        f"{BASE}/runs/{{run_id}}/submissions/{{submission_id}}/cancel",
     }
     assert document["components"]["securitySchemes"]["BearerToken"]["scheme"] == "bearer"
     record = document["components"]["schemas"]["RewardRecord"]

@@ -6,8 +6,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from arena.env.rewards import RewardUpdate, env_rewards_store, env_submissions_cancel
+from arena.env.serve import env_battle_serve
 from arena.env.tokens import token_create
-from arena.models import EnvRun
+from arena.models import EnvCompletion, EnvRun, EnvSubmission
+from arena.tests.env_helpers import make_run, submit
 from arena.tests.test_env_api import BASE, Api, _error, _group, _run
 
 pytestmark = pytest.mark.django_db
@@ -109,3 +112,126 @@ def test_the_document_describes_the_list(db):
     assert operation["operationId"] == "list_runs"
     summary = document["components"]["schemas"]["RunSummary"]
     assert {"state", "counts", "last_activity_at", "closed_reason"} <= set(summary["properties"])
+
+
+# --- cancelling ------------------------------------------------------------------------------
+
+
+def _records(api: Api, run_id: str, cursor: int = 0) -> tuple[list[dict], int]:
+    page = api.get(f"/runs/{run_id}/rewards", cursor=cursor, limit=1000).json()
+    return page["records"], page["next_cursor"]
+
+
+def test_cancelling_a_submission_shows_its_records_cancelled_with_new_numbers(api):
+    run = _run(api)
+    sub = api.post(f"/runs/{run['id']}/submissions", _group(key="a", n=2)).json()
+    api.post(f"/runs/{run['id']}/submissions", _group(key="b", n=2))
+    _, cursor = _records(api, run["id"])
+    response = api.post(f"/runs/{run['id']}/submissions/{sub['id']}/cancel")
+    assert response.status_code == 200
+    assert response.json() == {"submission_ids": [sub["id"]], "completions": 2}
+    records, _ = _records(api, run["id"], cursor)
+    assert sorted(r["completion_id"] for r in records) == sorted(
+        c["id"] for c in sub["completions"]
+    )
+    assert {r["status"] for r in records} == {"cancelled"}
+    counts = api.get(f"/runs/{run['id']}").json()["counts"]
+    assert counts["cancelled"] == 2 and counts["pending"] == 2
+
+
+def test_cancelling_again_changes_nothing(api):
+    run = _run(api)
+    sub = api.post(f"/runs/{run['id']}/submissions", _group(key="a")).json()
+    api.post(f"/runs/{run['id']}/submissions/{sub['id']}/cancel")
+    _, cursor = _records(api, run["id"])
+    again = api.post(f"/runs/{run['id']}/submissions/{sub['id']}/cancel")
+    assert again.status_code == 200
+    assert again.json() == {"submission_ids": [], "completions": 0}
+    assert _records(api, run["id"], cursor) == ([], cursor)
+
+
+def test_cancelling_by_age_takes_only_the_older_pending_submissions(api):
+    run = _run(api)
+    old = api.post(f"/runs/{run['id']}/submissions", _group(key="old")).json()
+    done = api.post(f"/runs/{run['id']}/submissions", _group(key="done")).json()
+    new = api.post(f"/runs/{run['id']}/submissions", _group(key="new")).json()
+    hour_ago = timezone.now() - timedelta(hours=1)
+    EnvSubmission.objects.filter(pk__in=[old["id"], done["id"]]).update(created_at=hour_ago)
+    EnvCompletion.objects.filter(submission_id=done["id"]).update(status="complete")
+    response = api.post(f"/runs/{run['id']}/submissions/cancel", {"older_than_seconds": 600})
+    assert response.json() == {"submission_ids": [old["id"]], "completions": 2}
+    statuses = dict(
+        EnvCompletion.objects.filter(run_id=run["id"])
+        .values_list("submission_id", "status")
+        .distinct()
+    )
+    assert {str(k): v for k, v in statuses.items()} == {
+        old["id"]: "cancelled",
+        done["id"]: "complete",
+        new["id"]: "pending",
+    }
+
+
+def test_a_run_with_pending_submissions_cancelled_takes_submissions_again(api, settings):
+    settings.ARENA_ENV_MAX_PENDING_SUBMISSIONS = 1
+    run = _run(api)
+    api.post(f"/runs/{run['id']}/submissions", _group(key="a"))
+    assert api.post(f"/runs/{run['id']}/submissions", _group(key="b")).status_code == 429
+    api.post(f"/runs/{run['id']}/submissions/cancel", {"older_than_seconds": 0})
+    assert api.post(f"/runs/{run['id']}/submissions", _group(key="b")).status_code == 201
+
+
+def test_a_submission_of_another_run_is_404(api):
+    run = _run(api)
+    other = _run(api)
+    sub = api.post(f"/runs/{other['id']}/submissions", _group(key="a")).json()
+    response = api.post(f"/runs/{run['id']}/submissions/{sub['id']}/cancel")
+    assert response.status_code == 404
+    assert EnvCompletion.objects.filter(submission_id=sub["id"], status="pending").count() == 2
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"older_than_seconds": -1}, {"older_than_seconds": "60"}, {"older_than_seconds": 1.5}],
+)
+def test_a_bad_cancel_body_is_400_naming_the_field(api, body):
+    run = _run(api)
+    response = api.post(f"/runs/{run['id']}/submissions/cancel", body)
+    assert response.status_code == 400
+    assert _error(response)["field"] == "older_than_seconds"
+
+
+def test_a_cancelled_completion_is_no_longer_served():
+    run = make_run(share=1.0)
+    cancelled, _ = submit(run, ["one", "two"])
+    env_submissions_cancel(run=run, submission_id=cancelled.pk)
+    assert env_battle_serve(session_key="visitor") is None
+    kept, _ = submit(run, ["three", "four"])
+    battle = env_battle_serve(session_key="visitor")
+    assert battle is not None and battle.env.submission_id == kept.pk
+
+
+def test_a_late_vote_leaves_a_cancelled_record_cancelled():
+    run = make_run(votes_per_completion=1)
+    submission, completions = submit(run, ["one", "two"])
+    env_submissions_cancel(run=run, submission_id=submission.pk)
+    env_rewards_store(
+        submission_id=submission.pk,
+        records=[
+            RewardUpdate(
+                c.pk,
+                votes=1,
+                wins=i,
+                losses=1 - i,
+                ties=0,
+                both_bad=0,
+                score=None,
+                score_low=None,
+                score_high=None,
+            )
+            for i, c in enumerate(completions)
+        ],
+    )
+    rows = EnvCompletion.objects.filter(submission=submission)
+    assert {c.status for c in rows} == {"cancelled"}
+    assert {c.votes for c in rows} == {1}

@@ -46,7 +46,7 @@ API_PREFIX = "/api/env/v1"
 MAX_GROUP = 16
 
 JsonObject: TypeAlias = dict[str, Any]
-RewardStatus: TypeAlias = Literal["pending", "complete", "expired"]
+RewardStatus: TypeAlias = Literal["pending", "complete", "expired", "cancelled"]
 T = TypeVar("T")
 
 
@@ -216,7 +216,7 @@ class Reward:
             return None if value is None else float(value)
 
         status = data["status"]
-        if status not in ("pending", "complete", "expired"):
+        if status not in ("pending", "complete", "expired", "cancelled"):
             raise ArenaEnvError(0, "bad_response", f"Unknown reward status {status!r}.")
         return cls(
             completion_id=str(data["completion_id"]),
@@ -240,7 +240,7 @@ class Reward:
 
     @property
     def done(self) -> bool:
-        """No further vote will change it: complete or expired."""
+        """No further vote will change it: complete, expired or cancelled."""
         return self.status != "pending"
 
 
@@ -384,6 +384,33 @@ class ArenaEnv:
     def close_run(self, run_id: str) -> Run:
         _, data = self._call("POST", f"/runs/{_segment(run_id)}/close", {})
         return Run.from_json(data)
+
+    def runs(self, *, limit: int = 100) -> Iterator[Run]:
+        """This token's runs, newest first (state, counts, last activity), page by page."""
+        offset: int | None = 0
+        while offset is not None:
+            query = urllib.parse.urlencode({"offset": offset, "limit": limit})
+            _, data = self._call("GET", f"/runs?{query}")
+            yield from (Run.from_json(r) for r in data["runs"])
+            next_offset = data.get("next_offset")
+            offset = int(next_offset) if next_offset is not None else None
+
+    def cancel_submission(self, run_id: str, submission_id: str) -> list[str]:
+        """Cancel the submission's pending completions (no longer served; ``cancelled`` in the
+        feed); returns the ids of the submissions this call cancelled (none on a repeat)."""
+        path = f"/runs/{_segment(run_id)}/submissions/{_segment(submission_id)}/cancel"
+        _, data = self._call("POST", path, {})
+        return [str(i) for i in data["submission_ids"]]
+
+    def cancel_submissions(self, run_id: str, older_than_seconds: int = 0) -> list[str]:
+        """Cancel the pending completions of every submission created at least
+        ``older_than_seconds`` ago; returns the ids of the submissions it cancelled."""
+        _, data = self._call(
+            "POST",
+            f"/runs/{_segment(run_id)}/submissions/cancel",
+            {"older_than_seconds": older_than_seconds},
+        )
+        return [str(i) for i in data["submission_ids"]]
 
     # --- submissions -----------------------------------------------------------------------
     def submit(
