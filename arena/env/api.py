@@ -491,7 +491,8 @@ def submit(
 ) -> Status[SubmissionPayload]:
     """A group of completions of one prompt (201). The same idempotency_key with the same body
     answers 200 with the same ids and creates nothing; with another body it is a 409. A closed
-    run is a 409; a run with too many submissions still waiting for votes a 429."""
+    run is a 409; a run with too many submissions still waiting for votes a 429 with
+    Retry-After (as is every 429 of this API)."""
     run = _run(request, run_id)
     prompt: str | list[dict[str, Any]] = (
         payload.prompt

@@ -240,6 +240,25 @@ def env_run_touch(*, run: EnvRun) -> EnvRun:
     return run
 
 
+# A place under ARENA_ENV_MAX_PENDING_SUBMISSIONS frees when votes judge a submission, which no
+# one can foresee, or when one expires or is cancelled: the retry is asked for after a minute,
+# or at the next expiry when it comes sooner.
+PENDING_RETRY_SECONDS = 60
+
+
+def _pending_retry_after(run: EnvRun) -> int:
+    next_expiry = (
+        EnvSubmission.objects.filter(run=run, completions__status=EnvCompletion.Status.PENDING)
+        .order_by("expires_at")
+        .values_list("expires_at", flat=True)
+        .first()
+    )
+    if next_expiry is None:
+        return PENDING_RETRY_SECONDS
+    wait = (next_expiry - timezone.now()).total_seconds()
+    return max(1, min(PENDING_RETRY_SECONDS, math.ceil(wait)))
+
+
 @dataclass(frozen=True)
 class _Group:
     key: str
@@ -386,8 +405,9 @@ def env_submission_create(
             raise ArenaError(
                 ErrorCode.TOO_MANY_PENDING,
                 f"This run has {pending} submissions waiting for votes, the most it may have; "
-                "submit again when some are judged or expired.",
+                "submit again when some are judged, expired or cancelled.",
                 status=429,
+                retry_after=_pending_retry_after(locked),
             )
         try:
             with transaction.atomic():

@@ -235,3 +235,46 @@ def test_a_late_vote_leaves_a_cancelled_record_cancelled():
     rows = EnvCompletion.objects.filter(submission=submission)
     assert {c.status for c in rows} == {"cancelled"}
     assert {c.votes for c in rows} == {1}
+
+
+# --- every 429 says when to come back --------------------------------------------------------
+
+
+def test_too_many_pending_carries_retry_after(api, settings):
+    settings.ARENA_ENV_MAX_PENDING_SUBMISSIONS = 1
+    run = _run(api)
+    api.post(f"/runs/{run['id']}/submissions", _group(key="a"))
+    response = api.post(f"/runs/{run['id']}/submissions", _group(key="b"))
+    assert response.status_code == 429
+    assert _error(response)["code"] == "too_many_pending"
+    assert 1 <= int(response["Retry-After"]) <= 60
+
+
+def test_too_many_pending_asks_for_a_retry_at_the_next_expiry_when_sooner(api, settings):
+    settings.ARENA_ENV_MAX_PENDING_SUBMISSIONS = 1
+    run = _run(api)
+    sub = api.post(f"/runs/{run['id']}/submissions", _group(key="a")).json()
+    EnvSubmission.objects.filter(pk=sub["id"]).update(
+        expires_at=timezone.now() + timedelta(seconds=5)
+    )
+    response = api.post(f"/runs/{run['id']}/submissions", _group(key="b"))
+    assert 1 <= int(response["Retry-After"]) <= 5
+
+
+@pytest.mark.parametrize("cause", ["rate", "open_runs", "pending"])
+def test_every_429_of_the_env_api_carries_retry_after(api, settings, frozen_clock, cause):
+    settings.ARENA_ENV_MAX_PENDING_SUBMISSIONS = 1
+    run = _run(api)
+    api.post(f"/runs/{run['id']}/submissions", _group(key="a"))
+    if cause == "rate":
+        settings.RATELIMIT_ENABLE = True
+        settings.ARENA_ENV_RATE = "1/m"
+        api.get(f"/runs/{run['id']}")
+        response = api.get(f"/runs/{run['id']}")
+    elif cause == "open_runs":
+        settings.ARENA_ENV_MAX_OPEN_RUNS = 1
+        response = api.post("/runs", {"name": "second"})
+    else:
+        response = api.post(f"/runs/{run['id']}/submissions", _group(key="b"))
+    assert response.status_code == 429
+    assert int(response["Retry-After"]) >= 1

@@ -281,3 +281,19 @@ def test_the_wait_before_a_retry_is_the_servers_retry_after_capped(scripted_serv
     assert slept[:2] == [7.0, 10.0]
     # Without Retry-After: the exponential back-off (1 s doubled twice), with jitter in [50%, 100%].
     assert 2.0 <= slept[2] <= 4.0
+
+
+def test_a_submission_refused_for_too_many_pending_waits_the_retry_after_and_goes_on(
+    scripted_server, monkeypatch
+):
+    slept: list[float] = []
+    monkeypatch.setattr("arena_env.client.time.sleep", slept.append)
+    env = ArenaEnv(scripted_server.url, "t", retries=3, backoff=1.0, max_backoff=30.0)
+    full = {"error": {"code": "too_many_pending", "message": "wait for votes"}}
+    scripted_server.add(
+        f"/runs/{RUN}/submissions",
+        Answer(429, full, {"Retry-After": "20"}),
+        Answer(201, submission("c1")),
+    )
+    assert env.submit(RUN, "2+2?", ["4"]).completion_ids == ("c1",)
+    assert slept == [20.0]
