@@ -10,7 +10,8 @@ an environment battle instead when some open run has work and its ``share`` allo
   share 0.2 waits for four other battles). The count is taken again under the run's row lock
   before the battle is created, so concurrent visitors cannot push a run over its share.
 - **Work.** A completion has work while it is pending, its submission has not expired, its run
-  is open, and its counted votes (unflagged) plus its battles served but not yet voted in the
+  is open and leased (its trainer made a call on it within ``ARENA_ENV_RUN_IDLE_SECONDS``:
+  a crashed trainer's run takes no more battles), and its counted votes (unflagged) plus its battles served but not yet voted in the
   last ``SERVED_HOLD`` fall short of the run's ``votes_per_completion``. Counting recent unvoted
   battles spreads concurrent visitors over the group instead of serving everyone the same pair;
   a battle left unvoted stops counting after the hold.
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import (
     Count,
@@ -122,9 +124,17 @@ def _share_allows(run: EnvRun) -> bool:
     return env + 1 <= run.share * (total + 1)
 
 
+def _leased(now: datetime) -> QuerySet[EnvRun]:
+    """The open runs whose trainer has called within ``ARENA_ENV_RUN_IDLE_SECONDS``: a run
+    whose lease ran out is served to no visitor, even before the sweep closes it."""
+    cutoff = now - timedelta(seconds=settings.ARENA_ENV_RUN_IDLE_SECONDS)
+    return EnvRun.objects.filter(state=EnvRun.State.OPEN, touched_at__gt=cutoff)
+
+
 def env_runs_open() -> bool:
-    """Whether any run is open: the one query an ordinary pool battle pays for environments."""
-    return EnvRun.objects.filter(state=EnvRun.State.OPEN).exists()
+    """Whether any run is open and leased: the one query an ordinary pool battle pays for
+    environments."""
+    return _leased(timezone.now()).exists()
 
 
 def env_work_available() -> bool:
@@ -133,10 +143,7 @@ def env_work_available() -> bool:
     if not env_runs_open():
         return False
     now = timezone.now()
-    return any(
-        _share_allows(run) and _with_work(run, now).exists()
-        for run in EnvRun.objects.filter(state=EnvRun.State.OPEN)
-    )
+    return any(_share_allows(run) and _with_work(run, now).exists() for run in _leased(now))
 
 
 @dataclass(frozen=True)
@@ -320,11 +327,7 @@ def env_battle_serve(*, session_key: str, rng: random.Random | None = None) -> B
         return None
     rng = rng or random.SystemRandom()
     now = timezone.now()
-    runs = [
-        run
-        for run in EnvRun.objects.filter(state=EnvRun.State.OPEN)
-        if _share_allows(run) and _with_work(run, now).exists()
-    ]
+    runs = [run for run in _leased(now) if _share_allows(run) and _with_work(run, now).exists()]
     hashed_session = session_hash(session_key)
     while runs:
         run = rng.choices(runs, weights=[r.share for r in runs], k=1)[0]
@@ -341,8 +344,8 @@ def _serve_from(
     with transaction.atomic():
         # The run's lock serialises its serves, so the share is checked against committed
         # env battles of the run and two visitors cannot both take the last allowed one.
-        run = EnvRun.objects.select_for_update().filter(pk=run_id).first()
-        if run is None or run.state != EnvRun.State.OPEN or not _share_allows(run):
+        run = _leased(now).select_for_update().filter(pk=run_id).first()
+        if run is None or not _share_allows(run):
             return None
         pair = _pick_pair(run, hashed_session, now, rng)
         if pair is None:

@@ -1,17 +1,23 @@
 """A trainer's management of its runs over HTTP: listing them, cancelling pending
 submissions, the lease that closes a run whose trainer stopped calling."""
 
+import os
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
 from arena.env.rewards import RewardUpdate, env_rewards_store, env_submissions_cancel
+from arena.env.runs import env_runs_idle_close
 from arena.env.serve import env_battle_serve
 from arena.env.tokens import token_create
 from arena.models import EnvCompletion, EnvRun, EnvSubmission
 from arena.tests.env_helpers import make_run, submit
 from arena.tests.test_env_api import BASE, Api, _error, _group, _run
+from arena.tests.test_settings import BASE_DIR
+from config.celery_app import app
 
 pytestmark = pytest.mark.django_db
 
@@ -278,3 +284,88 @@ def test_every_429_of_the_env_api_carries_retry_after(api, settings, frozen_cloc
         response = api.post(f"/runs/{run['id']}/submissions", _group(key="b"))
     assert response.status_code == 429
     assert int(response["Retry-After"]) >= 1
+
+
+# --- the lease -------------------------------------------------------------------------------
+
+
+def _idle(run_id: object, settings, extra: int = 1) -> None:
+    """Make the run's last call older than its lease."""
+    ago = timedelta(seconds=settings.ARENA_ENV_RUN_IDLE_SECONDS + extra)
+    EnvRun.objects.filter(pk=run_id).update(touched_at=timezone.now() - ago)
+
+
+def test_a_run_whose_trainer_stopped_calling_is_not_served(settings):
+    run = make_run(share=1.0)
+    submit(run, ["one", "two"])
+    _idle(run.pk, settings)
+    assert env_battle_serve(session_key="visitor") is None
+    EnvRun.objects.filter(pk=run.pk).update(touched_at=timezone.now())
+    assert env_battle_serve(session_key="visitor") is not None
+
+
+def test_the_sweep_closes_idle_runs_with_a_reason_and_leaves_the_others(settings):
+    idle = make_run()
+    live = make_run()
+    _idle(idle.pk, settings)
+    assert env_runs_idle_close() == 1
+    idle.refresh_from_db()
+    live.refresh_from_db()
+    assert idle.state == "closed" and idle.closed_reason == "idle" and idle.closed_at
+    assert live.state == "open"
+    assert env_runs_idle_close() == 0
+
+
+def test_the_sweep_runs_from_the_beat_schedule(settings):
+    entry = settings.CELERY_BEAT_SCHEDULE["arena-env-runs-idle-close"]
+    assert entry["task"] == "arena.tasks.env_runs_idle_close"
+    app.loader.import_default_modules()
+    assert "arena.tasks.env_runs_idle_close" in app.tasks
+
+
+def test_a_submission_to_a_run_closed_for_idleness_is_409_naming_its_state(api, settings):
+    run = _run(api)
+    _idle(run["id"], settings)
+    env_runs_idle_close()
+    response = api.post(f"/runs/{run['id']}/submissions", _group(key="late"))
+    assert response.status_code == 409
+    error = _error(response)
+    assert error["code"] == "run_closed"
+    assert "closed" in error["message"] and "idle" in error["message"]
+    shown = api.get(f"/runs/{run['id']}").json()
+    assert shown["state"] == "closed" and shown["closed_reason"] == "idle"
+
+
+def test_a_call_after_the_lease_ran_out_does_not_revive_the_run(api, settings):
+    run = _run(api)
+    _idle(run["id"], settings)
+    # Before any sweep: the trainer's late call finds its run closed for idleness.
+    response = api.post(f"/runs/{run['id']}/submissions", _group(key="late"))
+    assert response.status_code == 409 and "idle" in _error(response)["message"]
+    assert EnvRun.objects.get(pk=run["id"]).closed_reason == "idle"
+
+
+def test_every_call_on_a_run_renews_its_lease(api, settings):
+    run = _run(api)
+    for call in (
+        lambda: api.get(f"/runs/{run['id']}"),
+        lambda: api.get(f"/runs/{run['id']}/rewards"),
+        lambda: api.post(f"/runs/{run['id']}/submissions", _group(key="a")),
+    ):
+        _idle(run["id"], settings, extra=-60)  # a minute before the lease ends
+        call()
+        assert env_runs_idle_close() == 0
+    assert EnvRun.objects.get(pk=run["id"]).state == "open"
+
+
+def test_the_idle_setting_is_refused_out_of_bounds_at_start_up():
+    result = subprocess.run(
+        [sys.executable, "-c", "import config.settings.test"],
+        cwd=BASE_DIR,
+        env={**os.environ, "ARENA_ENV_RUN_IDLE_SECONDS": "5"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "ARENA_ENV_RUN_IDLE_SECONDS must be from 60" in result.stderr
