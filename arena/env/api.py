@@ -8,6 +8,10 @@ Every request sends ``Authorization: Bearer <token>``: a missing, unknown or rev
 a 429, a body over ``ARENA_ENV_MAX_BODY_BYTES`` a 413; every error leaves as the arena's error
 body (``ArenaError.as_dict``), a request that does not validate as a 400 naming the first failing
 field by its dotted path (``completions.3.text``). No cookie is read, so no CSRF token is asked.
+
+Every 429 carries ``Retry-After``. Every call on a run renews the run's lease (``GET /runs``
+does not); a run untouched for ``ARENA_ENV_RUN_IDLE_SECONDS`` is no longer served and is closed
+with the reason ``idle`` (``arena.env.runs.env_runs_idle_close``).
 """
 
 import json

@@ -207,6 +207,13 @@ def test_a_bad_cancel_body_is_400_naming_the_field(api, body):
     assert _error(response)["field"] == "older_than_seconds"
 
 
+def test_a_malformed_submission_id_is_400_naming_it(api):
+    run = _run(api)
+    response = api.post(f"/runs/{run['id']}/submissions/not-a-uuid/cancel")
+    assert response.status_code == 400
+    assert _error(response)["field"] == "submission_id"
+
+
 def test_a_cancelled_completion_is_no_longer_served():
     run = make_run(share=1.0)
     cancelled, _ = submit(run, ["one", "two"])

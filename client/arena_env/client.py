@@ -139,7 +139,7 @@ def urllib_transport(
 @dataclass(frozen=True)
 class Run:
     """A run as the API returns it. ``counts`` holds its submissions', completions' (pending,
-    complete, expired), votes' and battles' numbers; ``webhook_secret`` is only in the answer
+    complete, expired, cancelled), votes' and battles' numbers; ``webhook_secret`` is only in the answer
     to ``create_run`` (keep it to check the webhook's signatures); ``raw`` keeps every field,
     including ones added later."""
 
@@ -153,6 +153,8 @@ class Run:
     webhook_url: str = ""
     created_at: str | None = None
     closed_at: str | None = None
+    closed_reason: str | None = None  # "trainer", or "idle" when its lease ran out
+    last_activity_at: str | None = None  # the last call on the run: its lease's start
     counts: Mapping[str, int] = field(default_factory=dict)
     webhook_secret: str | None = field(default=None, repr=False)
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
@@ -174,6 +176,8 @@ class Run:
             webhook_url=str(data.get("webhook_url") or ""),
             created_at=optional("created_at", str),
             closed_at=optional("closed_at", str),
+            closed_reason=optional("closed_reason", str),
+            last_activity_at=optional("last_activity_at", str),
             counts={str(k): int(v) for k, v in (data.get("counts") or {}).items()},
             webhook_secret=optional("webhook_secret", str),
             raw=dict(data),

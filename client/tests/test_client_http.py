@@ -381,3 +381,12 @@ def test_runs_lists_every_page_and_cancel_sends_the_age(scripted_server, env):
 
 def test_a_cancelled_record_is_done():
     assert Reward.from_json(record("c1", status="cancelled")).done
+
+
+def test_a_run_reads_why_it_closed_and_its_last_activity():
+    from arena_env import Run
+
+    run = Run.from_json(
+        {"id": RUN, "state": "closed", "closed_reason": "idle", "last_activity_at": "2026-01-01"}
+    )
+    assert (run.closed_reason, run.last_activity_at) == ("idle", "2026-01-01")
