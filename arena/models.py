@@ -455,6 +455,7 @@ class EnvRun(models.Model):
         NONE = "", "Not closed"
         TRAINER = "trainer", "Closed by its trainer"
         IDLE = "idle", "Closed: its trainer stopped calling"
+        STAFF = "staff", "Closed by staff"
 
     class WebhookStatus(models.TextChoices):
         NONE = "", "Not attempted"

@@ -16,9 +16,9 @@ from typing import Any, Literal
 from typing_extensions import TypedDict
 
 RunState = Literal["open", "closed"]
-# Why a closed run is closed: its trainer closed it, or it stopped calling for
-# ARENA_ENV_RUN_IDLE_SECONDS (the lease ran out); null while open.
-ClosedReason = Literal["trainer", "idle"]
+# Why a closed run is closed: its trainer closed it, it stopped calling for
+# ARENA_ENV_RUN_IDLE_SECONDS (the lease ran out), or staff closed it; null while open.
+ClosedReason = Literal["trainer", "idle", "staff"]
 RewardStatus = Literal["pending", "complete", "expired", "cancelled"]
 WebhookStatus = Literal["none", "delivered", "failed", "refused"]
 Role = Literal["system", "user", "assistant"]

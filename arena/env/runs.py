@@ -242,6 +242,8 @@ def run_closed_error(run: EnvRun) -> ArenaError:
             "closed_reason idle: its trainer made no call on it for "
             f"ARENA_ENV_RUN_IDLE_SECONDS ({settings.ARENA_ENV_RUN_IDLE_SECONDS} s)"
         )
+    elif run.closed_reason == EnvRun.ClosedReason.STAFF:
+        why = "closed_reason staff: the arena's staff closed it"
     else:
         why = "closed_reason trainer: its trainer closed it"
     return ArenaError(

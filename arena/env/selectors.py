@@ -105,7 +105,11 @@ def env_run_payload(*, run: EnvRun) -> RunPayload:
 def _closed_reason(run: EnvRun) -> ClosedReason | None:
     if run.state == EnvRun.State.OPEN:
         return None
-    return "idle" if run.closed_reason == EnvRun.ClosedReason.IDLE else "trainer"
+    if run.closed_reason == EnvRun.ClosedReason.IDLE:
+        return "idle"
+    if run.closed_reason == EnvRun.ClosedReason.STAFF:
+        return "staff"
+    return "trainer"  # closed by its trainer, or before reasons were kept
 
 
 def env_run_summary(*, run: EnvRun) -> RunSummary:

@@ -19,6 +19,7 @@ class Migration(migrations.Migration):
                     ("", "Not closed"),
                     ("trainer", "Closed by its trainer"),
                     ("idle", "Closed: its trainer stopped calling"),
+                    ("staff", "Closed by staff"),
                 ],
                 default="",
                 max_length=10,

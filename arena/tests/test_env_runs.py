@@ -376,3 +376,14 @@ def test_the_idle_setting_is_refused_out_of_bounds_at_start_up():
     )
     assert result.returncode != 0
     assert "ARENA_ENV_RUN_IDLE_SECONDS must be from 60" in result.stderr
+
+
+def test_a_run_staff_close_says_so_to_its_trainer(admin_client, api):
+    run = _run(api)
+    response = admin_client.post(
+        "/admin/arena/envrun/", {"action": "close", "_selected_action": [run["id"]]}
+    )
+    assert response.status_code == 302
+    assert api.get(f"/runs/{run['id']}").json()["closed_reason"] == "staff"
+    refused = api.post(f"/runs/{run['id']}/submissions", _group(key="late"))
+    assert refused.status_code == 409 and "staff" in _error(refused)["message"]
