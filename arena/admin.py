@@ -302,9 +302,11 @@ class EnvRunAdmin(ReadOnlyAdmin):
         "share",
         "counts",
         "created_at",
+        "touched_at",
         "closed_at",
+        "closed_reason",
     ]
-    list_filter = ["state", "webhook_status"]
+    list_filter = ["state", "closed_reason", "webhook_status"]
     search_fields = ["name", "id"]
     # The URL is shown through webhook (its userinfo, which older rows may hold, masked).
     exclude = ["webhook_secret", "webhook_url"]
@@ -315,16 +317,18 @@ class EnvRunAdmin(ReadOnlyAdmin):
     def webhook(self, obj: EnvRun) -> str:
         return url_shown(obj.webhook_url)
 
-    @admin.display(description="submissions / completions (pending, complete, expired) / votes")
+    @admin.display(
+        description="submissions / completions (pending, complete, expired, cancelled) / votes"
+    )
     def counts(self, obj: EnvRun) -> str:
         c = env_run_counts(run=obj)
         return (
             f"{c['submissions']} / {c['completions']} "
-            f"({c['pending']}, {c['complete']}, {c['expired']}) / {c['votes']}"
+            f"({c['pending']}, {c['complete']}, {c['expired']}, {c['cancelled']}) / {c['votes']}"
         )
 
     @admin.action(description="Close selected runs (stop serving their battles)")
     def close(self, request: HttpRequest, queryset: Any) -> None:
         for run in queryset:
-            env_run_close(run=run)
+            env_run_close(run=run, reason=EnvRun.ClosedReason.STAFF)
         self.message_user(request, f"Closed {len(queryset)} run(s).")

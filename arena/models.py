@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 ENV_VAR_NAME = RegexValidator(
     r"^[A-Za-z_][A-Za-z0-9_]*$", "An environment variable name: letters, digits and _."
@@ -450,6 +451,12 @@ class EnvRun(models.Model):
         OPEN = "open", "Open"
         CLOSED = "closed", "Closed"
 
+    class ClosedReason(models.TextChoices):
+        NONE = "", "Not closed"
+        TRAINER = "trainer", "Closed by its trainer"
+        IDLE = "idle", "Closed: its trainer stopped calling"
+        STAFF = "staff", "Closed by staff"
+
     class WebhookStatus(models.TextChoices):
         NONE = "", "Not attempted"
         DELIVERED = "delivered", "Delivered"
@@ -486,6 +493,12 @@ class EnvRun(models.Model):
     webhook_attempted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     closed_at = models.DateTimeField(null=True, blank=True)
+    closed_reason = models.CharField(
+        max_length=10, choices=ClosedReason.choices, blank=True, default=ClosedReason.NONE
+    )
+    # The trainer's lease: the last authenticated call on the run. A run untouched for
+    # ARENA_ENV_RUN_IDLE_SECONDS is no longer served and the sweep closes it.
+    touched_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -532,6 +545,8 @@ class EnvCompletion(models.Model):
         PENDING = "pending", "Pending"
         COMPLETE = "complete", "Complete"
         EXPIRED = "expired", "Expired"
+        # Withdrawn by the trainer while pending: no longer served, kept in the feed.
+        CANCELLED = "cancelled", "Cancelled"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     run = models.ForeignKey(EnvRun, on_delete=models.PROTECT, related_name="completions")

@@ -9,6 +9,7 @@ from celery import Task, shared_task
 
 from arena.env.references import ReferenceFailed, reference_answer_generate
 from arena.env.rewards import env_completions_expire
+from arena.env.runs import env_runs_idle_close
 from arena.env.webhook import (
     WebhookFailed,
     webhook_deliver,
@@ -154,3 +155,15 @@ def env_webhook_sweep() -> int:
 def env_completions_expire_task() -> int:
     """Mark the pending records of expired submissions expired; a rerun finds none."""
     return env_completions_expire()
+
+
+@shared_task(  # type: ignore[untyped-decorator]
+    name="arena.tasks.env_runs_idle_close",
+    soft_time_limit=120,
+    time_limit=150,
+    acks_late=True,
+    ignore_result=True,
+)
+def env_runs_idle_close_task() -> int:
+    """Close the open runs whose trainer stopped calling (reason idle); a rerun finds none."""
+    return env_runs_idle_close()

@@ -31,6 +31,13 @@ BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": crontab(minute="*/5"),
         "options": {"queue": "default", "expires": 4 * 60},
     },
+    # Runs whose trainer made no call for ARENA_ENV_RUN_IDLE_SECONDS are closed (reason idle);
+    # the serve path already skips them, so the sweep's delay costs no visitor a battle.
+    "arena-env-runs-idle-close": {
+        "task": "arena.tasks.env_runs_idle_close",
+        "schedule": crontab(minute="*/5"),
+        "options": {"queue": "default", "expires": 4 * 60},
+    },
     # A group whose after-vote refit was lost is refitted (a no-op when nothing is behind).
     "ratings-env-rewards-sweep": {
         "task": "ratings.tasks.env_rewards_sweep",

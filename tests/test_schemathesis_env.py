@@ -104,10 +104,13 @@ def test_the_document_is_openapi_3_and_lists_the_operations(db):
     }
     assert operations == {
         ("POST", "/api/env/v1/runs"),
+        ("GET", "/api/env/v1/runs"),
         ("GET", "/api/env/v1/runs/{run_id}"),
         ("POST", "/api/env/v1/runs/{run_id}/close"),
         ("POST", "/api/env/v1/runs/{run_id}/submissions"),
         ("GET", "/api/env/v1/runs/{run_id}/rewards"),
+        ("POST", "/api/env/v1/runs/{run_id}/submissions/cancel"),
+        ("POST", "/api/env/v1/runs/{run_id}/submissions/{submission_id}/cancel"),
     }
 
 

@@ -8,10 +8,15 @@ Every request sends ``Authorization: Bearer <token>``: a missing, unknown or rev
 a 429, a body over ``ARENA_ENV_MAX_BODY_BYTES`` a 413; every error leaves as the arena's error
 body (``ArenaError.as_dict``), a request that does not validate as a 400 naming the first failing
 field by its dotted path (``completions.3.text``). No cookie is read, so no CSRF token is asked.
+
+Every 429 carries ``Retry-After``. Every call on a run renews the run's lease (``GET /runs``
+does not); a run untouched for ``ARENA_ENV_RUN_IDLE_SECONDS`` is no longer served and is closed
+with the reason ``idle`` (``arena.env.runs.env_runs_idle_close``).
 """
 
 import json
 import uuid
+from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
@@ -26,7 +31,15 @@ from ninja.security import HttpBearer
 from pydantic import BeforeValidator, ConfigDict
 
 from arena.api import error_json
-from arena.env.payloads import RewardsPage, RunCreated, RunPayload, SubmissionPayload
+from arena.env.payloads import (
+    CancelResult,
+    RewardsPage,
+    RunCreated,
+    RunPayload,
+    RunsPage,
+    SubmissionPayload,
+)
+from arena.env.rewards import CancelOutcome, env_submissions_cancel
 from arena.env.runs import (
     IDEMPOTENCY_KEY_MAX,
     RUN_NAME_MAX,
@@ -35,14 +48,18 @@ from arena.env.runs import (
     WEBHOOK_URL_MAX,
     env_run_close,
     env_run_create,
+    env_run_touch,
     env_submission_create,
 )
 from arena.env.selectors import (
     REWARDS_DEFAULT_LIMIT,
     REWARDS_MAX_LIMIT,
+    RUNS_DEFAULT_LIMIT,
+    RUNS_MAX_LIMIT,
     env_rewards_payload,
     env_run_for_token,
     env_run_payload,
+    env_runs_page,
     env_submission_payload,
 )
 from arena.env.tokens import BEARER_CHALLENGE, token_for_request
@@ -332,9 +349,27 @@ class SubmissionIn(_Strict):
     )
 
 
+# A year: longer than any submission stays pending (ttl_hours is at most TTL_HOURS_RANGE's top).
+CANCEL_OLDER_THAN_MAX = 365 * 24 * 3600
+
+
+class CancelIn(_Strict):
+    older_than_seconds: WholeNumber = Field(
+        ge=0,
+        le=CANCEL_OLDER_THAN_MAX,
+        description="Cancel the pending completions of submissions created at least this many "
+        "seconds ago (0: every pending submission).",
+    )
+
+
 class RewardsQuery(Schema):
     cursor: int = Field(0, ge=0, description="next_cursor of the previous page; 0 at first.")
     limit: int = Field(REWARDS_DEFAULT_LIMIT, ge=1, le=REWARDS_MAX_LIMIT)
+
+
+class RunsQuery(Schema):
+    offset: int = Field(0, ge=0, description="next_offset of the previous page; 0 at first.")
+    limit: int = Field(RUNS_DEFAULT_LIMIT, ge=1, le=RUNS_MAX_LIMIT)
 
 
 class ErrorDetailOut(Schema):
@@ -361,7 +396,29 @@ def _token(request: HttpRequest) -> ApiToken:
 
 
 def _run(request: HttpRequest, run_id: uuid.UUID) -> EnvRun:
-    return env_run_for_token(run_id=run_id, token=_token(request))
+    """The token's run, its lease renewed: every call on a run is its trainer's heartbeat."""
+    return env_run_touch(run=env_run_for_token(run_id=run_id, token=_token(request)))
+
+
+def _known_query(request: HttpRequest, schema: type[Schema]) -> None:
+    # An unknown parameter (a misspelt "cursor") is an error, not a silent first page.
+    for name in request.GET:
+        if name not in schema.model_fields:
+            raise ArenaError(ErrorCode.INVALID, f"Unknown query parameter {name!r}.", field=name)
+
+
+@api.get(
+    "/runs",
+    response={200: RunsPage, 400: ErrorOut, **AUTH_ERRORS},
+    summary="The token's runs",
+    operation_id="list_runs",
+)
+def list_runs(request: HttpRequest, page: Query[RunsQuery]) -> RunsPage:
+    """The runs of this token (no other token's), newest first, with their state, counts and
+    last activity (the trainer's last call on the run). Follow ``next_offset`` until it is
+    null. Listing renews no run's lease."""
+    _known_query(request, RunsQuery)
+    return env_runs_page(token=_token(request), offset=page.offset, limit=page.limit)
 
 
 @api.post(
@@ -397,6 +454,8 @@ def create_run(request: HttpRequest, payload: RunIn) -> Status[RunCreated]:
         "webhook_delivery": shown["webhook_delivery"],
         "created_at": shown["created_at"],
         "closed_at": shown["closed_at"],
+        "closed_reason": shown["closed_reason"],
+        "last_activity_at": shown["last_activity_at"],
         "counts": shown["counts"],
         "webhook_secret": run.webhook_secret,
     }
@@ -436,7 +495,8 @@ def submit(
 ) -> Status[SubmissionPayload]:
     """A group of completions of one prompt (201). The same idempotency_key with the same body
     answers 200 with the same ids and creates nothing; with another body it is a 409. A closed
-    run is a 409; a run with too many submissions still waiting for votes a 429."""
+    run is a 409; a run with too many submissions still waiting for votes a 429 with
+    Retry-After (as is every 429 of this API)."""
     run = _run(request, run_id)
     prompt: str | list[dict[str, Any]] = (
         payload.prompt
@@ -452,6 +512,45 @@ def submit(
     return Status(201 if created else 200, env_submission_payload(submission=submission))
 
 
+def _cancel_result(outcome: CancelOutcome) -> CancelResult:
+    return {
+        "submission_ids": [str(pk) for pk in outcome.submission_ids],
+        "completions": outcome.completions,
+    }
+
+
+@api.post(
+    "/runs/{run_id}/submissions/cancel",
+    response={200: CancelResult, **RUN_ERRORS},
+    summary="Cancel the pending submissions older than a time",
+    operation_id="cancel_submissions",
+)
+def cancel_submissions(request: HttpRequest, run_id: uuid.UUID, payload: CancelIn) -> CancelResult:
+    """The pending completions of the run's submissions created at least older_than_seconds
+    ago become ``cancelled``: no longer served to visitors, and each comes again in the reward
+    feed with a new number. Complete and expired records are left as they are; a repeat
+    cancels nothing more (an empty answer)."""
+    outcome = env_submissions_cancel(
+        run=_run(request, run_id), older_than=timedelta(seconds=payload.older_than_seconds)
+    )
+    return _cancel_result(outcome)
+
+
+@api.post(
+    "/runs/{run_id}/submissions/{submission_id}/cancel",
+    response={200: CancelResult, **RUN_ERRORS},
+    summary="Cancel one submission's pending completions",
+    operation_id="cancel_submission",
+)
+def cancel_submission(
+    request: HttpRequest, run_id: uuid.UUID, submission_id: uuid.UUID
+) -> CancelResult:
+    """As the cancel above, for one submission of the run (another id is a 404). A POST, not
+    a DELETE: the submission and its records stay, only their judging stops."""
+    outcome = env_submissions_cancel(run=_run(request, run_id), submission_id=submission_id)
+    return _cancel_result(outcome)
+
+
 @api.get(
     "/runs/{run_id}/rewards",
     response={200: RewardsPage, **RUN_ERRORS},
@@ -461,10 +560,7 @@ def submit(
 def rewards(request: HttpRequest, run_id: uuid.UUID, page: Query[RewardsQuery]) -> RewardsPage:
     """The run's reward records changed after ``cursor``, in the order they changed. A record
     comes again only when it changed; following ``next_cursor`` never skips or repeats one."""
-    # An unknown parameter (a misspelt "cursor") is an error, not a silent first page.
-    for name in request.GET:
-        if name not in RewardsQuery.model_fields:
-            raise ArenaError(ErrorCode.INVALID, f"Unknown query parameter {name!r}.", field=name)
+    _known_query(request, RewardsQuery)
     return env_rewards_payload(run=_run(request, run_id), cursor=page.cursor, limit=page.limit)
 
 

@@ -16,7 +16,10 @@ from typing import Any, Literal
 from typing_extensions import TypedDict
 
 RunState = Literal["open", "closed"]
-RewardStatus = Literal["pending", "complete", "expired"]
+# Why a closed run is closed: its trainer closed it, it stopped calling for
+# ARENA_ENV_RUN_IDLE_SECONDS (the lease ran out), or staff closed it; null while open.
+ClosedReason = Literal["trainer", "idle", "staff"]
+RewardStatus = Literal["pending", "complete", "expired", "cancelled"]
 WebhookStatus = Literal["none", "delivered", "failed", "refused"]
 Role = Literal["system", "user", "assistant"]
 
@@ -34,6 +37,7 @@ class RunCounts(TypedDict):
     pending: int
     complete: int
     expired: int
+    cancelled: int
     votes: int  # votes counted in the reward records (flagged ones excluded)
     battles: int  # environment battles served to visitors
 
@@ -63,7 +67,30 @@ class RunPayload(TypedDict):
     webhook_delivery: WebhookDelivery
     created_at: str
     closed_at: str | None
+    closed_reason: ClosedReason | None
+    last_activity_at: str  # the trainer's last authenticated call on the run (its lease)
     counts: RunCounts
+
+
+class RunSummary(TypedDict):
+    """One run in ``GET /runs``."""
+
+    id: str
+    name: str
+    state: RunState
+    closed_reason: ClosedReason | None
+    created_at: str
+    closed_at: str | None
+    last_activity_at: str
+    counts: RunCounts
+
+
+class RunsPage(TypedDict):
+    """``GET /runs?offset=O&limit=N``: the token's runs, newest first; ``next_offset`` is the
+    ``offset`` of the next page, null after the last."""
+
+    runs: list[RunSummary]
+    next_offset: int | None
 
 
 class RunCreated(RunPayload):
@@ -87,6 +114,15 @@ class SubmissionPayload(TypedDict):
     completions: list[SubmittedCompletion]
     created_at: str
     expires_at: str
+
+
+class CancelResult(TypedDict):
+    """``POST /runs/{id}/submissions/cancel`` and ``.../submissions/{sid}/cancel``: the
+    submissions this call cancelled pending completions of, and how many completions; a
+    repeat cancels nothing more and answers empty."""
+
+    submission_ids: list[str]
+    completions: int
 
 
 class RewardRecord(TypedDict):

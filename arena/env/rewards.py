@@ -4,7 +4,9 @@ The fit itself is the rating side's (``ratings.env_rewards``; the arena never im
 after a vote on an environment battle, ``env_rewards_update`` reads the group
 (``arena.env.selectors.env_group``) and stores the records the fit returns.
 
-Statuses: a record is ``complete`` once it has ``votes_per_completion`` counted votes,
+Statuses: a record the trainer cancelled while pending (``env_submissions_cancel``) stays
+``cancelled`` (no longer served; a late vote on a battle served before still counts in it);
+otherwise it is ``complete`` once it has ``votes_per_completion`` counted votes,
 otherwise ``expired`` once its submission's ``expires_at`` has passed (expired records are no
 longer served; ``env_completions_expire`` runs periodically for groups no vote touches), otherwise
 ``pending``.
@@ -29,6 +31,7 @@ from django.utils import timezone
 
 from arena.env.selectors import EnvGroup, env_group
 from arena.env.webhook import webhook_enqueue
+from arena.errors import not_found
 from arena.models import EnvCompletion, EnvRun, EnvSubmission, Vote
 
 logger = logging.getLogger(__name__)
@@ -84,11 +87,15 @@ def env_rewards_store(*, submission_id: uuid.UUID, records: Sequence[RewardUpdat
             values = {f: getattr(completion, f) for f in _FIELDS}
             if record is not None:
                 values = {f: getattr(record, f) for f in _FIELDS}
-            values["status"] = reward_status(
-                votes=int(values["votes"] or 0),
-                votes_per_completion=run.votes_per_completion,
-                expires_at=submission.expires_at,
-                now=now,
+            values["status"] = (
+                EnvCompletion.Status.CANCELLED
+                if completion.status == EnvCompletion.Status.CANCELLED
+                else reward_status(
+                    votes=int(values["votes"] or 0),
+                    votes_per_completion=run.votes_per_completion,
+                    expires_at=submission.expires_at,
+                    now=now,
+                )
             )
             if all(getattr(completion, f) == v for f, v in values.items()):
                 continue
@@ -193,3 +200,48 @@ def env_completions_expire(*, now: datetime | None = None) -> int:
     if expired:
         logger.info("env: %d reward records expired", expired)
     return expired
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    """What one cancel changed: the submissions with completions it cancelled, and how many."""
+
+    submission_ids: tuple[uuid.UUID, ...]
+    completions: int
+
+
+def env_submissions_cancel(
+    *,
+    run: EnvRun,
+    submission_id: uuid.UUID | None = None,
+    older_than: timedelta | None = None,
+    now: datetime | None = None,
+) -> CancelOutcome:
+    """Cancel the pending completions of ``run``'s submission ``submission_id`` (a 404 when the
+    run has none of that id), or of its submissions created more than ``older_than`` ago.
+
+    Each cancelled record is a change in the feed (a new number, status ``cancelled``) and is
+    no longer served; complete and expired records stay as they are. A repeat finds nothing
+    pending and changes nothing.
+    """
+    if (submission_id is None) == (older_than is None):
+        raise ValueError("Pass one of submission_id and older_than.")
+    now = now or timezone.now()
+    with transaction.atomic():
+        locked = EnvRun.objects.select_for_update().get(pk=run.pk)
+        pending = EnvCompletion.objects.filter(run=locked, status=EnvCompletion.Status.PENDING)
+        if submission_id is not None:
+            if not EnvSubmission.objects.filter(run=locked, pk=submission_id).exists():
+                raise not_found("Submission")
+            pending = pending.filter(submission_id=submission_id)
+        else:
+            assert older_than is not None
+            pending = pending.filter(submission__created_at__lte=now - older_than)
+        changed = list(pending.order_by("seq"))
+        for completion in changed:
+            completion.status = EnvCompletion.Status.CANCELLED
+        _renumber(locked, changed)
+    return CancelOutcome(
+        submission_ids=tuple(dict.fromkeys(c.submission_id for c in changed)),
+        completions=len(changed),
+    )

@@ -13,12 +13,13 @@ pending), under the run's row lock, so it is in the feed at once and the feed's 
 
 import hashlib
 import json
+import logging
 import math
 import secrets
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -40,6 +41,8 @@ from arena.models import (
     EnvSubmission,
     Prompt,
 )
+
+logger = logging.getLogger(__name__)
 
 ENV_MODEL_DISPLAY_NAME = "Submitted answer"
 ENV_PROMPT_SOURCE_PREFIX = "env:"
@@ -219,16 +222,99 @@ def _run_caps_check(*, token: ApiToken) -> None:
         )
 
 
-def env_run_close(*, run: EnvRun) -> EnvRun:
+def env_run_close(*, run: EnvRun, reason: str = EnvRun.ClosedReason.TRAINER) -> EnvRun:
     """Stop serving ``run`` and refuse its further submissions; closing a closed run changes
-    nothing. Its records stay readable."""
+    nothing (it keeps its first reason). Its records stay readable."""
     with transaction.atomic():
         locked = EnvRun.objects.select_for_update().get(pk=run.pk)
         if locked.state != EnvRun.State.CLOSED:
             locked.state = EnvRun.State.CLOSED
             locked.closed_at = timezone.now()
-            locked.save(update_fields=["state", "closed_at"])
+            locked.closed_reason = reason
+            locked.save(update_fields=["state", "closed_at", "closed_reason"])
     return locked
+
+
+def run_closed_error(run: EnvRun) -> ArenaError:
+    """The 409 of a call that needs an open run, naming the state and why it closed."""
+    if run.closed_reason == EnvRun.ClosedReason.IDLE:
+        why = (
+            "closed_reason idle: its trainer made no call on it for "
+            f"ARENA_ENV_RUN_IDLE_SECONDS ({settings.ARENA_ENV_RUN_IDLE_SECONDS} s)"
+        )
+    elif run.closed_reason == EnvRun.ClosedReason.STAFF:
+        why = "closed_reason staff: the arena's staff closed it"
+    else:
+        why = "closed_reason trainer: its trainer closed it"
+    return ArenaError(
+        ErrorCode.RUN_CLOSED,
+        f"This run's state is closed ({why}); it takes no submissions. Create a new run.",
+        status=409,
+    )
+
+
+def env_run_idle_cutoff(now: datetime | None = None) -> datetime:
+    """A run last touched at or before this moment has lost its lease."""
+    return (now or timezone.now()) - timedelta(seconds=settings.ARENA_ENV_RUN_IDLE_SECONDS)
+
+
+def env_run_touch(*, run: EnvRun) -> EnvRun:
+    """Renew the lease of ``run``: its trainer called. An open run whose lease ran out before
+    the sweep closed it is closed now, as the sweep would have (a late call does not revive
+    it: visitors were already not served it). One UPDATE otherwise, no lock."""
+    now = timezone.now()
+    if run.state == EnvRun.State.OPEN and run.touched_at <= env_run_idle_cutoff(now):
+        env_runs_idle_close(run_ids=[run.pk], now=now)
+        run = EnvRun.objects.get(pk=run.pk)
+    EnvRun.objects.filter(pk=run.pk).update(touched_at=now)
+    run.touched_at = now
+    return run
+
+
+def env_runs_idle_close(
+    *, run_ids: Sequence[uuid.UUID] | None = None, now: datetime | None = None
+) -> int:
+    """Close (reason ``idle``) the open runs whose lease has run out, of ``run_ids`` or all;
+    returns how many. Each is checked again under its row lock, so a call that renewed the
+    lease meanwhile keeps its run open. A rerun finds nothing more to close."""
+    now = now or timezone.now()
+    cutoff = env_run_idle_cutoff(now)
+    candidates = EnvRun.objects.filter(state=EnvRun.State.OPEN, touched_at__lte=cutoff)
+    if run_ids is not None:
+        candidates = candidates.filter(pk__in=run_ids)
+    closed = 0
+    for run_id in list(candidates.values_list("pk", flat=True)):
+        with transaction.atomic():
+            locked = EnvRun.objects.select_for_update().get(pk=run_id)
+            if locked.state != EnvRun.State.OPEN or locked.touched_at > cutoff:
+                continue
+            locked.state = EnvRun.State.CLOSED
+            locked.closed_at = now
+            locked.closed_reason = EnvRun.ClosedReason.IDLE
+            locked.save(update_fields=["state", "closed_at", "closed_reason"])
+            closed += 1
+    if closed:
+        logger.info("env: %d idle runs closed", closed)
+    return closed
+
+
+# A place under ARENA_ENV_MAX_PENDING_SUBMISSIONS frees when votes judge a submission, which no
+# one can foresee, or when one expires or is cancelled: the retry is asked for after a minute,
+# or at the next expiry when it comes sooner.
+PENDING_RETRY_SECONDS = 60
+
+
+def _pending_retry_after(run: EnvRun) -> int:
+    next_expiry = (
+        EnvSubmission.objects.filter(run=run, completions__status=EnvCompletion.Status.PENDING)
+        .order_by("expires_at")
+        .values_list("expires_at", flat=True)
+        .first()
+    )
+    if next_expiry is None:
+        return PENDING_RETRY_SECONDS
+    wait = (next_expiry - timezone.now()).total_seconds()
+    return max(1, min(PENDING_RETRY_SECONDS, math.ceil(wait)))
 
 
 @dataclass(frozen=True)
@@ -363,9 +449,7 @@ def env_submission_create(
         if existing is not None:
             return _replay(existing, group)
         if locked.state == EnvRun.State.CLOSED:
-            raise ArenaError(
-                ErrorCode.RUN_CLOSED, "This run is closed; it takes no submissions.", status=409
-            )
+            raise run_closed_error(locked)
         pending = (
             EnvSubmission.objects.filter(
                 run=locked, completions__status=EnvCompletion.Status.PENDING
@@ -377,8 +461,9 @@ def env_submission_create(
             raise ArenaError(
                 ErrorCode.TOO_MANY_PENDING,
                 f"This run has {pending} submissions waiting for votes, the most it may have; "
-                "submit again when some are judged or expired.",
+                "submit again when some are judged, expired or cancelled.",
                 status=429,
+                retry_after=_pending_retry_after(locked),
             )
         try:
             with transaction.atomic():

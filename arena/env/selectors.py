@@ -18,10 +18,13 @@ from django.db.models import Count, Q, Sum
 
 from arena.env.outbound import url_shown
 from arena.env.payloads import (
+    ClosedReason,
     RewardRecord,
     RewardsPage,
     RunCounts,
     RunPayload,
+    RunsPage,
+    RunSummary,
     SubmissionPayload,
     win_rate,
 )
@@ -30,6 +33,8 @@ from arena.models import ApiToken, EnvBattle, EnvCompletion, EnvRun, EnvSubmissi
 
 REWARDS_DEFAULT_LIMIT = 100
 REWARDS_MAX_LIMIT = 1000
+RUNS_DEFAULT_LIMIT = 20
+RUNS_MAX_LIMIT = 100
 
 
 def env_run_for_token(*, run_id: uuid.UUID | str, token: ApiToken) -> EnvRun:
@@ -51,6 +56,7 @@ def env_run_counts(*, run: EnvRun) -> RunCounts:
         pending=Count("pk", filter=Q(status=EnvCompletion.Status.PENDING)),
         complete=Count("pk", filter=Q(status=EnvCompletion.Status.COMPLETE)),
         expired=Count("pk", filter=Q(status=EnvCompletion.Status.EXPIRED)),
+        cancelled=Count("pk", filter=Q(status=EnvCompletion.Status.CANCELLED)),
         votes=Sum("votes", default=0),
     )
     # A battle between two completions of the run adds a vote to each record: the run's votes
@@ -65,6 +71,7 @@ def env_run_counts(*, run: EnvRun) -> RunCounts:
         "pending": completions["pending"],
         "complete": completions["complete"],
         "expired": completions["expired"],
+        "cancelled": completions["cancelled"],
         "votes": battles["votes"],
         "battles": battles["battles"],
     }
@@ -89,7 +96,54 @@ def env_run_payload(*, run: EnvRun) -> RunPayload:
         },
         "created_at": run.created_at.isoformat(),
         "closed_at": run.closed_at.isoformat() if run.closed_at else None,
+        "closed_reason": _closed_reason(run),
+        "last_activity_at": run.touched_at.isoformat(),
         "counts": env_run_counts(run=run),
+    }
+
+
+def _closed_reason(run: EnvRun) -> ClosedReason | None:
+    if run.state == EnvRun.State.OPEN:
+        return None
+    if run.closed_reason == EnvRun.ClosedReason.IDLE:
+        return "idle"
+    if run.closed_reason == EnvRun.ClosedReason.STAFF:
+        return "staff"
+    return "trainer"  # closed by its trainer, or before reasons were kept
+
+
+def env_run_summary(*, run: EnvRun) -> RunSummary:
+    return {
+        "id": str(run.pk),
+        "name": run.name,
+        "state": "open" if run.state == EnvRun.State.OPEN else "closed",
+        "closed_reason": _closed_reason(run),
+        "created_at": run.created_at.isoformat(),
+        "closed_at": run.closed_at.isoformat() if run.closed_at else None,
+        "last_activity_at": run.touched_at.isoformat(),
+        "counts": env_run_counts(run=run),
+    }
+
+
+def env_runs_page(*, token: ApiToken, offset: int = 0, limit: int = RUNS_DEFAULT_LIMIT) -> RunsPage:
+    """The runs of ``token`` only, newest first (then by id, so pages do not overlap), from
+    ``offset``, at most ``limit`` (1-100); ``next_offset`` is null after the last page."""
+    if offset < 0:
+        raise ArenaError(ErrorCode.INVALID, "offset must be 0 or more.", field="offset")
+    if not 1 <= limit <= RUNS_MAX_LIMIT:
+        raise ArenaError(
+            ErrorCode.INVALID, f"limit must be from 1 to {RUNS_MAX_LIMIT}.", field="limit"
+        )
+    # One more than asked says whether another page follows.
+    runs = list(
+        EnvRun.objects.filter(token=token).order_by("-created_at", "-id")[
+            offset : offset + limit + 1
+        ]
+    )
+    more = len(runs) > limit
+    return {
+        "runs": [env_run_summary(run=run) for run in runs[:limit]],
+        "next_offset": offset + limit if more else None,
     }
 
 
@@ -130,6 +184,8 @@ def reward_record(completion: EnvCompletion) -> RewardRecord:
         if status == EnvCompletion.Status.COMPLETE
         else "expired"
         if status == EnvCompletion.Status.EXPIRED
+        else "cancelled"
+        if status == EnvCompletion.Status.CANCELLED
         else "pending",
     }
 

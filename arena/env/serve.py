@@ -10,12 +10,14 @@ an environment battle instead when some open run has work and its ``share`` allo
   share 0.2 waits for four other battles). The count is taken again under the run's row lock
   before the battle is created, so concurrent visitors cannot push a run over its share.
 - **Work.** A completion has work while it is pending, its submission has not expired, its run
-  is open, and its counted votes (unflagged) plus its battles served but not yet voted in the
-  last ``ARENA_ENV_BATTLE_HOLD_SECONDS`` (the hold) fall short of the run's
-  ``votes_per_completion``. Counting recent unvoted battles spreads concurrent visitors over the
-  group instead of serving everyone the same pair; a battle left unvoted stops counting after
-  the hold, so an abandoned battle stalls its group no longer than that. A vote that arrives
-  later still counts (the visitor did compare the two answers; the rewards are refitted).
+  is open and leased (its trainer made a call on it within ``ARENA_ENV_RUN_IDLE_SECONDS``: a
+  crashed trainer's run takes no more battles), and its counted votes (unflagged) plus its
+  battles served but not yet voted in the last ``ARENA_ENV_BATTLE_HOLD_SECONDS`` (the hold) fall
+  short of the run's ``votes_per_completion``. Counting recent unvoted battles spreads concurrent
+  visitors over the group instead of serving everyone the same pair; a battle left unvoted stops
+  counting after the hold, so an abandoned battle stalls its group no longer than that. A vote
+  that arrives later still counts (the visitor did compare the two answers; the rewards are
+  refitted).
 - **Run.** Among the open runs with work whose share allows one more, one is drawn at random,
   weighted by share (the next is tried if it has no servable pair).
 - **Pair.** Every completion with work may meet any other member of its group that has not
@@ -132,9 +134,17 @@ def _share_allows(run: EnvRun) -> bool:
     return env + 1 <= run.share * (total + 1)
 
 
+def _leased(now: datetime) -> QuerySet[EnvRun]:
+    """The open runs whose trainer has called within ``ARENA_ENV_RUN_IDLE_SECONDS``: a run
+    whose lease ran out is served to no visitor, even before the sweep closes it."""
+    cutoff = now - timedelta(seconds=settings.ARENA_ENV_RUN_IDLE_SECONDS)
+    return EnvRun.objects.filter(state=EnvRun.State.OPEN, touched_at__gt=cutoff)
+
+
 def env_runs_open() -> bool:
-    """Whether any run is open: the one query an ordinary pool battle pays for environments."""
-    return EnvRun.objects.filter(state=EnvRun.State.OPEN).exists()
+    """Whether any run is open and leased: the one query an ordinary pool battle pays for
+    environments."""
+    return _leased(timezone.now()).exists()
 
 
 def env_work_available() -> bool:
@@ -143,10 +153,7 @@ def env_work_available() -> bool:
     if not env_runs_open():
         return False
     now = timezone.now()
-    return any(
-        _share_allows(run) and _with_work(run, now).exists()
-        for run in EnvRun.objects.filter(state=EnvRun.State.OPEN)
-    )
+    return any(_share_allows(run) and _with_work(run, now).exists() for run in _leased(now))
 
 
 @dataclass(frozen=True)
@@ -186,7 +193,7 @@ def _pick_pair(
     members: dict[uuid.UUID, list[_JudgedCompletion]] = {}
     for member in (
         EnvCompletion.objects.filter(submission_id__in=submission_ids)
-        .exclude(status=EnvCompletion.Status.EXPIRED)
+        .exclude(status__in=[EnvCompletion.Status.EXPIRED, EnvCompletion.Status.CANCELLED])
         .annotate(judged=_judged(now))
     ):
         members.setdefault(member.submission_id, []).append(member)
@@ -339,11 +346,7 @@ def env_battle_serve(*, session_key: str, rng: random.Random | None = None) -> B
         return None
     rng = rng or random.SystemRandom()
     now = timezone.now()
-    runs = [
-        run
-        for run in EnvRun.objects.filter(state=EnvRun.State.OPEN)
-        if _share_allows(run) and _with_work(run, now).exists()
-    ]
+    runs = [run for run in _leased(now) if _share_allows(run) and _with_work(run, now).exists()]
     hashed_session = session_hash(session_key)
     while runs:
         run = rng.choices(runs, weights=[r.share for r in runs], k=1)[0]
@@ -360,8 +363,8 @@ def _serve_from(
     with transaction.atomic():
         # The run's lock serialises its serves, so the share is checked against committed
         # env battles of the run and two visitors cannot both take the last allowed one.
-        run = EnvRun.objects.select_for_update().filter(pk=run_id).first()
-        if run is None or run.state != EnvRun.State.OPEN or not _share_allows(run):
+        run = _leased(now).select_for_update().filter(pk=run_id).first()
+        if run is None or not _share_allows(run):
             return None
         pair = _pick_pair(run, hashed_session, now, rng)
         if pair is None:

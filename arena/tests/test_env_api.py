@@ -290,7 +290,7 @@ def test_closing_a_run_is_idempotent(api):
 
 def test_an_unknown_path_and_a_wrong_method_answer_in_the_error_body(api):
     assert _error(api.get("/nothing-here"))["code"] == "not_found"
-    response = api.get("/runs")
+    response = api.client.delete(BASE + "/runs", headers=api.headers)
     assert response.status_code == 405
     assert _error(response)["code"] == "method_not_allowed"
 
@@ -690,6 +690,8 @@ def test_the_openapi_document_is_served_without_a_token_and_names_every_operatio
         f"{BASE}/runs/{{run_id}}/close",
         f"{BASE}/runs/{{run_id}}/submissions",
         f"{BASE}/runs/{{run_id}}/rewards",
+        f"{BASE}/runs/{{run_id}}/submissions/cancel",
+        f"{BASE}/runs/{{run_id}}/submissions/{{submission_id}}/cancel",
     }
     assert document["components"]["securitySchemes"]["BearerToken"]["scheme"] == "bearer"
     record = document["components"]["schemas"]["RewardRecord"]

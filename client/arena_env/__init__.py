@@ -5,10 +5,10 @@ votes come back as reward records::
 
     from arena_env import ArenaEnv
 
-    env = ArenaEnv("http://127.0.0.1:8000", token)
-    run = env.create_run("my-run")
-    group = env.submit(run.id, "Write a haiku about rain.", ["...", "..."])
-    rewards = env.wait(run.id, group.completion_ids, timeout=600)
+    with ArenaEnv("http://127.0.0.1:8000", token) as env, env.start_run("my-run") as run:
+        group = run.submit("Write a haiku about rain.", ["...", "..."])
+        rewards = run.wait(group.completion_ids, timeout=600)
+    # the run is closed here, also when the block raised
 
 Adapters for TRL, Atropos and verifiers live in ``arena_env.adapters``.
 """
@@ -23,6 +23,7 @@ from arena_env.client import (
     Reward,
     RewardFeed,
     Run,
+    RunSession,
     Submission,
     Transport,
     urllib_transport,
@@ -38,6 +39,7 @@ __all__ = [
     "Reward",
     "RewardFeed",
     "Run",
+    "RunSession",
     "Submission",
     "Transport",
     "urllib_transport",

@@ -23,6 +23,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Literal, Protocol, TypeAlias, TypedDict, TypeVar
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "Reward",
     "RewardFeed",
     "Run",
+    "RunSession",
     "Submission",
     "Transport",
     "urllib_transport",
@@ -46,7 +48,7 @@ API_PREFIX = "/api/env/v1"
 MAX_GROUP = 16
 
 JsonObject: TypeAlias = dict[str, Any]
-RewardStatus: TypeAlias = Literal["pending", "complete", "expired"]
+RewardStatus: TypeAlias = Literal["pending", "complete", "expired", "cancelled"]
 T = TypeVar("T")
 
 
@@ -137,7 +139,7 @@ def urllib_transport(
 @dataclass(frozen=True)
 class Run:
     """A run as the API returns it. ``counts`` holds its submissions', completions' (pending,
-    complete, expired), votes' and battles' numbers; ``webhook_secret`` is only in the answer
+    complete, expired, cancelled), votes' and battles' numbers; ``webhook_secret`` is only in the answer
     to ``create_run`` (keep it to check the webhook's signatures); ``raw`` keeps every field,
     including ones added later."""
 
@@ -151,6 +153,8 @@ class Run:
     webhook_url: str = ""
     created_at: str | None = None
     closed_at: str | None = None
+    closed_reason: str | None = None  # "trainer", or "idle" when its lease ran out
+    last_activity_at: str | None = None  # the last call on the run: its lease's start
     counts: Mapping[str, int] = field(default_factory=dict)
     webhook_secret: str | None = field(default=None, repr=False)
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
@@ -172,6 +176,8 @@ class Run:
             webhook_url=str(data.get("webhook_url") or ""),
             created_at=optional("created_at", str),
             closed_at=optional("closed_at", str),
+            closed_reason=optional("closed_reason", str),
+            last_activity_at=optional("last_activity_at", str),
             counts={str(k): int(v) for k, v in (data.get("counts") or {}).items()},
             webhook_secret=optional("webhook_secret", str),
             raw=dict(data),
@@ -216,7 +222,7 @@ class Reward:
             return None if value is None else float(value)
 
         status = data["status"]
-        if status not in ("pending", "complete", "expired"):
+        if status not in ("pending", "complete", "expired", "cancelled"):
             raise ArenaEnvError(0, "bad_response", f"Unknown reward status {status!r}.")
         return cls(
             completion_id=str(data["completion_id"]),
@@ -240,7 +246,7 @@ class Reward:
 
     @property
     def done(self) -> bool:
-        """No further vote will change it: complete or expired."""
+        """No further vote will change it: complete, expired or cancelled."""
         return self.status != "pending"
 
 
@@ -320,6 +326,80 @@ def default_idempotency_key(run_id: str, body: Mapping[str, Any]) -> str:
     return "sha256-" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
+class RunSession:
+    """One run and the client that made it, usable with ``with``: the run is closed when the
+    block ends, whether it ends normally or with an exception (which then propagates; a
+    failure to close does not hide it). ``env.start_run(...)`` makes one; the calls below are
+    the client's, with this run's id."""
+
+    def __init__(self, env: ArenaEnv, run: Run) -> None:
+        self.env = env
+        self.run = run
+
+    @property
+    def id(self) -> str:
+        return self.run.id
+
+    def __repr__(self) -> str:
+        return f"RunSession({self.run.id!r}, {self.env!r})"
+
+    def __enter__(self) -> RunSession:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        try:
+            self.close()
+        except ArenaEnvError:
+            if exc is None:
+                raise  # while an exception leaves the block, it says what went wrong
+
+    def submit(
+        self,
+        prompt: Prompt,
+        completions: Sequence[str | Mapping[str, Any]],
+        meta: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Submission:
+        return self.env.submit(self.id, prompt, completions, meta, idempotency_key)
+
+    def rewards(self, cursor: int = 0, limit: int = 100) -> RewardFeed:
+        return self.env.rewards(self.id, cursor, limit)
+
+    def wait(
+        self, completion_ids: Iterable[str], timeout: float, poll: float = 2.0
+    ) -> dict[str, Reward]:
+        return self.env.wait(self.id, completion_ids, timeout, poll)
+
+    def cancel_submissions(self, older_than_seconds: int = 0) -> list[str]:
+        return self.env.cancel_submissions(self.id, older_than_seconds)
+
+    def refresh(self) -> Run:
+        self.run = self.env.run(self.id)
+        return self.run
+
+    def close(self) -> Run:
+        self.run = self.env.close_run(self.id)
+        return self.run
+
+
+def _close_on_exit(env: ArenaEnv, run_ids: Iterable[str], *, failing: bool) -> None:
+    """Close each run; while an exception is leaving the block a close error is dropped (the
+    exception says what went wrong), otherwise the first one is raised once all were tried."""
+    first: ArenaEnvError | None = None
+    for run_id in list(run_ids):
+        try:
+            env.close_run(run_id)
+        except ArenaEnvError as error:
+            first = first or error
+    if first is not None and not failing:
+        raise first
+
+
 class ArenaEnv:
     """A client of one arena's environment API.
 
@@ -327,6 +407,9 @@ class ArenaEnv:
     ``env`` scope. ``retries`` and ``backoff`` (seconds, doubled each attempt, with jitter,
     at most ``max_backoff``) govern the retries described in the module's docstring.
     ``transport`` replaces the HTTP layer (see ``Transport``).
+
+    Used with ``with``, the client closes on exit every run it created and did not close
+    (also when the block raises), so a crashed loop leaves no run open.
     """
 
     def __init__(
@@ -351,9 +434,21 @@ class ArenaEnv:
         self._transport: Transport = transport or urllib_transport
         self._feeds: dict[str, _FeedState] = {}
         self._feeds_lock = threading.Lock()
+        self._created: dict[str, None] = {}  # runs created and not closed, in order
 
     def __repr__(self) -> str:
         return f"ArenaEnv({self.url!r})"  # never the token
+
+    def __enter__(self) -> ArenaEnv:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        _close_on_exit(self, self._created, failing=exc is not None)
 
     # --- runs ------------------------------------------------------------------------------
     def create_run(
@@ -375,7 +470,23 @@ class ArenaEnv:
         if webhook_url is not None:
             body["webhook_url"] = webhook_url
         _, data = self._call("POST", "/runs", body, idempotent=False)
-        return Run.from_json(data)
+        run = Run.from_json(data)
+        self._created[run.id] = None
+        return run
+
+    def start_run(
+        self,
+        name: str,
+        references: Iterable[str] = (),
+        votes_per_completion: int = 3,
+        ttl_hours: int = 72,
+        share: float = 0.2,
+        webhook_url: str | None = None,
+    ) -> RunSession:
+        """``create_run``, as a ``RunSession``: ``with env.start_run("r") as run:`` closes the
+        run when the block ends."""
+        run = self.create_run(name, references, votes_per_completion, ttl_hours, share, webhook_url)
+        return RunSession(self, run)
 
     def run(self, run_id: str) -> Run:
         _, data = self._call("GET", f"/runs/{_segment(run_id)}")
@@ -383,7 +494,35 @@ class ArenaEnv:
 
     def close_run(self, run_id: str) -> Run:
         _, data = self._call("POST", f"/runs/{_segment(run_id)}/close", {})
+        self._created.pop(str(run_id), None)
         return Run.from_json(data)
+
+    def runs(self, *, limit: int = 100) -> Iterator[Run]:
+        """This token's runs, newest first (state, counts, last activity), page by page."""
+        offset: int | None = 0
+        while offset is not None:
+            query = urllib.parse.urlencode({"offset": offset, "limit": limit})
+            _, data = self._call("GET", f"/runs?{query}")
+            yield from (Run.from_json(r) for r in data["runs"])
+            next_offset = data.get("next_offset")
+            offset = int(next_offset) if next_offset is not None else None
+
+    def cancel_submission(self, run_id: str, submission_id: str) -> list[str]:
+        """Cancel the submission's pending completions (no longer served; ``cancelled`` in the
+        feed); returns the ids of the submissions this call cancelled (none on a repeat)."""
+        path = f"/runs/{_segment(run_id)}/submissions/{_segment(submission_id)}/cancel"
+        _, data = self._call("POST", path, {})
+        return [str(i) for i in data["submission_ids"]]
+
+    def cancel_submissions(self, run_id: str, older_than_seconds: int = 0) -> list[str]:
+        """Cancel the pending completions of every submission created at least
+        ``older_than_seconds`` ago; returns the ids of the submissions it cancelled."""
+        _, data = self._call(
+            "POST",
+            f"/runs/{_segment(run_id)}/submissions/cancel",
+            {"older_than_seconds": older_than_seconds},
+        )
+        return [str(i) for i in data["submission_ids"]]
 
     # --- submissions -----------------------------------------------------------------------
     def submit(

@@ -281,3 +281,112 @@ def test_the_wait_before_a_retry_is_the_servers_retry_after_capped(scripted_serv
     assert slept[:2] == [7.0, 10.0]
     # Without Retry-After: the exponential back-off (1 s doubled twice), with jitter in [50%, 100%].
     assert 2.0 <= slept[2] <= 4.0
+
+
+def test_a_submission_refused_for_too_many_pending_waits_the_retry_after_and_goes_on(
+    scripted_server, monkeypatch
+):
+    slept: list[float] = []
+    monkeypatch.setattr("arena_env.client.time.sleep", slept.append)
+    env = ArenaEnv(scripted_server.url, "t", retries=3, backoff=1.0, max_backoff=30.0)
+    full = {"error": {"code": "too_many_pending", "message": "wait for votes"}}
+    scripted_server.add(
+        f"/runs/{RUN}/submissions",
+        Answer(429, full, {"Retry-After": "20"}),
+        Answer(201, submission("c1")),
+    )
+    assert env.submit(RUN, "2+2?", ["4"]).completion_ids == ("c1",)
+    assert slept == [20.0]
+
+
+# --- runs managed with `with` ----------------------------------------------------------------
+
+
+def _closes(server: ScriptedServer) -> list[str]:
+    return [r.path for r in server.received if r.method == "POST" and r.path.endswith("/close")]
+
+
+def test_a_run_session_closes_its_run_when_the_block_ends(scripted_server, env):
+    scripted_server.add("/runs", Answer(201, {"id": RUN, "name": "r", "state": "open"}))
+    scripted_server.add(f"/runs/{RUN}/submissions", Answer(201, submission("c1")))
+    scripted_server.add(f"/runs/{RUN}/close", Answer(200, {"id": RUN, "state": "closed"}))
+    with env.start_run("r") as run:
+        assert run.submit("2+2?", ["4"]).completion_ids == ("c1",)
+    assert _closes(scripted_server) == [f"/api/env/v1/runs/{RUN}/close"]
+    assert run.run.state == "closed"
+
+
+def test_a_run_session_closes_its_run_when_the_block_raises(scripted_server, env):
+    scripted_server.add("/runs", Answer(201, {"id": RUN}))
+    scripted_server.add(f"/runs/{RUN}/close", Answer(200, {"id": RUN, "state": "closed"}))
+    with pytest.raises(RuntimeError, match="trainer crashed"), env.start_run("r"):
+        raise RuntimeError("trainer crashed")
+    assert _closes(scripted_server) == [f"/api/env/v1/runs/{RUN}/close"]
+
+
+def test_a_failed_close_does_not_hide_the_blocks_exception(scripted_server, env):
+    scripted_server.add("/runs", Answer(201, {"id": RUN}))
+    scripted_server.add(
+        f"/runs/{RUN}/close", Answer(404, {"error": {"code": "not_found", "message": "gone"}})
+    )
+    with pytest.raises(RuntimeError, match="trainer crashed"), env.start_run("r"):
+        raise RuntimeError("trainer crashed")
+
+
+def test_a_failed_close_after_a_clean_block_is_raised(scripted_server, env):
+    scripted_server.add("/runs", Answer(201, {"id": RUN}))
+    scripted_server.add(
+        f"/runs/{RUN}/close", Answer(404, {"error": {"code": "not_found", "message": "gone"}})
+    )
+    with pytest.raises(ArenaEnvError) as raised, env.start_run("r"):
+        pass
+    assert raised.value.code == "not_found"
+
+
+def test_the_client_as_a_context_manager_closes_the_runs_it_created_and_left_open(
+    scripted_server,
+):
+    other = "22222222-2222-2222-2222-222222222222"
+    scripted_server.add("/runs", Answer(201, {"id": RUN}), Answer(201, {"id": other}))
+    scripted_server.add(f"/runs/{RUN}/close", Answer(200, {"id": RUN, "state": "closed"}))
+    scripted_server.add(f"/runs/{other}/close", Answer(200, {"id": other, "state": "closed"}))
+    with (
+        pytest.raises(KeyboardInterrupt),
+        ArenaEnv(scripted_server.url, "t", retries=0) as env,
+    ):
+        env.create_run("a")
+        env.create_run("b")
+        env.close_run(RUN)
+        raise KeyboardInterrupt
+    assert _closes(scripted_server) == [
+        f"/api/env/v1/runs/{RUN}/close",
+        f"/api/env/v1/runs/{other}/close",
+    ]
+
+
+def test_runs_lists_every_page_and_cancel_sends_the_age(scripted_server, env):
+    scripted_server.add(
+        "/runs?",
+        Answer(200, {"runs": [{"id": "r2"}, {"id": "r1"}], "next_offset": 2}),
+        Answer(200, {"runs": [{"id": "r0"}], "next_offset": None}),
+    )
+    assert [r.id for r in env.runs(limit=2)] == ["r2", "r1", "r0"]
+    scripted_server.add(
+        f"/runs/{RUN}/submissions/cancel",
+        Answer(200, {"submission_ids": ["s1"], "completions": 2}),
+    )
+    assert env.cancel_submissions(RUN, older_than_seconds=600) == ["s1"]
+    assert scripted_server.received[-1].body == {"older_than_seconds": 600}
+
+
+def test_a_cancelled_record_is_done():
+    assert Reward.from_json(record("c1", status="cancelled")).done
+
+
+def test_a_run_reads_why_it_closed_and_its_last_activity():
+    from arena_env import Run
+
+    run = Run.from_json(
+        {"id": RUN, "state": "closed", "closed_reason": "idle", "last_activity_at": "2026-01-01"}
+    )
+    assert (run.closed_reason, run.last_activity_at) == ("idle", "2026-01-01")

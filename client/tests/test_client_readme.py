@@ -37,6 +37,7 @@ def test_the_readme_loop_prints_rewards_as_visitors_vote(
     asgi_server, eager_tasks, monkeypatch, capsys
 ):
     from arena.env.tokens import token_create
+    from arena.models import EnvRun
 
     _, token = token_create(name="trainer", scopes=["env"])
     monkeypatch.setenv("ARENA_TOKEN", token)
@@ -51,3 +52,5 @@ def test_the_readme_loop_prints_rewards_as_visitors_vote(
     scores = sorted(float(line.rsplit("score=", 1)[1]) for line in complete)
     assert scores[0] < 0 < scores[1]
     assert any(" pending " in line for line in lines)  # printed as they came, not only at the end
+    # The loop's `with` block closed its run when it ended.
+    assert EnvRun.objects.get(name="readme-loop").state == EnvRun.State.CLOSED

@@ -494,6 +494,10 @@ ARENA_ENV_RATE = env("ARENA_ENV_RATE", default="600/m")
 # that opens one a minute, while a loop that creates runs stops within the hour.
 ARENA_ENV_MAX_OPEN_RUNS = env.int("ARENA_ENV_MAX_OPEN_RUNS", default=50)
 ARENA_ENV_RUNS_PER_HOUR = env.int("ARENA_ENV_RUNS_PER_HOUR", default=60)
+# A run's lease: a run its trainer has made no authenticated call on for this long is served to
+# no visitor and is closed (reason "idle") by the periodic sweep, so a crashed trainer's run
+# stops taking battles. 15 minutes outlasts a trainer's step between two reads of its rewards.
+ARENA_ENV_RUN_IDLE_SECONDS = env.int("ARENA_ENV_RUN_IDLE_SECONDS", default=900)
 # Webhooks (arena.env.outbound): https only unless ARENA_ENV_WEBHOOK_ALLOW_HTTP; never to a
 # loopback, private, link-local or otherwise non-public address, except to the host names and
 # networks (an address or CIDR, such as 10.0.0.0/8) listed in ARENA_ENV_WEBHOOK_ALLOW_HOSTS,
@@ -512,6 +516,7 @@ ARENA_ENV_BATTLE_HOLD_SECONDS = env.int("ARENA_ENV_BATTLE_HOLD_SECONDS", default
 _HOST_NAME = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?)+$")
 _bounded("ARENA_ENV_MAX_OPEN_RUNS", ARENA_ENV_MAX_OPEN_RUNS, 0, 100_000)
 _bounded("ARENA_ENV_RUNS_PER_HOUR", ARENA_ENV_RUNS_PER_HOUR, 0, 100_000)
+_bounded("ARENA_ENV_RUN_IDLE_SECONDS", ARENA_ENV_RUN_IDLE_SECONDS, 60, 7 * 24 * 3600)
 _bounded("ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS", ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS, 0.5, 60)
 _bounded("ARENA_ENV_BATTLE_HOLD_SECONDS", ARENA_ENV_BATTLE_HOLD_SECONDS, 1, 3600)
 for _entry in ARENA_ENV_WEBHOOK_ALLOW_HOSTS:
