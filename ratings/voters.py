@@ -90,16 +90,21 @@ SUSPECT_ROUNDS = 5
 
 
 def _tested(
-    frame: pd.DataFrame, expectations: Any, *, min_votes: int, fit_rows: Any = None
-) -> tuple[AnomalyResult, pd.DataFrame]:
-    """The three tests of every voter of ``frame`` against the fit ``expectations`` come from
+    frame: pd.DataFrame,
+    crowd: AnomalyResult,
+    expectations: Any,
+    *,
+    min_votes: int,
+    fit_rows: Any = None,
+) -> pd.DataFrame:
+    """The three tests of every voter of ``frame``: ``crowd`` (``voters_anomaly`` of ``frame``,
+    which needs no fit), and the two model-based ones against the fit ``expectations`` come from
     (made from the rows ``fit_rows`` marks; all by default): a voter whose votes are all in
     it is judged without them (``held_out_expectations``), the others as the fit stands."""
-    crowd = voters_anomaly(frame, min_votes=min_votes)
     judged = held_out_expectations(frame, expectations, min_votes=min_votes, fit_rows=fit_rows)
     model = voter_model_test(frame, judged, min_votes=min_votes)
     fit = voter_fit_test(frame, judged, min_votes=min_votes)
-    return crowd, voters_combined(crowd.voters, model, fit)
+    return voters_combined(crowd.voters, model, fit)
 
 
 def voters_flag_run(
@@ -147,11 +152,16 @@ def voters_flag_run(
     # again, until no new suspect appears (at most SUSPECT_ROUNDS fits more).
     suspect_sessions: set[str] = set()
     fit_rows = None
+    # The crowd test reads no fit: once per grouping, whatever the rounds.
+    result = voters_anomaly(frame, min_votes=min_votes)
+    by_source_crowd = voters_anomaly(grouped, min_votes=min_votes) if len(source) else None
     for _ in range(SUSPECT_ROUNDS + 1):
-        result, combined = _tested(frame, expectations, min_votes=min_votes, fit_rows=fit_rows)
+        combined = _tested(frame, result, expectations, min_votes=min_votes, fit_rows=fit_rows)
         by_source = combined.iloc[0:0]
-        if len(source):
-            _, by_source = _tested(grouped, expectations, min_votes=min_votes, fit_rows=fit_rows)
+        if by_source_crowd is not None:
+            by_source = _tested(
+                grouped, by_source_crowd, expectations, min_votes=min_votes, fit_rows=fit_rows
+            )
             by_source = by_source[by_source["voter"].isin(set(source))]
         found = set(combined.loc[combined["p_model"] < SUSPECT_P, "voter"])
         for label in by_source.loc[by_source["p_model"] < SUSPECT_P, "voter"]:

@@ -184,12 +184,6 @@ def _scores(winner: pd.Series) -> np.ndarray:
 OUTCOME_SCORES = {"model_a": 1.0, "model_b": 0.0, "tie": 0.5, "tie (bothbad)": 0.5}
 
 
-def _normal_two_sided(z: np.ndarray) -> np.ndarray:
-    from scipy.stats import norm
-
-    return np.asarray(np.minimum(1.0, 2.0 * norm.sf(np.abs(z))), dtype=float)
-
-
 def voter_model_test(
     votes: pd.DataFrame, expectations: Expectations, *, min_votes: int = 10
 ) -> pd.DataFrame:
@@ -236,12 +230,18 @@ def voter_model_test(
     n = np.bincount(codes, minlength=n_cells)
     v = np.bincount(codes, weights=prob * (1.0 - prob), minlength=n_cells)
     eta = np.log(prob) - np.log1p(-prob)
+    # Newton's method on each cell's concave one-parameter likelihood, until every step is
+    # below 1e-10 logits (or 60 steps; a record of only wins walks to the +-30 bound).
     delta = np.zeros(n_cells)
     for _ in range(60):
         q = 1.0 / (1.0 + np.exp(-(eta + delta[codes])))
         g = np.bincount(codes, weights=score - q, minlength=n_cells)
         h = np.bincount(codes, weights=q * (1.0 - q), minlength=n_cells)
-        delta = np.clip(delta + g / np.maximum(h, 1e-12), -30.0, 30.0)
+        moved = np.clip(delta + g / np.maximum(h, 1e-12), -30.0, 30.0)
+        converged = np.abs(moved - delta).max(initial=0.0) < 1e-10
+        delta = moved
+        if converged:
+            break
     q = np.clip(1.0 / (1.0 + np.exp(-(eta + delta[codes]))), 1e-300, 1.0)
     q_not = np.clip(1.0 / (1.0 + np.exp(eta + delta[codes])), 1e-300, 1.0)
     terms = score * (np.log(q) - np.log(prob)) + (1.0 - score) * (np.log(q_not) - np.log1p(-prob))
