@@ -181,6 +181,17 @@ def _votes_rated(*, anonymous_only: bool, include_flagged: bool) -> QuerySet[Vot
     return qs
 
 
+def _votes_deduplicated(
+    *, anonymous_only: bool, include_flagged: bool, duplicate_cap: int
+) -> QuerySet[Vote]:
+    """``_votes_rated`` without the repeated prompts' copies past ``duplicate_cap`` (0: none
+    left out): the votes the per-source bound is counted among."""
+    votes = _votes_rated(anonymous_only=anonymous_only, include_flagged=include_flagged)
+    if duplicate_cap > 0:
+        votes = votes.exclude(id__in=_repeated_prompt_votes(votes, cap=duplicate_cap))
+    return votes
+
+
 def _repeated_prompt_votes(votes: QuerySet[Vote], *, cap: int) -> QuerySet[Any, Any]:
     """The votes of ``votes`` past the first ``cap`` (by vote id) of their visitor's prompt.
 
@@ -293,9 +304,9 @@ def source_capped_counts(
     """What ``votes_for_rating(source_cap=cap, ...)`` leaves out for the source cap."""
     if not cap.on:
         return SourceCapped(votes=0, sources=0)
-    votes = _votes_rated(anonymous_only=True, include_flagged=include_flagged)
-    if duplicate_cap > 0:
-        votes = votes.exclude(id__in=_repeated_prompt_votes(votes, cap=duplicate_cap))
+    votes = _votes_deduplicated(
+        anonymous_only=True, include_flagged=include_flagged, duplicate_cap=duplicate_cap
+    )
     left = Vote.objects.filter(id__in=_source_capped_votes(votes, cap=cap))
     totals = left.aggregate(
         n=Count("id"),
@@ -336,9 +347,9 @@ def votes_for_rating(
     counted among the votes the rules above keep (``_source_capped_votes``;
     ``source_capped_counts`` counts what is left out).
     """
-    qs = _votes_rated(anonymous_only=anonymous_only, include_flagged=include_flagged)
-    if duplicate_cap > 0:
-        qs = qs.exclude(id__in=_repeated_prompt_votes(qs, cap=duplicate_cap))
+    qs = _votes_deduplicated(
+        anonymous_only=anonymous_only, include_flagged=include_flagged, duplicate_cap=duplicate_cap
+    )
     if source_cap is not None and source_cap.on:
         qs = qs.exclude(id__in=_source_capped_votes(qs, cap=source_cap))
     # One side's current messages carry each user turn exactly once.
