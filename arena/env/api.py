@@ -442,21 +442,9 @@ def create_run(request: HttpRequest, payload: RunIn) -> Status[RunCreated]:
         webhook_url=payload.webhook_url,
     )
     shown = env_run_payload(run=run)
+    # The run as every read shows it, plus the secret, shown this once.
     body: RunCreated = {
-        "id": shown["id"],
-        "name": shown["name"],
-        "state": shown["state"],
-        "references": shown["references"],
-        "votes_per_completion": shown["votes_per_completion"],
-        "ttl_hours": shown["ttl_hours"],
-        "share": shown["share"],
-        "webhook_url": shown["webhook_url"],
-        "webhook_delivery": shown["webhook_delivery"],
-        "created_at": shown["created_at"],
-        "closed_at": shown["closed_at"],
-        "closed_reason": shown["closed_reason"],
-        "last_activity_at": shown["last_activity_at"],
-        "counts": shown["counts"],
+        **shown,
         "webhook_secret": run.webhook_secret,
     }
     return Status(201, body)

@@ -11,10 +11,10 @@ it changed (and then with its new number).
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Q
 
 from arena.env.outbound import url_shown
 from arena.env.payloads import (
@@ -50,31 +50,60 @@ def env_run_for_token(*, run_id: uuid.UUID | str, token: ApiToken) -> EnvRun:
     return run
 
 
-def env_run_counts(*, run: EnvRun) -> RunCounts:
-    completions = EnvCompletion.objects.filter(run=run).aggregate(
-        completions=Count("pk"),
-        pending=Count("pk", filter=Q(status=EnvCompletion.Status.PENDING)),
-        complete=Count("pk", filter=Q(status=EnvCompletion.Status.COMPLETE)),
-        expired=Count("pk", filter=Q(status=EnvCompletion.Status.EXPIRED)),
-        cancelled=Count("pk", filter=Q(status=EnvCompletion.Status.CANCELLED)),
-        votes=Sum("votes", default=0),
-    )
+def env_runs_counts(*, run_ids: list[uuid.UUID]) -> dict[uuid.UUID, RunCounts]:
+    """The counts of each run of ``run_ids`` (zeros for a run with nothing yet): three grouped
+    queries whatever the number of runs."""
+    completions: dict[uuid.UUID, dict[str, Any]] = {
+        row["run_id"]: dict(row)
+        for row in EnvCompletion.objects.filter(run_id__in=run_ids)
+        .order_by()
+        .values("run_id")
+        .annotate(
+            completions=Count("pk"),
+            pending=Count("pk", filter=Q(status=EnvCompletion.Status.PENDING)),
+            complete=Count("pk", filter=Q(status=EnvCompletion.Status.COMPLETE)),
+            expired=Count("pk", filter=Q(status=EnvCompletion.Status.EXPIRED)),
+            cancelled=Count("pk", filter=Q(status=EnvCompletion.Status.CANCELLED)),
+        )
+    }
     # A battle between two completions of the run adds a vote to each record: the run's votes
     # are the battles' votes, counted once, not the records' sum.
-    battles = EnvBattle.objects.filter(run=run).aggregate(
-        battles=Count("pk"),
-        votes=Count("pk", filter=Q(battle__vote__isnull=False, battle__vote__flagged=False)),
-    )
-    return {
-        "submissions": EnvSubmission.objects.filter(run=run).count(),
-        "completions": completions["completions"],
-        "pending": completions["pending"],
-        "complete": completions["complete"],
-        "expired": completions["expired"],
-        "cancelled": completions["cancelled"],
-        "votes": battles["votes"],
-        "battles": battles["battles"],
+    battles: dict[uuid.UUID, dict[str, Any]] = {
+        row["run_id"]: dict(row)
+        for row in EnvBattle.objects.filter(run_id__in=run_ids)
+        .order_by()
+        .values("run_id")
+        .annotate(
+            battles=Count("pk"),
+            votes=Count("pk", filter=Q(battle__vote__isnull=False, battle__vote__flagged=False)),
+        )
     }
+    submissions = dict(
+        EnvSubmission.objects.filter(run_id__in=run_ids)
+        .order_by()
+        .values("run_id")
+        .annotate(n=Count("pk"))
+        .values_list("run_id", "n")
+    )
+    out: dict[uuid.UUID, RunCounts] = {}
+    for run_id in run_ids:
+        c: dict[str, Any] = completions.get(run_id, {})
+        b: dict[str, Any] = battles.get(run_id, {})
+        out[run_id] = {
+            "submissions": int(submissions.get(run_id, 0)),
+            "completions": int(c.get("completions", 0)),
+            "pending": int(c.get("pending", 0)),
+            "complete": int(c.get("complete", 0)),
+            "expired": int(c.get("expired", 0)),
+            "cancelled": int(c.get("cancelled", 0)),
+            "votes": int(b.get("votes", 0)),
+            "battles": int(b.get("battles", 0)),
+        }
+    return out
+
+
+def env_run_counts(*, run: EnvRun) -> RunCounts:
+    return env_runs_counts(run_ids=[run.pk])[run.pk]
 
 
 def env_run_payload(*, run: EnvRun) -> RunPayload:
@@ -105,14 +134,12 @@ def env_run_payload(*, run: EnvRun) -> RunPayload:
 def _closed_reason(run: EnvRun) -> ClosedReason | None:
     if run.state == EnvRun.State.OPEN:
         return None
-    if run.closed_reason == EnvRun.ClosedReason.IDLE:
-        return "idle"
-    if run.closed_reason == EnvRun.ClosedReason.STAFF:
-        return "staff"
-    return "trainer"  # closed by its trainer, or before reasons were kept
+    # The choices' values are the API's words; a run closed before reasons were kept was closed
+    # by its trainer.
+    return cast(ClosedReason, run.closed_reason or EnvRun.ClosedReason.TRAINER)
 
 
-def env_run_summary(*, run: EnvRun) -> RunSummary:
+def env_run_summary(*, run: EnvRun, counts: RunCounts) -> RunSummary:
     return {
         "id": str(run.pk),
         "name": run.name,
@@ -121,19 +148,14 @@ def env_run_summary(*, run: EnvRun) -> RunSummary:
         "created_at": run.created_at.isoformat(),
         "closed_at": run.closed_at.isoformat() if run.closed_at else None,
         "last_activity_at": run.touched_at.isoformat(),
-        "counts": env_run_counts(run=run),
+        "counts": counts,
     }
 
 
 def env_runs_page(*, token: ApiToken, offset: int = 0, limit: int = RUNS_DEFAULT_LIMIT) -> RunsPage:
     """The runs of ``token`` only, newest first (then by id, so pages do not overlap), from
-    ``offset``, at most ``limit`` (1-100); ``next_offset`` is null after the last page."""
-    if offset < 0:
-        raise ArenaError(ErrorCode.INVALID, "offset must be 0 or more.", field="offset")
-    if not 1 <= limit <= RUNS_MAX_LIMIT:
-        raise ArenaError(
-            ErrorCode.INVALID, f"limit must be from 1 to {RUNS_MAX_LIMIT}.", field="limit"
-        )
+    ``offset``, at most ``limit`` (1-100, as the API's query schema checks); ``next_offset`` is
+    null after the last page."""
     # One more than asked says whether another page follows.
     runs = list(
         EnvRun.objects.filter(token=token).order_by("-created_at", "-id")[
@@ -141,8 +163,9 @@ def env_runs_page(*, token: ApiToken, offset: int = 0, limit: int = RUNS_DEFAULT
         ]
     )
     more = len(runs) > limit
+    counts = env_runs_counts(run_ids=[run.pk for run in runs[:limit]])
     return {
-        "runs": [env_run_summary(run=run) for run in runs[:limit]],
+        "runs": [env_run_summary(run=run, counts=counts[run.pk]) for run in runs[:limit]],
         "next_offset": offset + limit if more else None,
     }
 
