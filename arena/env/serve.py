@@ -59,6 +59,7 @@ from django.db.models import (
 from django.utils import timezone
 
 from answer_style import style_counts
+from arena.env.runs import env_run_idle_cutoff
 from arena.identity import session_hash
 from arena.inputs import text_storable
 from arena.leaks import answer_names_model
@@ -137,8 +138,7 @@ def _share_allows(run: EnvRun) -> bool:
 def _leased(now: datetime) -> QuerySet[EnvRun]:
     """The open runs whose trainer has called within ``ARENA_ENV_RUN_IDLE_SECONDS``: a run
     whose lease ran out is served to no visitor, even before the sweep closes it."""
-    cutoff = now - timedelta(seconds=settings.ARENA_ENV_RUN_IDLE_SECONDS)
-    return EnvRun.objects.filter(state=EnvRun.State.OPEN, touched_at__gt=cutoff)
+    return EnvRun.objects.filter(state=EnvRun.State.OPEN, touched_at__gt=env_run_idle_cutoff(now))
 
 
 def env_runs_open() -> bool:
@@ -150,8 +150,6 @@ def env_runs_open() -> bool:
 def env_work_available() -> bool:
     """Whether a pool-battle request could now be served an environment battle (some open run
     has a completion with work and room under its share)."""
-    if not env_runs_open():
-        return False
     now = timezone.now()
     return any(_share_allows(run) and _with_work(run, now).exists() for run in _leased(now))
 
@@ -340,10 +338,9 @@ def _create(run: EnvRun, pair: tuple[_Side, _Side], session_key: str, rng: rando
 def env_battle_serve(*, session_key: str, rng: random.Random | None = None) -> Battle | None:
     """An environment battle for this session, or None (then a pool battle is served).
 
-    Costs one EXISTS query when no run is open. See the module's docstring for the rules.
+    Costs one query when no run is open (the leased runs' read, empty). See the module's
+    docstring for the rules.
     """
-    if not env_runs_open():
-        return None
     rng = rng or random.SystemRandom()
     now = timezone.now()
     runs = [run for run in _leased(now) if _share_allows(run) and _with_work(run, now).exists()]
