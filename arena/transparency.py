@@ -44,7 +44,10 @@ UNSPECIFIED_REASON = "unspecified"
 #: the pool starts another generation, whose figures are computed on the next read).
 RECOGNISABILITY_CACHE_SECONDS = 7 * 24 * 3600
 _RECOGNISABILITY_KEY = "arena:recognisability:v1:{generation}"
-# A generation's figures are queued at most once in this long (a lost task is queued again).
+# One computation at a time, whatever the generations: every model saved (an environment run's
+# hidden model too) starts a generation, and each would queue minutes of work. The flag is
+# cleared when a computation ends, and lapses after this long (a lost task is queued again).
+_RECOGNISABILITY_QUEUED = "arena:recognisability:v1:queued"
 _RECOGNISABILITY_QUEUED_SECONDS = 600
 # By name: the arena's tasks module imports this one.
 RECOGNISABILITY_TASK = "arena.tasks.pool_recognisability"
@@ -259,20 +262,23 @@ def pool_recognisability_refresh() -> list[ModelRecognisability]:
     generation = pool_cache().tokens["pool"]
     figures = recognisability(pool_answers())
     cache.set(_recognisability_key(generation), figures, timeout=RECOGNISABILITY_CACHE_SECONDS)
+    cache.delete(_RECOGNISABILITY_QUEUED)  # the next generation's may be queued now
     return figures
 
 
 def pool_recognisability() -> list[ModelRecognisability] | None:
     """The current pool generation's recognisability figures, or None while they are computed.
 
-    The first read of a generation queues the task that computes them (once per
-    ``_RECOGNISABILITY_QUEUED_SECONDS``): the style counts and the classifier need the
+    The first read of a generation queues the task that computes them, unless a computation
+    is already queued or running (``_RECOGNISABILITY_QUEUED``): the style counts and the classifier need the
     tokenizer and numpy, which a web worker does not load. In eager mode (local settings, no
     broker) the task runs at once and its figures are returned.
     """
     key = _recognisability_key(pool_cache().tokens["pool"])
     kept = cache.get(key)
-    if kept is None and cache.add(f"{key}:queued", True, timeout=_RECOGNISABILITY_QUEUED_SECONDS):
+    if kept is None and cache.add(
+        _RECOGNISABILITY_QUEUED, True, timeout=_RECOGNISABILITY_QUEUED_SECONDS
+    ):
         try:
             current_app.tasks[RECOGNISABILITY_TASK].apply_async()
         except Exception:

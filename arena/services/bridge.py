@@ -33,8 +33,11 @@ from arena.sampling_stats import established_models
 def bridge_models(kept: PoolCache) -> list[ArenaModel]:
     """The live models the draw bridges now: callable (active, live, positive weight, breaker
     closed) and not established in the latest snapshot."""
-    established = established_models()
     ready = live_models_ready(kept)
+    if not ready:
+        # Most pool draws: no live model at all, so the snapshot's statistics are not read.
+        return ready
+    established = established_models()
     if established is None:
         return ready
     return [m for m in ready if m.pk not in established]

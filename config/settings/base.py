@@ -168,6 +168,8 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 # their own, a dead receiver never holds up a refit or a sweep of the other queues.
 CELERY_TASK_ROUTES = {
     "ratings.tasks.*": {"queue": "ratings"},
+    # Minutes of tokenizer and numpy work, as heavy as a fit: not on the short tasks' queue.
+    "arena.tasks.pool_recognisability": {"queue": "ratings"},
     "arena.tasks.env_webhook_deliver": {"queue": "webhooks"},
     "arena.tasks.env_webhook_sweep": {"queue": "webhooks"},
 }
