@@ -172,10 +172,9 @@ def test_the_demos_real_answers_that_name_their_maker_are_marked_and_their_votes
         assert "anthropic" in fold(message.content) or "claude" in fold(message.content)
     # e.g. "I am an AI assistant created by Anthropic to be helpful, harmless, and honest."
     assert marked.filter(content__contains="created by Anthropic").exists()
-    leaked = Vote.objects.filter(flags__contains=["identity_leak"])
-    assert set(leaked.values_list("battle_id", flat=True)) == set(
-        marked.values_list("battle_id", flat=True)
-    )
+    # Read in Python: SQLite (a laptop's make test) has no JSON containment lookup.
+    leaked = [v for v in Vote.objects.all() if "identity_leak" in (v.flags or [])]
+    assert {v.battle_id for v in leaked} == set(marked.values_list("battle_id", flat=True))
     assert all(v.flagged for v in leaked)
     # The rest of the history is untouched; "As an AI language model" alone names nobody.
     unmarked = BattleMessage.objects.filter(
