@@ -505,10 +505,7 @@ def export_options(
         )
     filters: dict[str, Any] = {}
     for flag in ("include_named", "include_flagged"):
-        value = (params.get(flag) or "").lower()
-        if value not in _BOOLEANS:
-            raise ArenaError(ErrorCode.INVALID, f"{flag} must be 1 or 0.", field=flag)
-        filters[flag] = _BOOLEANS[value]
+        filters[flag] = _flag(params, flag)
     for bound in ("since", "until"):
         if params.get(bound):
             filters[bound] = parse_moment(params[bound], field_name=bound)
@@ -540,14 +537,17 @@ def first_turn(record: VotedBattle) -> VotedBattle:
     )
 
 
+def _flag(params: Mapping[str, str], name: str) -> bool:
+    """A yes/no query parameter (absent: no), or a 400 naming it."""
+    value = (params.get(name) or "").lower()
+    if value not in _BOOLEANS:
+        raise ArenaError(ErrorCode.INVALID, f"{name} must be 1 or 0.", field=name)
+    return _BOOLEANS[value]
+
+
 def first_turn_option(params: Mapping[str, str]) -> bool:
     """``first_turn_only`` of the query parameters (or the command's option)."""
-    value = (params.get("first_turn_only") or "").lower()
-    if value not in _BOOLEANS:
-        raise ArenaError(
-            ErrorCode.INVALID, "first_turn_only must be 1 or 0.", field="first_turn_only"
-        )
-    return _BOOLEANS[value]
+    return _flag(params, "first_turn_only")
 
 
 def export_rows(
