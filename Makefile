@@ -7,10 +7,14 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # The rating engine's and the services' tests, run on a second Python by CI (`make test-engine`).
+# The trainers' virtualenv: Python 3.11 (PyTorch's CPU build is served for it), TRL, verifiers
+# and Atropos at their newest releases, the client; trainer processes run from it.
+TRAINERS_PYTHON ?= $(shell bin/find-python 3.11)
+TRAINERS_VENV ?= .venv-trainers
 ENGINE_TESTS := ratings/tests/test_engine_*.py ratings/tests/test_style.py \
 	ratings/tests/test_cli_rate.py arena/tests/test_services_*.py arena/tests/test_live_services.py
 
-.PHONY: install demo test test-engine lint format serve worker webhook-worker beat admin bench clean FORCE
+.PHONY: install install-trainers demo test test-engine test-trainers lint format serve worker webhook-worker beat admin bench clean FORCE
 
 install: $(VENV)/.installed
 
@@ -31,6 +35,16 @@ $(VENV)/.installed: requirements/runtime.txt requirements/dev.txt client/pyproje
 
 FORCE:
 
+install-trainers: $(TRAINERS_VENV)/.installed
+
+$(TRAINERS_VENV)/.installed: requirements/trainers.txt client/pyproject.toml
+	@test -n "$(TRAINERS_PYTHON)" || { echo "Python 3.11 is required for the trainers' virtualenv; name one: make TRAINERS_PYTHON=/path/to/python3.11"; exit 1; }
+	@echo "Building $(TRAINERS_VENV): PyTorch (CPU), TRL, verifiers, Atropos (a few minutes the first time)"
+	test -x $(TRAINERS_VENV)/bin/python || $(TRAINERS_PYTHON) -m venv $(TRAINERS_VENV)
+	$(TRAINERS_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements/trainers.txt
+	$(TRAINERS_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e ./client
+	touch $@
+
 demo: install
 	mkdir -p var
 	$(BIN)/python manage.py migrate --noinput
@@ -50,6 +64,10 @@ test: install
 
 test-engine: install
 	$(BIN)/pytest -q $(ENGINE_TESTS)
+
+# The adapters against the real trainer libraries, in the trainers' virtualenv.
+test-trainers: install-trainers
+	$(TRAINERS_VENV)/bin/pytest -c client/tests/trainers/pytest.ini client/tests/trainers
 
 lint: install
 	$(BIN)/ruff check .
