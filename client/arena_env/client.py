@@ -711,13 +711,14 @@ def completion_text(completion: Any) -> str:
     message) as the content of its assistant messages, joined."""
     if isinstance(completion, str):
         return completion
-    if isinstance(completion, Mapping):
+    if _as_message(completion) is not None:
         completion = [completion]
     if isinstance(completion, Sequence):
+        messages = [m for m in map(_as_message, completion) if m is not None]
         parts = [
             _content_text(m.get("content"))
-            for m in completion
-            if isinstance(m, Mapping) and m.get("role", "assistant") == "assistant"
+            for m in messages
+            if m.get("role", "assistant") == "assistant"
         ]
         return "\n\n".join(p for p in parts if p)
     raise TypeError(f"Cannot read a completion's text from {type(completion).__name__}")
@@ -727,12 +728,24 @@ def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, Sequence):  # content parts: [{"type": "text", "text": ...}]
-        return "".join(
-            str(p.get("text", ""))
-            for p in content
-            if isinstance(p, Mapping) and p.get("type") == "text"
-        )
+        parts = [p if isinstance(p, Mapping) else vars(p) for p in content if _is_part(p)]
+        return "".join(str(p.get("text", "")) for p in parts if p.get("type") == "text")
     return ""
+
+
+def _is_part(part: Any) -> bool:
+    return isinstance(part, Mapping) or hasattr(part, "__dict__")
+
+
+def _as_message(message: Any) -> Mapping[str, Any] | None:
+    """A role/content mapping, or a message object (verifiers' and pydantic's messages carry
+    ``role`` and ``content`` attributes) read as one; ``None`` for anything else."""
+    if isinstance(message, Mapping):
+        return message
+    role = getattr(message, "role", None)
+    if isinstance(role, str):
+        return {"role": role, "content": getattr(message, "content", None)}
+    return None
 
 
 def prompt_messages(prompt: Any) -> Prompt:
@@ -740,9 +753,8 @@ def prompt_messages(prompt: Any) -> Prompt:
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, Sequence):
+        messages = [m for m in map(_as_message, prompt) if m is not None]
         return [
-            {"role": str(m["role"]), "content": _content_text(m.get("content"))}
-            for m in prompt
-            if isinstance(m, Mapping)
+            {"role": str(m["role"]), "content": _content_text(m.get("content"))} for m in messages
         ]
     raise TypeError(f"Cannot read a prompt from {type(prompt).__name__}")

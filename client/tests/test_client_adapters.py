@@ -71,6 +71,33 @@ def test_conversational_completions_and_prompts_are_read_as_text_and_messages():
     ]
 
 
+def test_message_objects_are_read_like_role_content_mappings():
+    # verifiers 0.2 and later pass messages as objects (pydantic models), not dicts.
+    user = SimpleNamespace(role="user", content="why?")
+    part = SimpleNamespace(type="text", text="because")
+    answer = SimpleNamespace(role="assistant", content=[part])
+    assert prompt_messages([user]) == [{"role": "user", "content": "why?"}]
+    assert completion_text([answer]) == "because"
+    assert completion_text(answer) == "because"
+
+
+def test_trl_function_leaves_blank_completions_out_of_the_group(scripted_server, env):
+    scripted_server.add(
+        f"/runs/{RUN}/submissions", Answer(201, {"id": "s1", "completions": [{"id": "c1"}]})
+    )
+    scripted_server.add(
+        f"/runs/{RUN}/rewards",
+        Answer(200, {"records": [record("c1", "complete", 12.0)], "next_cursor": 1}),
+        Answer(200, {"records": [], "next_cursor": 1}),
+    )
+    reward = human_reward(env, RUN, timeout=0.3, poll=0.05)
+    # A blank completion would be refused (400) and abort the step; a group of blanks only is
+    # not sent at all.
+    assert reward(prompts=["p", "p", "q"], completions=[" \n", "fine", ""]) == [None, 12.0, None]
+    (sent,) = [r.body for r in scripted_server.received if r.path.endswith("/submissions")]
+    assert sent["completions"] == [{"text": "fine", "meta": {"index": 1}}]
+
+
 def test_trl_function_submits_each_group_with_its_positions_and_step(scripted_server, env):
     scripted_server.add(
         f"/runs/{RUN}/submissions",

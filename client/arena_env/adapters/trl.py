@@ -17,12 +17,13 @@ from typing import Any, Literal
 from arena_env.client import (
     MAX_GROUP,
     ArenaEnv,
+    ArenaEnvError,
     Reward,
     completion_text,
     prompt_messages,
 )
 
-__all__ = ["RewardFunc", "group_spans", "human_reward", "reward_value"]
+__all__ = ["RewardFunc", "group_spans", "human_reward", "reward_value", "submit_group"]
 
 RewardFunc = Callable[..., list[float | None]]
 Value = Literal["score", "win_rate"]
@@ -70,6 +71,41 @@ def reward_value(
     return reward.score if value == "score" else reward.win_rate
 
 
+def submit_group(
+    env: ArenaEnv,
+    run_id: str,
+    prompt: Any,
+    texts: Sequence[str],
+    meta: Sequence[Mapping[str, Any] | None] | None = None,
+) -> list[str | None]:
+    """Submit one group's texts; the completion id of each, in order, ``None`` for a blank one.
+
+    The arena refuses a blank completion (nothing to show a visitor) and a small policy emits
+    them now and then: they are left out of the submission rather than failing the whole
+    group, and their reward is whatever the adapter gives an unjudged completion. A group of
+    blanks only is not sent at all.
+    """
+    keep = [i for i, text in enumerate(texts) if text.strip()]
+    ids: list[str | None] = [None] * len(texts)
+    if not keep:
+        return ids
+    submission = env.submit(
+        run_id,
+        prompt_messages(prompt),
+        [texts[i] for i in keep],
+        meta=None if meta is None else [meta[i] for i in keep],
+    )
+    if len(submission.completion_ids) != len(keep):
+        raise ArenaEnvError(
+            0,
+            "bad_response",
+            f"{len(submission.completion_ids)} ids for {len(keep)} completions",
+        )
+    for i, cid in zip(keep, submission.completion_ids, strict=True):
+        ids[i] = cid
+    return ids
+
+
 def _step(kwargs: Mapping[str, Any]) -> int | None:
     state = kwargs.get("trainer_state")
     step = getattr(state, "global_step", None)
@@ -104,19 +140,24 @@ def human_reward(
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions")
         step = _step(kwargs)
-        ids: list[str] = []
+        ids: list[str | None] = []
         for span in group_spans(prompts, group_size):
             metas = [{"index": i} | ({"step": step} if step is not None else {}) for i in span]
-            submission = env.submit(
-                run_id,
-                prompt_messages(prompts[span.start]),
-                [completion_text(completions[i]) for i in span],
-                meta=metas,
+            ids.extend(
+                submit_group(
+                    env,
+                    run_id,
+                    prompts[span.start],
+                    [completion_text(completions[i]) for i in span],
+                    metas,
+                )
             )
-            ids.extend(submission.completion_ids)
-        records = env.wait(run_id, ids, timeout=timeout, poll=poll)
+        submitted = [cid for cid in ids if cid is not None]
+        records = env.wait(run_id, submitted, timeout=timeout, poll=poll) if submitted else {}
         return [
-            reward_value(records.get(cid), value=value, require_complete=require_complete)
+            None
+            if cid is None
+            else reward_value(records.get(cid), value=value, require_complete=require_complete)
             for cid in ids
         ]
 
