@@ -405,7 +405,9 @@ class ArenaEnv:
 
     ``url`` is the site's root (``http://127.0.0.1:8000``); ``token`` an API token with the
     ``env`` scope. ``retries`` and ``backoff`` (seconds, doubled each attempt, with jitter,
-    at most ``max_backoff``) govern the retries described in the module's docstring.
+    at most ``max_backoff``) govern the retries described in the module's docstring: by
+    default ten retries, a minute and more of waiting, so that an arena restarted during a
+    training run (a deploy, a failover) costs the trainer a pause rather than its run.
     ``transport`` replaces the HTTP layer (see ``Transport``).
 
     Used with ``with``, the client closes on exit every run it created and did not close
@@ -418,7 +420,7 @@ class ArenaEnv:
         token: str,
         *,
         timeout: float = 30.0,
-        retries: int = 4,
+        retries: int = 10,
         backoff: float = 0.5,
         max_backoff: float = 30.0,
         transport: Transport | None = None,

@@ -1,13 +1,14 @@
 """The client's HTTP behaviour against a scripted loopback server: what it sends, how it reads
 errors, when it retries, how it follows the reward cursor and waits for records."""
 
+import json
 import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
 from arena_env import ArenaEnv, ArenaEnvError, Reward
-from arena_env.client import default_idempotency_key
+from arena_env.client import HttpResponse, default_idempotency_key
 from arena_env_test_server import Answer, ScriptedServer
 
 RUN = "6f1c2d7e-0000-4000-8000-000000000001"
@@ -174,6 +175,22 @@ def test_a_refused_connection_is_retried_for_reads_then_reported():
     with pytest.raises(ArenaEnvError) as caught:
         env.run(RUN)
     assert (caught.value.status, caught.value.code) == (0, "connection_error")
+
+
+def test_by_default_a_submission_outlasts_an_arena_down_for_nine_refused_attempts():
+    # Ten retries by default (a minute and more with the default back-off): a restarted arena
+    # costs a trainer a pause, not its run. Back-off zero here so the test does not wait.
+    calls: list[str] = []
+
+    def transport(method, url, *, headers, body, timeout):
+        calls.append(method)
+        if len(calls) <= 9:
+            raise ConnectionRefusedError("arena restarting")
+        return HttpResponse(201, {}, json.dumps(submission("c1")).encode())
+
+    env = ArenaEnv("http://arena.test", "t", backoff=0.0, transport=transport)
+    assert env.submit(RUN, "p", ["a"]).completion_ids == ("c1",)
+    assert len(calls) == 10
 
 
 def test_rewards_follow_the_cursor_until_an_empty_page(scripted_server, env):
