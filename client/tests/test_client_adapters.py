@@ -119,6 +119,10 @@ def test_trl_function_submits_each_group_with_its_positions_and_step(scripted_se
         ),
         *[Answer(200, {"records": [], "next_cursor": 3})] * 100,
     )
+    scripted_server.add(
+        f"/runs/{RUN}/submissions/s/cancel",
+        Answer(200, {"submission_ids": ["s"], "completions": ["c1"]}),
+    )
     reward = human_reward(env, RUN, timeout=0.3, poll=0.05)
     scores = reward(
         prompts=["p", "p", "q"],
@@ -126,6 +130,10 @@ def test_trl_function_submits_each_group_with_its_positions_and_step(scripted_se
         trainer_state=SimpleNamespace(global_step=12),
     )
     assert scores == [30.0, None, None]  # only a complete record gives a score
+    # The submission still waiting (c1 pending) is cancelled once the trainer stops waiting:
+    # its late votes would be wasted. Once, though two of its completions were listed.
+    cancels = [r.path for r in scripted_server.received if r.path.endswith("/cancel")]
+    assert cancels == [f"/api/env/v1/runs/{RUN}/submissions/s/cancel"]
     first, second = (r.body for r in scripted_server.received[:2])
     assert first["prompt"] == "p" and second["prompt"] == "q"
     assert [c["meta"] for c in first["completions"]] == [

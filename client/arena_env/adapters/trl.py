@@ -23,7 +23,14 @@ from arena_env.client import (
     prompt_messages,
 )
 
-__all__ = ["RewardFunc", "group_spans", "human_reward", "reward_value", "submit_group"]
+__all__ = [
+    "RewardFunc",
+    "cancel_unfinished",
+    "group_spans",
+    "human_reward",
+    "reward_value",
+    "submit_group",
+]
 
 RewardFunc = Callable[..., list[float | None]]
 Value = Literal["score", "win_rate"]
@@ -106,6 +113,21 @@ def submit_group(
     return ids
 
 
+def cancel_unfinished(
+    env: ArenaEnv, run_id: str, records: Mapping[str, Reward], ids: Sequence[str | None]
+) -> list[str]:
+    """Cancel the submissions of ``ids`` still waiting for votes once the trainer has stopped
+    waiting: no visitor is then asked to judge completions whose rewards would come too late
+    to be used, nor do they count toward the run's pending bound. Completions already
+    judged keep their records. Returns the submission ids cancelled."""
+    late = {
+        record.submission_id
+        for cid in ids
+        if cid is not None and (record := records.get(cid)) is not None and not record.done
+    }
+    return [sid for sid in sorted(late) if env.cancel_submission(run_id, sid)]
+
+
 def _step(kwargs: Mapping[str, Any]) -> int | None:
     state = kwargs.get("trainer_state")
     step = getattr(state, "global_step", None)
@@ -121,6 +143,7 @@ def human_reward(
     poll: float = 2.0,
     value: Value = "score",
     require_complete: bool = True,
+    cancel_late: bool = True,
     name: str = "human_reward",
 ) -> RewardFunc:
     """A TRL-style reward function scoring completions by the arena's visitors.
@@ -131,7 +154,8 @@ def human_reward(
     group: the part is then submitted as a smaller group, so leave ``group_size`` unset there).
     Each completion's ``meta`` holds its position in the batch and the trainer's step (when the
     trainer passes ``trainer_state``). The call blocks until every completion is done or the
-    timeout passes.
+    timeout passes; then, with ``cancel_late``, the submissions still waiting are cancelled
+    (``cancel_unfinished``), since the trainer has moved on without their rewards.
     """
 
     def reward(
@@ -154,6 +178,8 @@ def human_reward(
             )
         submitted = [cid for cid in ids if cid is not None]
         records = env.wait(run_id, submitted, timeout=timeout, poll=poll) if submitted else {}
+        if cancel_late:
+            cancel_unfinished(env, run_id, records, submitted)
         return [
             None
             if cid is None
