@@ -23,7 +23,7 @@ ifneq ($(shell cat $(VENV)/.installed 2>/dev/null),$(PY_VERSION))
 $(VENV)/.installed: FORCE
 endif
 
-# The trainers' package (client/) is installed too, so that README's loop runs in this virtualenv.
+# The trainers' package (client/) is installed too, so that the client README's loop runs in this virtualenv.
 $(VENV)/.installed: requirements/runtime.txt requirements/dev.txt client/pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 11) <= v < (3, 14) else "Python 3.11, 3.12 or 3.13 is required, found %d.%d at $(PYTHON); install one or name it: make PYTHON=/path/to/python3.13" % v)'
 	@if [ -x $(BIN)/python ] && [ "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" != "$(PY_VERSION)" ]; then \

@@ -1,5 +1,5 @@
-"""The README's trainer loop, run as written against the real application on loopback while
-simulated visitors vote: the snippet is read from README.md, so the README cannot drift from
+"""The client README's trainer loop, run as written against the real application on loopback
+while simulated visitors vote: the snippet is read from client/README.md, so it cannot drift from
 the client. Only the demo's address is swapped for the test server's."""
 
 import re
@@ -11,7 +11,7 @@ from arena_env_visitors import celery_eager, visitors_judging
 
 pytestmark = pytest.mark.postgres
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[1] / "README.md"
 DEMO_URL = "http://127.0.0.1:8000"
 
 
@@ -23,7 +23,7 @@ def eager_tasks() -> Iterator[None]:
 
 def readme_loop() -> str:
     text = README.read_text()
-    section = text.split("### A trainer's loop", 1)[1]
+    section = text.split("## A trainer's loop", 1)[1]
     found = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert found, "no python block under 'A trainer's loop'"
     return found.group(1)
@@ -44,7 +44,7 @@ def test_the_readme_loop_prints_rewards_as_visitors_vote(
     code = readme_loop()
     assert DEMO_URL in code
     with visitors_judging(asgi_server.url, longer_wins):
-        exec(compile(code.replace(DEMO_URL, asgi_server.url), "README.md", "exec"), {})  # noqa: S102
+        exec(compile(code.replace(DEMO_URL, asgi_server.url), "client/README.md", "exec"), {})  # noqa: S102
     lines = capsys.readouterr().out.splitlines()
     complete = [line for line in lines if " complete " in line]
     assert len(complete) == 2, lines

@@ -86,7 +86,7 @@ def test_a_completion_that_only_won_gets_a_finite_score_from_the_prior():
     a, b, c = (uuid.uuid4() for _ in range(3))
     ra, rb, rc = env_rewards_fit(group_of([a, b, c], [(a, b, "model_a")]))
     assert ra.score is not None and rb.score is not None
-    # One virtual tie each against the prior: +/-131 Elo, the figure the README states.
+    # One virtual tie each against the prior: +/-131 Elo, the figure docs/environment-api.md states.
     assert ra.score == pytest.approx(131.384, abs=0.001) and ra.score == pytest.approx(-rb.score)
     assert ra.score_low < ra.score < ra.score_high
     # An unjudged completion has no score and stays out of the mean.
