@@ -82,8 +82,14 @@ from bench.shape import (  # noqa: E402
     stored_votes,
 )
 
-FASTCHAT_PEAK = 7.0  # battles/s, FastChat 0.2.36 on this machine: issue 13's figure
-BEFORE = {1: 1.7, 10: 15.2, 50: 21.7, 100: 19.0, 200: 16.2}  # issue 13's "before" battles/s
+FASTCHAT_PEAK = 7.0  # battles/s, FastChat 0.2.36 on this machine: the throughput pass's figure
+BEFORE = {
+    1: 1.7,
+    10: 15.2,
+    50: 21.7,
+    100: 19.0,
+    200: 16.2,
+}  # the throughput pass's "before" battles/s
 TARGET_BATTLES_PER_S = 70.0
 TARGET_CPU_MS = 10.0
 TARGET_OVERHEAD_P99_MS = 50.0  # at 10 visitors
@@ -906,8 +912,8 @@ def main() -> None:
         print(f"\nThe baseline, {args.baseline}, in the same run:")
         print(table(baseline_rows))
     print(
-        f"vs FastChat 7.0: battles/s / 7.0, FastChat 0.2.36's peak on this machine (issue 13's "
-        f"figure, not measured here). vs before: / issue 13's 'before' table ({BEFORE}). "
+        f"vs FastChat 7.0: battles/s / 7.0, FastChat 0.2.36's peak on this machine (the throughput pass's "
+        f"figure, not measured here). vs before: / the throughput pass's 'before' table ({BEFORE}). "
         f"*PostgreSQL and Redis CPU: the whole servers, shared with anything else running "
         f"(an upper bound). client: this script's own CPU per battle."
     )

@@ -367,7 +367,7 @@ def add_tree_arguments(parser: argparse.ArgumentParser, env_help: str = "") -> N
     parser.add_argument(
         "--baseline",
         metavar="REV",
-        help="also run a git worktree of REV (e.g. 33913fd, the tree issue 13 was measured on) "
+        help="also run a git worktree of REV (e.g. 33913fd, the tree the throughput pass was measured on) "
         "at every level, alternating with this checkout, and print both tables",
     )
     parser.add_argument(

@@ -1,5 +1,5 @@
 """The HTTP side of the ASGI application: Django's handler, with a request's sync code run in one
-thread crossing (issue 13)."""
+thread crossing."""
 
 from typing import Any
 

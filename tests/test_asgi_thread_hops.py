@@ -1,4 +1,4 @@
-"""How often a request crosses between the event loop and a thread under ASGI (issue 13).
+"""How often a request crosses between the event loop and a thread under ASGI.
 
 Django's ASGI handler runs sync code through asgiref's adapters: ``sync_to_async`` (the event
 loop hands a call to the request's thread) and ``async_to_sync`` (the other way). Each crossing

@@ -1,4 +1,4 @@
-"""Issue 8's scenario end to end: the demo plus two live models with a few live votes.
+"""End to end: the demo plus two live models with a few live votes.
 
 The live models never met the demo's models, so the comparison graph is split. Through the real
 page in Chromium: Overall still rates every demo model and lists the two live models under

@@ -1,5 +1,5 @@
-"""X-Forwarded-For is believed only from the proxies in ARENA_FORWARDED_ALLOW_IPS (issue 9,
-item 7): ``bin/serve`` runs as a subprocess and a loopback client sends a different forwarded
+"""X-Forwarded-For is believed only from the proxies in ARENA_FORWARDED_ALLOW_IPS:
+``bin/serve`` runs as a subprocess and a loopback client sends a different forwarded
 address with every request.
 
 By default nobody is trusted, so the rate limit keys on the connection's real address and the

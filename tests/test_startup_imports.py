@@ -1,4 +1,4 @@
-"""What a process imports at start-up and while serving (issue 13: start-up and memory).
+"""What a process imports at start-up and while serving.
 
 Each check runs in a fresh interpreter, since this test process has imported everything
 already. The heavy libraries belong to the processes that use them: the rating fit (pandas,

@@ -1,4 +1,4 @@
-"""The admin's sign-in is throttled (issue 9, item 3): django-axes locks a username from one
+"""The admin's sign-in is throttled: django-axes locks a username from one
 address after ARENA_LOGIN_FAILURE_LIMIT wrong passwords, for ARENA_LOGIN_LOCKOUT_MINUTES."""
 
 from datetime import timedelta

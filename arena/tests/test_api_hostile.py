@@ -1,4 +1,4 @@
-"""Hostile HTTP input that used to answer 500 (issue 9, item 4): each is now a 4xx naming the
+"""Hostile HTTP input that used to answer 500: each is now a 4xx naming the
 field, in the API's error shape."""
 
 import json

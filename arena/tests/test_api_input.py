@@ -1,4 +1,4 @@
-"""JSON bodies the parser cannot take whole (issue 9, item 4, the HTTP side)."""
+"""JSON bodies the parser cannot take whole (the HTTP side)."""
 
 import pytest
 

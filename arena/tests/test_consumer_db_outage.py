@@ -1,4 +1,4 @@
-"""The database lost while two answers stream (issue 9, item 10), on real PostgreSQL.
+"""The database lost while two answers stream, on real PostgreSQL.
 
 The outage is real: the test database stops accepting connections and the connections the
 consumer's database threads hold are terminated (``pg_terminate_backend``), as a database

@@ -1,4 +1,4 @@
-"""Random frames on the battle websocket (issue 9): whatever arrives, the consumer answers in
+"""Random frames on the battle websocket: whatever arrives, the consumer answers in
 frames of its vocabulary and never closes the socket or crashes; a frame that is not a command
 gets an error frame.
 

@@ -1,4 +1,4 @@
-"""Hostile input on the battle websocket and in JSON bodies (issue 9, item 4): each gets an
+"""Hostile input on the battle websocket and in JSON bodies: each gets an
 error naming the field, the socket stays usable, nothing crashes the consumer."""
 
 import json

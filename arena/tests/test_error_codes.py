@@ -1,4 +1,4 @@
-"""The error vocabulary (issue 10, item 5): every code is an ErrorCode member, and error bodies
+"""The error vocabulary: every code is an ErrorCode member, and error bodies
 and frames are built only by ArenaError."""
 
 import ast

@@ -1,4 +1,4 @@
-"""Judge ids in exports have their own key, ARENA_JUDGE_HASH_KEY (issue 10, item 8)."""
+"""Judge ids in exports have their own key, ARENA_JUDGE_HASH_KEY."""
 
 import hashlib
 import hmac

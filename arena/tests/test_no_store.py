@@ -1,4 +1,4 @@
-"""Every API answer carries ``Cache-Control: no-store`` (issue 9, item 9): battles, votes, terms
+"""Every API answer carries ``Cache-Control: no-store``: battles, votes, terms
 and exports belong to one visitor, and errors describe one visitor's request."""
 
 import json

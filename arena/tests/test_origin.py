@@ -1,4 +1,4 @@
-"""The websocket's Origin check compares scheme, host and port (issue 9, item 6): a page on
+"""The websocket's Origin check compares scheme, host and port: a page on
 another port, scheme or host of the machine cannot open a battle socket with the visitor's
 cookies; the site's own origin and DJANGO_CSRF_TRUSTED_ORIGINS can."""
 

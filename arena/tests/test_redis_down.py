@@ -1,4 +1,4 @@
-"""Redis down is a degraded site, not a 500 (issue 9, item 2).
+"""Redis down is a degraded site, not a 500.
 
 With production's shape of cache and sessions (``arena.cache.FallbackRedisCache`` on a Redis of
 the test's own, ``cached_db`` sessions, rate limits on), the test kills that Redis: the battle

@@ -1,5 +1,5 @@
 """What a pool battle and its vote cost the database, and the per-process copies that keep it low
-(``arena.pool_cache``; issue 13).
+(``arena.pool_cache``).
 
 The statement counts are pinned: a change that adds a read to the hot path fails here. Inside a
 test's transaction an ``atomic`` block is a savepoint and its release, counted as two statements.

@@ -1,4 +1,4 @@
-"""Battles keep a keyed hash of their visitor's session key, never the key (issue 9, item 1)."""
+"""Battles keep a keyed hash of their visitor's session key, never the key."""
 
 import hashlib
 import hmac
