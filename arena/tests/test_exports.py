@@ -519,7 +519,7 @@ def test_a_failed_folder_export_leaves_neither_file_nor_card(
     def explode(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("arena.exports.write_jsonl", explode)
+    monkeypatch.setattr("arena.exports.writers.write_jsonl", explode)
     with pytest.raises(RuntimeError):
         call_command("export_votes", "--format=trl", f"-o={tmp_path}/", stderr=StringIO())
     assert list(tmp_path.iterdir()) == []

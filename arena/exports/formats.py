@@ -1,0 +1,286 @@
+"""The five formats: each shapes a ``VotedBattle`` into its rows, or names why it cannot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from functools import cache
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from answer_style.schema import CONV_METADATA_KEYS
+from arena.exports.records import ExportStats, VotedBattle, first_turn
+from arena.payloads import Side, Winner
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # imported where used: Django's start-up does not pay for it
+
+# The verdicts with a preferred side: (chosen side, rejected side).
+PAIRWISE: dict[Winner, tuple[Side, Side]] = {"model_a": ("a", "b"), "model_b": ("b", "a")}
+
+
+class Message(TypedDict):
+    role: str  # "user" or "assistant"
+    content: str
+
+
+class ArenaRow(TypedDict):
+    """A row of the ``arena`` format (the public Chatbot Arena schema)."""
+
+    question_id: str
+    model_a: str
+    model_b: str
+    winner: Winner
+    judge: str
+    conversation_a: list[Message]
+    conversation_b: list[Message]
+    turn: int
+    anony: bool
+    language: str
+    category: str
+    tstamp: float
+    conv_metadata: dict[str, Any] | None  # answer_style.conv_metadata's counts
+    source: str  # the battle's kind: pool, live, mixed or import
+
+
+class TrlRow(TypedDict):
+    prompt: list[Message]
+    chosen: list[Message]
+    rejected: list[Message]
+
+
+class OpenAIInput(TypedDict):
+    messages: list[Message]
+
+
+class OpenAIRow(TypedDict):
+    input: OpenAIInput
+    preferred_output: list[Message]
+    non_preferred_output: list[Message]
+
+
+class HhRlhfRow(TypedDict):
+    chosen: str
+    rejected: str
+
+
+class KtoRow(TypedDict):
+    prompt: list[Message]
+    completion: list[Message]
+    label: bool
+
+
+ExportRow = ArenaRow | TrlRow | OpenAIRow | HhRlhfRow | KtoRow
+
+
+def _conversation(user_turns: list[str], answers: list[str]) -> list[Message]:
+    messages: list[Message] = []
+    for question, answer in zip(user_turns, answers, strict=True):
+        messages.append({"role": "user", "content": question})
+        messages.append({"role": "assistant", "content": answer})
+    return messages
+
+
+def to_arena(record: VotedBattle) -> ArenaRow | str:
+    return {
+        "question_id": record.battle_id,
+        "model_a": record.model_a,
+        "model_b": record.model_b,
+        "winner": record.winner,
+        "judge": record.judge,
+        "conversation_a": _conversation(record.user_turns, record.answers["a"]),
+        "conversation_b": _conversation(record.user_turns, record.answers["b"]),
+        "turn": len(record.user_turns),
+        "anony": record.anonymous,
+        "language": record.language,
+        "category": record.category,
+        "tstamp": record.tstamp,
+        "conv_metadata": record.style or None,
+        "source": record.source,
+    }
+
+
+def _sides(record: VotedBattle) -> tuple[list[str], list[str]] | str:
+    """(chosen answers, rejected answers), or why the vote has no preferred side."""
+    if record.winner not in PAIRWISE:
+        return "ties and both-bad votes (no preferred side)"
+    chosen, rejected = PAIRWISE[record.winner]
+    if not all(text.strip() for text in record.answers[chosen]):
+        # An empty rejected answer is a fair negative; an empty chosen one teaches nothing.
+        return "votes for an empty answer"
+    return record.answers[chosen], record.answers[rejected]
+
+
+def _prompt(record: VotedBattle) -> list[Message]:
+    return [{"role": "user", "content": record.user_turns[0]}]
+
+
+def to_trl(record: VotedBattle) -> TrlRow | str:
+    sides = _sides(record)
+    if isinstance(sides, str):
+        return sides
+    chosen, rejected = sides
+    return {
+        "prompt": _prompt(record),
+        "chosen": _conversation(record.user_turns, chosen)[1:],
+        "rejected": _conversation(record.user_turns, rejected)[1:],
+    }
+
+
+def to_openai(record: VotedBattle) -> OpenAIRow | str:
+    sides = _sides(record)
+    if isinstance(sides, str):
+        return sides
+    if len(record.user_turns) != 1:
+        return "multi-turn battles (OpenAI's outputs are one message)"
+    chosen, rejected = sides
+    return {
+        "input": {"messages": _prompt(record)},
+        "preferred_output": [{"role": "assistant", "content": chosen[0]}],
+        "non_preferred_output": [{"role": "assistant", "content": rejected[0]}],
+    }
+
+
+def _transcript(user_turns: list[str], answers: list[str]) -> str:
+    return "".join(
+        f"\n\nHuman: {q}\n\nAssistant: {a}" for q, a in zip(user_turns, answers, strict=True)
+    )
+
+
+def to_hh_rlhf(record: VotedBattle) -> HhRlhfRow | str:
+    sides = _sides(record)
+    if isinstance(sides, str):
+        return sides
+    chosen, rejected = sides
+    return {
+        "chosen": _transcript(record.user_turns, chosen),
+        "rejected": _transcript(record.user_turns, rejected),
+    }
+
+
+def to_kto(record: VotedBattle) -> list[KtoRow] | str:
+    """Two rows a vote: each side's answers with the verdict on them (both ``false`` when both
+    were bad). A tie says neither answer was good or bad, so it gives none."""
+    labelled: list[tuple[list[str], bool]]
+    if record.winner == "tie (bothbad)":
+        labelled = [(record.answers["a"], False), (record.answers["b"], False)]
+    else:
+        sides = _sides(record)
+        if isinstance(sides, str):
+            return "ties (no verdict on either answer)" if record.winner == "tie" else sides
+        labelled = [(sides[0], True), (sides[1], False)]
+    return [
+        {
+            "prompt": _prompt(record),
+            "completion": _conversation(record.user_turns, answers)[1:],
+            "label": label,
+        }
+        for answers, label in labelled
+    ]
+
+
+Shaper = Callable[[VotedBattle], ExportRow | list[KtoRow] | str]
+SHAPERS: dict[str, Shaper] = {
+    "arena": to_arena,
+    "trl": to_trl,
+    "openai": to_openai,
+    "hh-rlhf": to_hh_rlhf,
+    "kto": to_kto,
+}
+FORMATS = tuple(SHAPERS)  # what --format and ?format= accept
+
+# What each format is for, in a dataset card: (the rows, the trainers that read them, tags).
+FORMAT_CARDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "arena": (
+        "one row per vote in the public Chatbot Arena schema, ties and both-bad votes included",
+        "`manage.py rate` and the arena's rating engine; any pairwise-comparison analysis",
+        ("arena", "pairwise-comparison"),
+    ),
+    "trl": (
+        "conversational preference pairs: `prompt`, `chosen`, `rejected` as message lists",
+        "TRL's `DPOTrainer` and `RewardTrainer`",
+        ("dpo", "reward-modeling"),
+    ),
+    "openai": (
+        "OpenAI preference fine-tuning records: `input.messages`, `preferred_output`, "
+        "`non_preferred_output`",
+        "OpenAI's preference (DPO) fine-tuning",
+        ("dpo",),
+    ),
+    "hh-rlhf": (
+        "Anthropic HH-RLHF transcripts: `chosen`, `rejected` as Human/Assistant text",
+        "trainers written for the HH-RLHF layout",
+        ("rlhf", "reward-modeling"),
+    ),
+    "kto": (
+        "conversational unpaired preference rows: `prompt`, `completion` (message lists) and a "
+        "boolean `label` (the chosen answer true, the rejected one false, both false when both "
+        "were bad)",
+        "TRL's `KTOTrainer`",
+        ("kto",),
+    ),
+}
+assert set(FORMAT_CARDS) == set(SHAPERS)
+
+
+def export_rows(
+    records: Iterable[VotedBattle],
+    fmt: str,
+    stats: ExportStats,
+    *,
+    first_turn_only: bool = False,
+) -> Iterator[ExportRow]:
+    """The rows of ``fmt`` (of the first turns alone with ``first_turn_only``); a vote the
+    format cannot hold is counted in ``stats.skipped``."""
+    shape = SHAPERS[fmt]
+    for record in records:
+        shaped = shape(first_turn(record) if first_turn_only else record)
+        if isinstance(shaped, str):
+            stats.skipped[shaped] += 1
+            continue
+        rows: list[ExportRow] = list(shaped) if isinstance(shaped, list) else [shaped]
+        stats.votes += 1
+        stats.written += len(rows)
+        if stats.first is None:
+            stats.first = record.tstamp
+        stats.last = record.tstamp
+        yield from rows
+
+
+@cache
+def arrow_schema(fmt: str) -> pa.Schema:
+    """The fixed Arrow schema of ``fmt``'s rows: every file of a format has the same columns
+    and types, whatever the first rows hold (an all-null column is still a struct)."""
+    import pyarrow as pa
+
+    message = pa.struct([("role", pa.string()), ("content", pa.string())])
+    messages = pa.list_(message)
+    counts = [
+        (key, pa.int64() if parts is None else pa.struct([(p, pa.int64()) for p in parts]))
+        for key, parts in CONV_METADATA_KEYS.items()
+    ]
+    fields: dict[str, list[tuple[str, pa.DataType]]] = {
+        "arena": [
+            ("question_id", pa.string()),
+            ("model_a", pa.string()),
+            ("model_b", pa.string()),
+            ("winner", pa.string()),
+            ("judge", pa.string()),
+            ("conversation_a", messages),
+            ("conversation_b", messages),
+            ("turn", pa.int64()),
+            ("anony", pa.bool_()),
+            ("language", pa.string()),
+            ("category", pa.string()),
+            ("tstamp", pa.float64()),
+            ("conv_metadata", pa.struct(counts)),
+            ("source", pa.string()),
+        ],
+        "trl": [("prompt", messages), ("chosen", messages), ("rejected", messages)],
+        "openai": [
+            ("input", pa.struct([("messages", messages)])),
+            ("preferred_output", messages),
+            ("non_preferred_output", messages),
+        ],
+        "hh-rlhf": [("chosen", pa.string()), ("rejected", pa.string())],
+        "kto": [("prompt", messages), ("completion", messages), ("label", pa.bool_())],
+    }
+    return pa.schema(fields[fmt])
