@@ -27,15 +27,14 @@ if TYPE_CHECKING:
     from .data import OUTCOMES, STYLE_COLUMNS, STYLE_ELEMENTS, BattleTable, flatten_conv_metadata
     from .elo import online_elo
     from .errors import CannotRateError, EngineError
-    from .identify import (
+    from .identify import Identification, Record
+    from .io import read_battles
+    from .provisional import (
         PROVISIONAL_REASONS,
-        Identification,
         Provisional,
         ProvisionalDict,
         ProvisionalReason,
-        Record,
     )
-    from .io import read_battles
     from .result import (
         ESTABLISHED_MIN_VOTES,
         Matrices,
@@ -64,11 +63,11 @@ _MODULE_OF = {
     "online_elo": "elo",
     "CannotRateError": "errors",
     "EngineError": "errors",
-    "PROVISIONAL_REASONS": "identify",
+    "PROVISIONAL_REASONS": "provisional",
     "Identification": "identify",
-    "Provisional": "identify",
-    "ProvisionalDict": "identify",
-    "ProvisionalReason": "identify",
+    "Provisional": "provisional",
+    "ProvisionalDict": "provisional",
+    "ProvisionalReason": "provisional",
     "Record": "identify",
     "read_battles": "io",
     "Matrices": "result",

@@ -23,7 +23,8 @@ from .data import (
 )
 from .elo import online_elo
 from .errors import CannotRateError, EngineError
-from .identify import Identification, Provisional, identify
+from .identify import Identification, identify
+from .provisional import Provisional
 from .result import Centre, Matrices, Method, ModelRating, RatingResult
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .identify import Provisional
+    from .provisional import Provisional
 
 
 class EngineError(ValueError):

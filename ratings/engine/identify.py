@@ -41,27 +41,14 @@ common, strongly connected case; otherwise the transitive closure by repeated sq
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, TypedDict
 
 import numpy as np
 from numpy.typing import NDArray
 
 from .data import Battles, FloatArray
-
-#: Why a model is not rated; a closed vocabulary (see the module docstring).
-ProvisionalReason = Literal["no_losses", "no_wins", "not_connected"]
-PROVISIONAL_REASONS: tuple[ProvisionalReason, ...] = ("no_losses", "no_wins", "not_connected")
+from .provisional import Provisional, ProvisionalReason
 
 BoolMatrix = NDArray[np.bool_]
-
-
-class ProvisionalDict(TypedDict):
-    model: str
-    battles: int
-    wins: int
-    losses: int
-    ties: int
-    reason: ProvisionalReason
 
 
 @dataclass(frozen=True)
@@ -73,28 +60,6 @@ class Record:
     wins: int
     losses: int
     ties: int
-
-
-@dataclass(frozen=True)
-class Provisional:
-    """A model that cannot be rated yet, its whole record and why."""
-
-    model: str
-    battles: int
-    wins: int
-    losses: int
-    ties: int
-    reason: ProvisionalReason
-
-    def as_dict(self) -> ProvisionalDict:
-        return {
-            "model": self.model,
-            "battles": self.battles,
-            "wins": self.wins,
-            "losses": self.losses,
-            "ties": self.ties,
-            "reason": self.reason,
-        }
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar
 
 if TYPE_CHECKING:
     # Annotations only: the JSON shapes here load without numpy (a web worker reads them).
-    from .identify import Provisional, ProvisionalDict
+    from .provisional import Provisional, ProvisionalDict
 
 #: ``method.scale``: what one unit of rating means.
 SCALE = "400/ln(10) Elo points per logit"

@@ -8,7 +8,7 @@ import pytest
 from answer_style import STYLE_COLUMNS
 from ratings.engine import CannotRateError, EngineError
 from ratings.engine import rate as engine_rate
-from ratings.engine.identify import PROVISIONAL_REASONS, Provisional
+from ratings.engine.provisional import PROVISIONAL_REASONS, Provisional
 
 from .test_engine_bt import battles
 
