@@ -35,7 +35,7 @@ from arena.selectors import (
     pool_available,
     terms_accepted,
 )
-from arena.services.battles import battle_start_pool_with_messages
+from arena.services.battles import battle_start_pool
 from arena.services.terms import terms_accept
 from arena.services.vote_guards import (
     CHALLENGE_SESSION_KEY,
@@ -46,7 +46,7 @@ from arena.services.vote_guards import (
     vote_caps_release,
     vote_caps_take,
 )
-from arena.services.votes import vote_record_with_battle
+from arena.services.votes import vote_record
 
 
 def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
@@ -100,7 +100,7 @@ def battle_page(request: HttpRequest) -> HttpResponse:
 def battle_create(request: HttpRequest) -> tuple[BattlePayload, int]:
     json_body(request)  # nothing is read from it, but a form or a malformed body is refused
     session_key, _ = session_identity(request)
-    started = battle_start_pool_with_messages(session_key=session_key)
+    started = battle_start_pool(session_key=session_key)
     return battle_payload(battle=started.battle, new_messages=started.messages), 201
 
 
@@ -122,7 +122,7 @@ def vote_create(request: HttpRequest, battle_id: str) -> tuple[BattlePayload, in
     ip = client_ip(request)
     counted = vote_caps_take(session_key=session_key, ip=ip)
     try:
-        recorded = vote_record_with_battle(
+        recorded = vote_record(
             battle_id=battle_id,
             session_key=session_key,
             voter_id=voter_id,

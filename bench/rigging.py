@@ -206,7 +206,7 @@ def _voter(tag: str, ip: str) -> Voter:
 def _battle(voter: Voter, rng: random.Random) -> tuple[Any, str, str, list[Any]]:
     from arena.services.battles import battle_start_pool
 
-    battle = battle_start_pool(session_key=voter.session_key, rng=rng)
+    battle = battle_start_pool(session_key=voter.session_key, rng=rng).battle
     messages = list(battle.messages.all())
     return battle, battle.model_a.slug, battle.model_b.slug, messages
 
@@ -236,7 +236,7 @@ def _vote(voter: Voter, battle_id: Any, winner: str, *, caps: bool) -> tuple[int
         winner=winner,
         ip=voter.ip,
         user_agent=BROWSER_UA,
-    )
+    ).vote
     return int(vote.pk), refused
 
 

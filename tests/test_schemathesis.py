@@ -122,7 +122,7 @@ class Sessions:
         )
 
     def battle_id(self) -> str:
-        return str(battle_start_pool(session_key=self.session_key).pk)
+        return str(battle_start_pool(session_key=self.session_key).battle.pk)
 
     def follow_data_rules(self, case) -> None:
         """A valid request made to follow the rules that depend on data or on a solution."""

@@ -27,7 +27,7 @@ from django.db import connections
 from arena.errors import ArenaError, ErrorCode
 from arena.live.owners import owners_mark
 from arena.live.sockets import SLOT_SECONDS, SocketTicket, current_slot, sockets_recount
-from arena.live.turns import TurnPlan, battle_turn_finish_payload, messages_progress
+from arena.live.turns import TurnPlan, battle_turn_finish, messages_progress
 from arena.live.upstream import Answer
 from arena.payloads import BattlePayload, Frame, Side
 
@@ -99,7 +99,7 @@ def db(func: Callable[..., T]) -> Callable[..., Any]:
 
 def turn_finish(battle_id: uuid.UUID, answers: dict[Side, tuple[int, Answer]]) -> BattlePayload:
     """Save the turn's end and the battle as the page is shown it, in one thread hop."""
-    return battle_turn_finish_payload(battle_id=battle_id, answers=answers)
+    return battle_turn_finish(battle_id=battle_id, answers=answers)
 
 
 _SAVE_SLICE = 25  # messages per partial save

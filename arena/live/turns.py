@@ -412,7 +412,7 @@ _FINISHED_FIELDS = [
 ]
 
 
-def _message_settle(
+def message_settle(
     message: BattleMessage, *, own_model: ArenaModel, answer: Answer, style: AnswerStyle | None
 ) -> None:
     """Save an answer as it ended into its message (read already, with its battle's models)."""
@@ -437,21 +437,6 @@ def _message_settle(
     message.error = error or ("aborted" if status == BattleMessage.Status.ABORTED else "")
     # Only what the end of an answer changes: not the prompt's text again, nor the keys.
     message.save(update_fields=_FINISHED_FIELDS)
-
-
-def message_finish(
-    *, message_id: int, answer: Answer, style: AnswerStyle | None = None
-) -> BattleMessage:
-    """Save an answer as it ended: text, style counts, tokens, timings, finish reason and error.
-
-    ``style`` is the answer's counts when the caller took them already (outside its lock)."""
-    message = BattleMessage.objects.select_related("battle__model_a", "battle__model_b").get(
-        pk=message_id
-    )
-    battle = message.battle
-    own_model = battle.model_a if message.side == "a" else battle.model_b
-    _message_settle(message, own_model=own_model, answer=answer, style=style)
-    return message
 
 
 def _turn_settle(
@@ -487,7 +472,7 @@ def _turn_settle(
         for side, (message_id, answer) in answers.items():
             own_model = battle.model_a if side == "a" else battle.model_b
             message = by_id[message_id]
-            _message_settle(message, own_model=own_model, answer=answer, style=styles[message_id])
+            message_settle(message, own_model=own_model, answer=answer, style=styles[message_id])
             statuses.add(message.status)
         if BattleMessage.Status.ERROR in statuses:
             battle.state = Battle.State.ERRORED
@@ -523,7 +508,9 @@ def _mixed_turns_left(battle: Battle, current: list[BattleMessage]) -> bool:
     return any(m.turn not in live_done for m in current if m.side != battle.live_side)
 
 
-def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[Side, tuple[int, Answer]]) -> Battle:
+def battle_turn_finish(
+    *, battle_id: uuid.UUID, answers: dict[Side, tuple[int, Answer]]
+) -> BattlePayload:
     """Save both answers of a turn and settle the battle's state.
 
     Ready to vote when both are done; errored when either failed; aborted when either was
@@ -532,17 +519,10 @@ def battle_turn_finish(*, battle_id: uuid.UUID, answers: dict[Side, tuple[int, A
     Idempotent: a turn already settled (by an earlier call whose reply was lost with the
     database connection, or by ``live_battles_sweep``) or whose answers were regenerated since
     is left as it is, so a save retried after a database outage never undoes later changes.
-    """
-    return _turn_settle(battle_id=battle_id, answers=answers)[0]
 
-
-def battle_turn_finish_payload(
-    *, battle_id: uuid.UUID, answers: dict[Side, tuple[int, Answer]]
-) -> BattlePayload:
-    """``battle_turn_finish``, then the battle as the page is shown it.
-
-    Built from what was just saved (the battle was streaming, so it has no vote yet) instead of
-    read back; read back only when the turn had been settled before.
+    Returns the battle as the page is shown it, built from what was just saved (the battle was
+    streaming, so it has no vote yet) instead of read back; read back only when the turn had
+    been settled before.
     """
     battle, current = _turn_settle(battle_id=battle_id, answers=answers)
     if current is None:

@@ -36,14 +36,7 @@ class StartedBattle:
     messages: list[BattleMessage] | None
 
 
-def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> Battle:
-    """Serve a pool battle (``battle_start_pool_with_messages``)."""
-    return battle_start_pool_with_messages(session_key=session_key, rng=rng).battle
-
-
-def battle_start_pool_with_messages(
-    *, session_key: str, rng: random.Random | None = None
-) -> StartedBattle:
+def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> StartedBattle:
     """Serve a pool battle: a prompt and the answers of two different active models.
 
     The two models are drawn by the active pair rule (``arena.sampling``, from the latest

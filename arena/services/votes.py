@@ -38,26 +38,6 @@ def vote_record(
     winner: object,
     ip: str | None = None,
     user_agent: str | None = None,
-) -> Vote:
-    """Record the one vote a battle gets (``vote_record_with_battle``)."""
-    return vote_record_with_battle(
-        battle_id=battle_id,
-        session_key=session_key,
-        voter_id=voter_id,
-        winner=winner,
-        ip=ip,
-        user_agent=user_agent,
-    ).vote
-
-
-def vote_record_with_battle(
-    *,
-    battle_id: object,
-    session_key: str,
-    voter_id: str,
-    winner: object,
-    ip: str | None = None,
-    user_agent: str | None = None,
 ) -> RecordedVote:
     """Record the one vote a battle gets, from the session it was served to.
 

@@ -105,7 +105,9 @@ def test_provider_key_field_takes_a_variable_name_not_a_key(staff_client):
 def test_votes_and_battles_are_read_only_and_searchable(staff_client):
     terms_accept(voter_id="v")
     battle = BattleFactory()
-    vote = vote_record(battle_id=battle.id, session_key="session-1", voter_id="v", winner="tie")
+    vote = vote_record(
+        battle_id=battle.id, session_key="session-1", voter_id="v", winner="tie"
+    ).vote
     listing = staff_client.get(reverse("admin:arena_vote_changelist"), {"q": battle.model_a.slug})
     assert listing.status_code == 200 and str(battle.id) in listing.content.decode()
     assert staff_client.get(reverse("admin:arena_vote_add")).status_code == 403

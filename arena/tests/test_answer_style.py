@@ -6,7 +6,7 @@ from typing import get_type_hints
 import pytest
 
 from answer_style import CONV_METADATA_KEYS, ConvMetadata, conv_metadata, style_counts
-from arena.live.turns import message_finish
+from arena.live.turns import message_settle
 from arena.live.upstream import Answer
 from arena.models import BattleMessage
 from arena.services.battles import battle_start_pool
@@ -21,14 +21,14 @@ def vote(battle):
     terms_accept(voter_id="voter-1")
     return vote_record(
         battle_id=battle.id, session_key="session-1", voter_id="voter-1", winner="tie"
-    )
+    ).vote
 
 
 def test_a_pool_battle_saves_each_answer_with_its_counts():
     models, prompts = pool_of(n_models=2, n_prompts=1, turns=2)
     prompts[0].completions.filter(model=models[0]).delete()
     CompletionFactory(prompt=prompts[0], model=models[0], turns=["# One\n- a\n- b", "**x**"])
-    battle = battle_start_pool(session_key="s1", rng=random.Random(1))
+    battle = battle_start_pool(session_key="s1", rng=random.Random(1)).battle
     messages = list(battle.messages.all())
     assert len(messages) == 4
     for message in messages:
@@ -43,8 +43,8 @@ def test_a_live_answer_is_counted_when_its_turn_ends():
     message.content, message.status = "", BattleMessage.Status.STREAMING
     message.save()
     answer = Answer(parts=["## Plan\n", "1. first\n", "2. second"], status="done")
-    saved = message_finish(message_id=message.pk, answer=answer)
-    saved.refresh_from_db()
+    message_settle(message, own_model=battle.model_a, answer=answer, style=None)
+    saved = BattleMessage.objects.get(pk=message.pk)
     assert saved.style == style_counts("## Plan\n1. first\n2. second")
     assert saved.style["header_count"]["h2"] == 1
     assert saved.style["list_count"]["ordered"] == 2

@@ -145,7 +145,7 @@ async def test_a_battle_voted_over_http_takes_no_follow_up(fake_upstream, live_m
     vote = await database_sync_to_async(vote_record)(
         battle_id=battle_id, session_key=comm.session_key, voter_id="voter-1", winner="model_a"
     )
-    assert vote.battle.state == Battle.State.VOTED
+    assert vote.vote.battle.state == Battle.State.VOTED
     await comm.send_json_to({"type": "turn", "battle_id": battle_id, "prompt": "again"})
     error = await comm.receive_json_from(FRAME_TIMEOUT)
     assert error["type"] == "error" and error["code"] == "already_voted"

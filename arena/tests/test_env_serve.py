@@ -58,7 +58,7 @@ def test_without_an_open_run_a_pool_battle_costs_one_query_more_and_is_a_pool_ba
     submit(run, ["one", "two"])
     env_run_close(run=run)
     with CaptureQueriesContext(connection) as queries:
-        battle = battle_start_pool(session_key="s1", rng=random.Random(1))
+        battle = battle_start_pool(session_key="s1", rng=random.Random(1)).battle
     assert battle.source == Battle.Source.POOL
     env_queries = [q["sql"] for q in queries if "arena_env" in q["sql"]]
     assert len(env_queries) == 1
@@ -142,7 +142,7 @@ def test_a_completion_with_enough_votes_and_battles_in_flight_has_no_more_work_u
     served = env_battle_serve(session_key="s1")
     assert served is not None
     assert env_battle_serve(session_key="s2") is None
-    assert battle_start_pool(session_key="s2").source == Battle.Source.POOL
+    assert battle_start_pool(session_key="s2").battle.source == Battle.Source.POOL
     with time_machine.travel(timezone.now() + served_hold() + timedelta(seconds=1)):
         again = env_battle_serve(session_key="s3")
     assert again is not None and sides(again) == sides(served)

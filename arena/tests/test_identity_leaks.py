@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 
 from arena.leaks import answer_names_model, fold, names_in_answer
-from arena.live.turns import message_finish
+from arena.live.turns import message_settle
 from arena.live.upstream import Answer
 from arena.models import ArenaModel, BattleMessage, Vote
 from arena.selectors import votes_for_export, votes_for_rating
@@ -75,7 +75,9 @@ def test_a_models_names_are_its_slug_display_name_organisation_and_aliases():
 
 def vote_on(battle, winner="model_a"):
     terms_accept(voter_id="voter-1")
-    return vote_record(battle_id=battle.id, session_key="s1", voter_id="voter-1", winner=winner)
+    return vote_record(
+        battle_id=battle.id, session_key="s1", voter_id="voter-1", winner=winner
+    ).vote
 
 
 def pool_pair(answer_a, answer_b, prompt="Tell me about yourself."):
@@ -90,7 +92,7 @@ def pool_pair(answer_a, answer_b, prompt="Tell me about yourself."):
 @pytest.mark.django_db
 def test_a_pool_battle_whose_answer_names_its_model_gets_a_flagged_vote():
     model, _ = pool_pair("As an AI language model developed by OpenAI, I have no self.", "Hi!")
-    battle = battle_start_pool(session_key="s1", rng=random.Random(3))
+    battle = battle_start_pool(session_key="s1", rng=random.Random(3)).battle
     marked = {
         m.battle.model_a if m.side == "a" else m.battle.model_b: m.names_model
         for m in battle.messages.select_related("battle__model_a", "battle__model_b")
@@ -107,7 +109,7 @@ def test_a_pool_battle_whose_answer_names_its_model_gets_a_flagged_vote():
 @pytest.mark.django_db
 def test_a_pool_battle_where_the_prompt_asked_about_the_name_is_not_flagged():
     pool_pair("OpenAI is an AI research company.", "A company.", prompt="What is OpenAI?")
-    battle = battle_start_pool(session_key="s1", rng=random.Random(3))
+    battle = battle_start_pool(session_key="s1", rng=random.Random(3)).battle
     assert not battle.messages.filter(names_model=True).exists()
     vote = vote_on(battle)
     assert not vote.flagged and vote.flags == []
@@ -117,7 +119,7 @@ def test_a_pool_battle_where_the_prompt_asked_about_the_name_is_not_flagged():
 @pytest.mark.django_db
 def test_a_pool_answer_naming_another_model_is_no_leak():
     pool_pair("I am not from Elsewhere.", "Elsewhere? No idea.")  # b names a's org, a names b's
-    battle = battle_start_pool(session_key="s1", rng=random.Random(3))
+    battle = battle_start_pool(session_key="s1", rng=random.Random(3)).battle
     names = {m.side: m.names_model for m in battle.messages.all()}
     other_side = "a" if battle.model_a.slug == "other" else "b"
     assert names[other_side] is True  # "Elsewhere? No idea." names its own organisation
@@ -132,7 +134,7 @@ def test_a_live_answer_is_checked_when_its_turn_ends():
     message.content, message.status = "", BattleMessage.Status.STREAMING
     message.save()
     answer = Answer(parts=["I'm Llama-X, made by ", "META."], status="done")
-    assert message_finish(message_id=message.pk, answer=answer).names_model is True
+    message_settle(message, own_model=model, answer=answer, style=None)
     message.refresh_from_db()
     assert message.names_model is True
     battle.state = battle.State.READY
@@ -140,7 +142,7 @@ def test_a_live_answer_is_checked_when_its_turn_ends():
     terms_accept(voter_id="voter-1")
     vote = vote_record(
         battle_id=battle.id, session_key="session-1", voter_id="voter-1", winner="model_b"
-    )
+    ).vote
     assert vote.flags == ["identity_leak"]
 
 
@@ -152,10 +154,11 @@ def test_a_live_answer_repeating_the_name_the_user_typed_is_not_marked():
     message.user_content = "Summarise Meta's annual report."
     message.status = BattleMessage.Status.STREAMING
     message.save()
-    saved = message_finish(
-        message_id=message.pk, answer=Answer(parts=["Meta grew."], status="done")
+    message_settle(
+        message, own_model=model, answer=Answer(parts=["Meta grew."], status="done"), style=None
     )
-    assert saved.names_model is False
+    message.refresh_from_db()
+    assert message.names_model is False
 
 
 @pytest.mark.django_db
@@ -223,7 +226,7 @@ def test_staff_clear_an_identity_leak_flag_and_the_vote_counts_again():
     from django.test import Client
 
     pool_pair("Made by OpenAI.", "Hi!")
-    vote = vote_on(battle_start_pool(session_key="s1", rng=random.Random(3)))
+    vote = vote_on(battle_start_pool(session_key="s1", rng=random.Random(3)).battle)
     assert vote.flags == ["identity_leak"]
     staff = get_user_model().objects.create_superuser("staff", "s@example.org", "pw-1234!")
     client = Client()

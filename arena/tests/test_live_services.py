@@ -42,7 +42,8 @@ def finish(plan, status="done", error_kind=""):
             side_plan.message_id,
             Answer(parts=["text"], status=status, error_kind=error_kind),
         )
-    return battle_turn_finish(battle_id=plan.battle_id, answers=answers)
+    battle_turn_finish(battle_id=plan.battle_id, answers=answers)
+    return Battle.objects.select_related("model_a", "model_b").get(pk=plan.battle_id)
 
 
 def test_live_battle_draws_two_different_models_and_never_a_zero_weight_one():

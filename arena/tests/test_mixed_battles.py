@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from arena.models import Battle, BattleMessage
 from arena.payloads import BattlePayload
 from arena.selectors import battle_payload, votes_for_rating
-from arena.services.battles import battle_start_pool, battle_start_pool_with_messages
+from arena.services.battles import battle_start_pool
 from arena.services.sampling import sampling_stats_store
 from arena.services.votes import vote_record
 from arena.tests.factories import pool_of
@@ -42,7 +42,7 @@ def _mark_established(models) -> None:
 
 
 def _mixed(session_key: str = "s1", seed: int = 1) -> Battle:
-    battle = battle_start_pool(session_key=session_key, rng=random.Random(seed))
+    battle = battle_start_pool(session_key=session_key, rng=random.Random(seed)).battle
     assert battle.source == Battle.Source.MIXED
     return battle
 
@@ -53,7 +53,7 @@ def test_a_preliminary_live_model_gets_a_mixed_battle_with_the_stored_side_shown
     settings.ARENA_BRIDGE_SHARE = 1.0
     live = _one_live_model(live_models)
     pool_models, prompts = pool_of(n_models=2, n_prompts=2, turns=2)
-    started = battle_start_pool_with_messages(session_key="s1", rng=random.Random(3))
+    started = battle_start_pool(session_key="s1", rng=random.Random(3))
     battle = started.battle
     assert battle.source == Battle.Source.MIXED and battle.state == Battle.State.STREAMING
     live_model = battle.model_a if battle.live_side == "a" else battle.model_b
@@ -99,7 +99,9 @@ def test_the_bridge_share_zero_serves_only_pool_battles(settings, live_models):
     settings.ARENA_BRIDGE_SHARE = 0.0
     _one_live_model(live_models)
     pool_of(n_models=2, n_prompts=2)
-    sources = {battle_start_pool(session_key="s", rng=random.Random(i)).source for i in range(20)}
+    sources = {
+        battle_start_pool(session_key="s", rng=random.Random(i)).battle.source for i in range(20)
+    }
     assert sources == {Battle.Source.POOL}
 
 
@@ -108,7 +110,7 @@ def test_the_bridge_share_is_the_share_of_mixed_battles_served(settings, live_mo
     _one_live_model(live_models)
     pool_of(n_models=2, n_prompts=2)
     rng = random.Random(11)
-    sources = [battle_start_pool(session_key="s", rng=rng).source for _ in range(300)]
+    sources = [battle_start_pool(session_key="s", rng=rng).battle.source for _ in range(300)]
     assert 0.2 < sources.count(Battle.Source.MIXED) / 300 < 0.4
 
 
@@ -117,7 +119,9 @@ def test_an_established_live_model_is_not_bridged(settings, live_models):
     live = _one_live_model(live_models)
     pool_models, _ = pool_of(n_models=2, n_prompts=2)
     _mark_established([live, *pool_models])
-    sources = {battle_start_pool(session_key="s", rng=random.Random(i)).source for i in range(20)}
+    sources = {
+        battle_start_pool(session_key="s", rng=random.Random(i)).battle.source for i in range(20)
+    }
     assert sources == {Battle.Source.POOL}
 
 
@@ -138,7 +142,9 @@ def test_a_live_model_whose_breaker_is_open_is_not_bridged(settings, live_models
     provider = live.provider
     provider.breaker_open_until = datetime(2999, 1, 1, tzinfo=UTC)
     provider.save()
-    assert battle_start_pool(session_key="s", rng=random.Random(2)).source == Battle.Source.POOL
+    assert (
+        battle_start_pool(session_key="s", rng=random.Random(2)).battle.source == Battle.Source.POOL
+    )
 
 
 @pytest.mark.parametrize("value", ["-0.1", "1.5"])
@@ -164,7 +170,7 @@ async def _start_mixed(settings, live_models, turns: int = 2):
     live = await database_sync_to_async(make)()
     comm = await open_socket()
     battle = await database_sync_to_async(
-        lambda: battle_start_pool(session_key=comm.session_key, rng=random.Random(5))
+        lambda: battle_start_pool(session_key=comm.session_key, rng=random.Random(5)).battle
     )()
     assert battle.source == Battle.Source.MIXED
     return live, comm, battle
@@ -206,7 +212,7 @@ async def test_the_live_side_answers_each_pool_turn_with_its_own_answers_in_cont
             session_key=comm.session_key,
             voter_id="voter-1",
             winner="model_a",
-        )
+        ).vote
         return vote, list(votes_for_rating().values_list("pk", flat=True))
 
     vote, rated = await database_sync_to_async(vote_and_read)()

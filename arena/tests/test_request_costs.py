@@ -42,7 +42,7 @@ def drawn_models(n: int = 40) -> set[int]:
     models: set[int] = set()
     rng = random.Random(3)
     for i in range(n):
-        battle = battle_start_pool(session_key=f"s{i}", rng=rng)
+        battle = battle_start_pool(session_key=f"s{i}", rng=rng).battle
         models |= {battle.model_a_id, battle.model_b_id}
     return models
 
@@ -145,7 +145,7 @@ def test_an_answer_edited_and_saved_is_served_as_edited(db):
     completion = Completion.objects.get(model=models[0])
     completion.turns = ["Edited answer, as gpt-9000 would say."]
     completion.save()
-    battle = battle_start_pool(session_key="s", rng=random.Random(1))
+    battle = battle_start_pool(session_key="s", rng=random.Random(1)).battle
     side = "a" if battle.model_a_id == models[0].pk else "b"
     assert battle.messages.get(side=side).content == "Edited answer, as gpt-9000 would say."
 

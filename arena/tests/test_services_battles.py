@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db
 
 def test_pool_battle_pairs_two_different_models_that_answered_its_prompt():
     models, prompts = pool_of(n_models=3, n_prompts=4)
-    battle = battle_start_pool(session_key="s1", rng=random.Random(1))
+    battle = battle_start_pool(session_key="s1", rng=random.Random(1)).battle
     assert battle.model_a_id != battle.model_b_id
     assert battle.state == Battle.State.READY
     assert battle.source == Battle.Source.POOL
@@ -32,7 +32,7 @@ def test_pool_battle_shows_each_variant_of_a_model_answer_uniformly():
     rng = random.Random(5)
     shown = Counter()
     for _ in range(300):
-        battle = battle_start_pool(session_key="s", rng=rng)
+        battle = battle_start_pool(session_key="s", rng=rng).battle
         side = "a" if battle.model_a_id == models[0].id else "b"
         shown[battle.messages.get(side=side).content] += 1
     # Three variants, about 100 battles each (a binomial's spread is about 8).
@@ -42,7 +42,7 @@ def test_pool_battle_shows_each_variant_of_a_model_answer_uniformly():
 
 def test_pool_battle_shows_every_turn_of_a_multi_turn_prompt():
     pool_of(n_models=2, n_prompts=1, turns=2)
-    battle = battle_start_pool(session_key="s1")
+    battle = battle_start_pool(session_key="s1").battle
     turns = sorted(battle.messages.values_list("turn", "side"))
     assert turns == [(0, "a"), (0, "b"), (1, "a"), (1, "b")]
     assert battle.messages.get(turn=1, side="a").user_content == battle.prompt.turns[1]
@@ -57,7 +57,7 @@ def test_inactive_and_zero_weight_models_are_never_drawn():
     rng = random.Random(7)
     seen = set()
     for _ in range(30):
-        battle = battle_start_pool(session_key="s", rng=rng)
+        battle = battle_start_pool(session_key="s", rng=rng).battle
         seen |= {battle.model_a_id, battle.model_b_id}
     assert seen == {models[2].id, models[3].id}
 
@@ -70,7 +70,7 @@ def test_models_are_drawn_in_proportion_to_their_weight(settings):
     rng = random.Random(3)
     counts = Counter()
     for _ in range(300):
-        battle = battle_start_pool(session_key="s", rng=rng)
+        battle = battle_start_pool(session_key="s", rng=rng).battle
         counts.update([battle.model_a_id, battle.model_b_id])
     # The heavy model is in almost every battle; the two light ones share the other slot.
     assert counts[models[0].id] > 0.85 * 300
@@ -80,7 +80,9 @@ def test_models_are_drawn_in_proportion_to_their_weight(settings):
 def test_sides_are_assigned_in_random_order():
     models, _ = pool_of(n_models=2, n_prompts=1)
     rng = random.Random(11)
-    sides = Counter(battle_start_pool(session_key="s", rng=rng).model_a_id for _ in range(60))
+    sides = Counter(
+        battle_start_pool(session_key="s", rng=rng).battle.model_a_id for _ in range(60)
+    )
     assert set(sides) == {models[0].id, models[1].id}
 
 

@@ -34,7 +34,7 @@ def record(battle, voter, **overrides):
         "user_agent": "Mozilla/5.0 (X11; Linux x86_64)",
     }
     kwargs.update(overrides)
-    return vote_record(**kwargs)
+    return vote_record(**kwargs).vote
 
 
 def test_vote_is_stored_with_style_counts_of_both_sides_and_closes_the_battle(voter):

@@ -78,7 +78,7 @@ async def test_a_new_live_model_is_rated_with_the_pool_models_after_a_few_mixed_
     # The live side wins the first mixed battle and loses the second, and so on.
     while served[Battle.Source.MIXED] < VOTES_TO_CONNECT:
         battle = await database_sync_to_async(
-            lambda: battle_start_pool(session_key=comm.session_key, rng=rng)
+            lambda: battle_start_pool(session_key=comm.session_key, rng=rng).battle
         )()
         served[battle.source] += 1
         if battle.source != Battle.Source.MIXED:

@@ -105,7 +105,7 @@ def test_a_failing_enqueue_does_not_fail_the_vote(db, django_capture_on_commit_c
     ):
         vote = vote_record(
             battle_id=battle.pk, session_key="session-1", voter_id="voter-1", winner="model_b"
-        )
+        ).vote
     assert Vote.objects.filter(pk=vote.pk, winner="model_b").exists()
     assert apply_async.call_count == 1  # the receiver ran and tried to enqueue
     [record] = [r for r in caplog.records if r.name == "ratings.tasks"]
