@@ -80,7 +80,7 @@ def generator(model: Any, tokenizer: Any) -> Any:
                 pad_token_id=tokenizer.pad_token_id,
             )
         texts = tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
-        # A random policy writes any byte, NUL too, which PostgreSQL's text cannot hold.
+        # A random policy writes any byte, NUL too, which the arena refuses (400, the whole group).
         return [text.replace("\x00", "") for text in texts]
 
     return generate

@@ -93,13 +93,13 @@ def script_group(arena: ScriptedServer, *records: dict[str, Any], groups: int = 
 
 
 def feedback(
-    arena: ScriptedServer, tokenizer: Any, texts: list[str], **kw: Any
+    arena: ScriptedServer, tokenizer: Any, texts: list[str], items: int = 1, **kw: Any
 ) -> HumanFeedbackEnv:
     env = ArenaEnv(arena.url, "t", retries=0, backoff=0.0)
     return HumanFeedbackEnv(
         env,
         RUN,
-        [PROMPT],
+        [PROMPT] * items,
         lambda prompt, n: texts[:n],
         group_size=len(texts),
         timeout=0.3,
@@ -181,8 +181,7 @@ async def test_a_partial_group_passes_atropos_checks_and_reaches_a_trainers_batc
     # Two items, two of three members judged in each: Atropos' batcher packs groups of one
     # size into exactly batch_size sequences, and an env's batch is at least its group_size.
     two_of_three_judged(arena, groups=2)
-    hf = feedback(arena, tokenizer, ["Light scatters.", "Blue is short.", "Because."])
-    hf._items = iter([PROMPT, PROMPT])
+    hf = feedback(arena, tokenizer, ["Light scatters.", "Blue is short.", "Because."], items=2)
     env = base_env(hf, tokenizer_dir, api)
     register_trainer(api, batch_size=4, num_steps=10)
     await env.get_server_info()  # Atropos' own batch/length settings from the trainer
