@@ -160,10 +160,60 @@ def test_atropos_env_gives_no_group_when_fewer_than_two_members_were_judged(scri
         *[Answer(200, {"records": [], "next_cursor": 2})] * 50,
     )
     loop_env = HumanFeedbackEnv(
-        env, RUN, ["p"], lambda prompt, n: ["a", "b"], group_size=2, timeout=0.2, poll=0.05
+        env,
+        RUN,
+        ["p"],
+        lambda prompt, n: ["a", "b"],
+        group_size=2,
+        timeout=0.2,
+        poll=0.05,
+        tokenize=toy_tokenize,
     )
     group, backlog = asyncio.run(loop_env.collect_trajectories("p"))
     assert group is None and backlog == []
+
+
+def toy_tokenize(messages: object, text: str) -> tuple[list[int], list[int]]:
+    """One id per character: the prompt's masked, the completion's kept."""
+    prompt = [ord(c) for c in str(messages)]
+    completion = [ord(c) for c in text]
+    return prompt + completion, [-100] * len(prompt) + completion
+
+
+def test_atropos_env_needs_a_tokenize_and_says_so(env):
+    with pytest.raises(TypeError, match="tokenize="):
+        HumanFeedbackEnv(env, RUN, ["p"], lambda prompt, n: ["a"] * n, timeout=1)
+
+
+def test_a_partial_atropos_group_says_its_size_and_keeps_its_tokens(scripted_server, env):
+    scripted_server.add(
+        f"/runs/{RUN}/submissions",
+        Answer(201, {"id": "s1", "completions": [{"id": c} for c in ("c0", "c1", "c2")]}),
+    )
+    done = [record("c0", "complete", 2.0), record("c1", "pending", None)]
+    scripted_server.add(
+        f"/runs/{RUN}/rewards",
+        Answer(200, {"records": [*done, record("c2", "complete", -1.0)], "next_cursor": 3}),
+        *[Answer(200, {"records": [], "next_cursor": 3})] * 50,
+    )
+    loop_env = HumanFeedbackEnv(
+        env,
+        RUN,
+        ["p"],
+        lambda prompt, n: ["ab", "cd", "ef"],
+        group_size=3,
+        timeout=0.2,
+        poll=0.05,
+        tokenize=toy_tokenize,
+    )
+    group, _ = asyncio.run(loop_env.collect_trajectories("p"))
+    assert group is not None
+    # Atropos compares len(tokens) with this (else with its own group_size, and skips it).
+    assert group["group_overrides"]["group_size"] == 2
+    assert group["group_overrides"]["arena_scores"] == [2.0, None, -1.0]
+    assert group["scores"] == [2.0, -1.0]
+    assert group["tokens"] == [[ord("p"), ord("a"), ord("b")], [ord("p"), ord("e"), ord("f")]]
+    assert group["masks"] == [[-100, ord("a"), ord("b")], [-100, ord("e"), ord("f")]]
 
 
 def test_verifiers_calls_beyond_group_size_start_a_new_group(scripted_server, env):

@@ -123,8 +123,18 @@ def test_atropos_style_env_collects_a_scored_group(asgi_server, env):
         generated.append((prompt, n))
         return [f"rollout quality {q} " for q in (2, 7)][:n]
 
+    def tokenize(messages: object, text: str) -> tuple[list[int], list[int]]:
+        prompt = [ord(c) for c in str(messages)]
+        return prompt + [ord(c) for c in text], [-100] * len(prompt) + [ord(c) for c in text]
+
     loop_env = HumanFeedbackEnv(
-        env, run.id, ["Describe the sea in one line."], generate, group_size=2, timeout=WAIT
+        env,
+        run.id,
+        ["Describe the sea in one line."],
+        generate,
+        group_size=2,
+        timeout=WAIT,
+        tokenize=tokenize,
     )
 
     async def one_step() -> tuple[object, object, object]:
@@ -144,7 +154,12 @@ def test_atropos_style_env_collects_a_scored_group(asgi_server, env):
     ]
     assert group["messages"][0][0] == {"role": "user", "content": "Describe the sea in one line."}
     assert [o["votes"] for o in group["overrides"]] == [2, 2]
-    assert group["tokens"] == [[], []] and group["masks"] == [[], []]
+    assert group["group_overrides"]["group_size"] == 2
+    assert [len(t) for t in group["tokens"]] == [len(m) for m in group["masks"]]
+    assert [[m for m in masks if m != -100] for masks in group["masks"]] == [
+        [ord(c) for c in "rollout quality 2 "],
+        [ord(c) for c in "rollout quality 7 "],
+    ]
 
 
 def test_verifiers_reward_batches_concurrent_calls_of_a_prompt_into_one_group(asgi_server, env):
