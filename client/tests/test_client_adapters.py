@@ -256,6 +256,23 @@ def test_a_refused_verifiers_group_raises_in_every_waiting_call(scripted_server,
     assert len(scripted_server.received) == 1  # one group submitted, not one per call
 
 
+def test_a_refused_verifiers_group_is_logged_and_kept_in_state_for_rubrics_that_swallow_it(
+    scripted_server, env, caplog
+):
+    # verifiers 0.1/0.2 rubrics catch a reward function's exception and score 0.0: the
+    # error log and the state entry are what tells the user the arena refused the group.
+    scripted_server.add(
+        f"/runs/{RUN}/submissions",
+        Answer(400, {"error": {"code": "invalid", "message": "prompt must be a string"}}),
+    )
+    reward = vf_human_reward(env, RUN, timeout=5, window=0.05)
+    state: dict = {}
+    with caplog.at_level("ERROR", logger="arena_env"), pytest.raises(ArenaEnvError):
+        asyncio.run(reward(prompt="p", completion="x", state=state))
+    assert "400 invalid: prompt must be a string" in state["arena_error"]
+    assert any("400 invalid" in r.getMessage() for r in caplog.records)
+
+
 def test_a_verifiers_group_left_by_a_closed_event_loop_does_not_trap_later_calls(
     scripted_server, env
 ):
