@@ -93,9 +93,14 @@ def test_trl_function_leaves_blank_completions_out_of_the_group(scripted_server,
     reward = human_reward(env, RUN, timeout=0.3, poll=0.05)
     # A blank completion would be refused (400) and abort the step; a group of blanks only is
     # not sent at all.
-    assert reward(prompts=["p", "p", "q"], completions=[" \n", "fine", ""]) == [None, 12.0, None]
+    assert reward(prompts=["p", "p", "q"], completions=[" \n", "fi\x00ne\ud800", ""]) == [
+        None,
+        12.0,
+        None,
+    ]
     (sent,) = [r.body for r in scripted_server.received if r.path.endswith("/submissions")]
-    assert sent["completions"] == [{"text": "fine", "meta": {"index": 1}}]
+    # A NUL or a lone surrogate (the arena refuses both) is sent as U+FFFD.
+    assert sent["completions"] == [{"text": "fi\ufffdne\ufffd", "meta": {"index": 1}}]
 
 
 def test_trl_function_submits_each_group_with_its_positions_and_step(scripted_server, env):

@@ -36,7 +36,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
-from arena_env.adapters.trl import Value, reward_value, submit_group
+from arena_env.adapters.trl import Value, reward_value, submit_group, wait_for_group
 from arena_env.client import ArenaEnv, Reward, completion_text, prompt_messages
 
 __all__ = ["HumanFeedbackEnv", "ScoredGroup", "atropos_env_class", "chat_tokenize"]
@@ -161,11 +161,8 @@ class HumanFeedbackEnv:
         texts = [completion_text(c) for c in completions]
         messages = prompt_messages(prompt)
         ids = await asyncio.to_thread(submit_group, self.env, self.run_id, messages, texts)
-        submitted = [cid for cid in ids if cid is not None]
-        records = (
-            await asyncio.to_thread(self.env.wait, self.run_id, submitted, self.timeout, self.poll)
-            if submitted
-            else {}
+        records = await asyncio.to_thread(
+            wait_for_group, self.env, self.run_id, ids, timeout=self.timeout, poll=self.poll
         )
         return self._scored_group(messages, texts, ids, records), []
 

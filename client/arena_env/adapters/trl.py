@@ -11,6 +11,8 @@ completions as role/content messages) are read as such. TRL is not imported.
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -30,7 +32,10 @@ __all__ = [
     "human_reward",
     "reward_value",
     "submit_group",
+    "wait_for_group",
 ]
+
+logger = logging.getLogger(__name__)
 
 RewardFunc = Callable[..., list[float | None]]
 Value = Literal["score", "win_rate"]
@@ -78,6 +83,14 @@ def reward_value(
     return reward.score if value == "score" else reward.win_rate
 
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable_text(text: str) -> str:
+    """``text`` with each NUL and lone surrogate replaced by U+FFFD, as the arena stores text."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
 def submit_group(
     env: ArenaEnv,
     run_id: str,
@@ -92,6 +105,7 @@ def submit_group(
     group, and their reward is whatever the adapter gives an unjudged completion. A group of
     blanks only is not sent at all.
     """
+    texts = [storable_text(text) for text in texts]
     keep = [i for i, text in enumerate(texts) if text.strip()]
     ids: list[str | None] = [None] * len(texts)
     if not keep:
@@ -119,13 +133,41 @@ def cancel_unfinished(
     """Cancel the submissions of ``ids`` still waiting for votes once the trainer has stopped
     waiting: no visitor is then asked to judge completions whose rewards would come too late
     to be used, nor do they count toward the run's pending bound. Completions already
-    judged keep their records. Returns the submission ids cancelled."""
+    judged keep their records. Best effort: a cancel that fails is logged, not raised (the
+    rewards in hand are still good). Returns the submission ids cancelled."""
     late = {
         record.submission_id
         for cid in ids
         if cid is not None and (record := records.get(cid)) is not None and not record.done
     }
-    return [sid for sid in sorted(late) if env.cancel_submission(run_id, sid)]
+    cancelled: list[str] = []
+    for sid in sorted(late):
+        try:
+            if env.cancel_submission(run_id, sid):
+                cancelled.append(sid)
+        except ArenaEnvError as error:
+            logger.warning("could not cancel late submission %s of run %s: %s", sid, run_id, error)
+    return cancelled
+
+
+def wait_for_group(
+    env: ArenaEnv,
+    run_id: str,
+    ids: Sequence[str | None],
+    *,
+    timeout: float,
+    poll: float,
+    cancel_late: bool = True,
+) -> dict[str, Reward]:
+    """The records of a group's submitted members (``None`` ids were not sent) once all are
+    done or ``timeout`` has passed; then, with ``cancel_late``, ``cancel_unfinished``."""
+    submitted = [cid for cid in ids if cid is not None]
+    if not submitted:
+        return {}
+    records = env.wait(run_id, submitted, timeout=timeout, poll=poll)
+    if cancel_late:
+        cancel_unfinished(env, run_id, records, submitted)
+    return records
 
 
 def _step(kwargs: Mapping[str, Any]) -> int | None:
@@ -176,10 +218,9 @@ def human_reward(
                     metas,
                 )
             )
-        submitted = [cid for cid in ids if cid is not None]
-        records = env.wait(run_id, submitted, timeout=timeout, poll=poll) if submitted else {}
-        if cancel_late:
-            cancel_unfinished(env, run_id, records, submitted)
+        records = wait_for_group(
+            env, run_id, ids, timeout=timeout, poll=poll, cancel_late=cancel_late
+        )
         return [
             None
             if cid is None

@@ -45,7 +45,13 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from arena_env.adapters.trl import Value, group_spans, reward_value, submit_group
+from arena_env.adapters.trl import (
+    Value,
+    group_spans,
+    reward_value,
+    submit_group,
+    wait_for_group,
+)
 from arena_env.client import (
     MAX_GROUP,
     ArenaEnv,
@@ -196,13 +202,8 @@ class _Grouper:
             ids = await asyncio.to_thread(
                 submit_group, self.env, self.run_id, batch.prompt, batch.texts
             )
-            submitted = [cid for cid in ids if cid is not None]
-            records = (
-                await asyncio.to_thread(
-                    self.env.wait, self.run_id, submitted, self.timeout, self.poll
-                )
-                if submitted
-                else {}
+            records = await asyncio.to_thread(
+                wait_for_group, self.env, self.run_id, ids, timeout=self.timeout, poll=self.poll
             )
         except Exception as error:  # every waiting caller sees the failure
             for future in batch.futures:
@@ -336,11 +337,8 @@ def human_group_reward(
                         [completion_text(completions[i]) for i in span],
                     )
                 )
-            submitted = [cid for cid in ids if cid is not None]
-            records = (
-                await asyncio.to_thread(env.wait, run_id, submitted, timeout, poll)
-                if submitted
-                else {}
+            records = await asyncio.to_thread(
+                wait_for_group, env, run_id, ids, timeout=timeout, poll=poll
             )
         except Exception as error:
             logger.error("arena reward %s failed for run %s: %s", name, run_id, _describe(error))
@@ -393,9 +391,8 @@ async def _score_episode(
                     [{"trace": scored[i].id} for i in span],
                 )
             )
-        submitted = [cid for cid in ids if cid is not None]
-        records = (
-            await asyncio.to_thread(env.wait, run_id, submitted, timeout, poll) if submitted else {}
+        records = await asyncio.to_thread(
+            wait_for_group, env, run_id, ids, timeout=timeout, poll=poll
         )
     except Exception as error:
         logger.error("arena group reward %s failed for run %s: %s", name, run_id, _describe(error))

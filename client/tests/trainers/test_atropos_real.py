@@ -82,9 +82,15 @@ def script_group(arena: ScriptedServer, *records: dict[str, Any], groups: int = 
     """``groups`` submissions of ``len(records) // groups`` completions each, and one feed
     page holding every record (the client keeps what it read between waits)."""
     size = len(records) // groups
+    records = tuple(r | {"submission_id": f"s{i // size}"} for i, r in enumerate(records))
     for g in range(groups):
         ids = [{"id": r["completion_id"]} for r in records[g * size : (g + 1) * size]]
         arena.add(f"/runs/{RUN}/submissions", Answer(201, {"id": f"s{g}", "completions": ids}))
+        # The adapter cancels a submission still waiting when it stops waiting.
+        arena.add(
+            f"/runs/{RUN}/submissions/s{g}/cancel",
+            Answer(200, {"submission_ids": [f"s{g}"], "completions": []}),
+        )
     arena.add(
         f"/runs/{RUN}/rewards",
         Answer(200, {"records": list(records), "next_cursor": len(records)}),
@@ -297,6 +303,7 @@ class FakeArena(ScriptedServer):
         self.feed: list[dict[str, Any]] = []
         self.submissions: list[list[str]] = []
         self.closed: list[str] = []
+        self.cancelled: list[str] = []
 
     def _next(self, path: str) -> Answer:
         body = self.received[-1].body
@@ -311,13 +318,16 @@ class FakeArena(ScriptedServer):
             ids = [f"s{n}c{j}" for j in range(len(texts))]
             for j, cid in enumerate(ids):
                 status, score = self.judge(n, j)
-                self.feed.append(record(cid, status, score))
+                self.feed.append(record(cid, status, score) | {"submission_id": f"s{n}"})
             return Answer(201, {"id": f"s{n}", "completions": [{"id": c} for c in ids]})
         if parts[-1] == "rewards":
             query = urllib.parse.parse_qs(url.query)
             cursor, limit = int(query["cursor"][0]), int(query["limit"][0])
             page = self.feed[cursor : cursor + limit]
             return Answer(200, {"records": page, "next_cursor": cursor + len(page)})
+        if parts[-1] == "cancel" and len(parts) == 5:  # runs/{id}/submissions/{sid}/cancel
+            self.cancelled.append(parts[3])
+            return Answer(200, {"submission_ids": [parts[3]], "completions": []})
         if parts[-1] == "close":
             self.closed.append(parts[1])
             return Answer(200, {"id": parts[1], "state": "closed"})
@@ -353,6 +363,9 @@ def test_the_grpo_script_trains_through_atropos_against_a_scripted_arena(tmp_pat
     assert result["library"] == "atropos" and result["version"] == "0.4.0"
     assert result["run_id"] == "run-9" and result["closed"] is True
     assert fake.closed == ["run-9"]
+    # The groups left waiting when the adapter stopped (the partial one, the unjudged one)
+    # were cancelled: no visitor spends a vote the trainer will not read.
+    assert fake.cancelled == ["s0", "s1"]
     steps = result["steps"]
     assert [s["step"] for s in steps] == [0, 1, 2]
     assert all(s["group_size"] == 3 and len(s["scores"]) == 3 for s in steps)
