@@ -256,6 +256,23 @@ def main(argv: list[str] | None = None) -> int:
             f"{f['log_loss']:9.3f} {f['log_loss'] / anchor['log_loss']:9.3f} "
             f"{f['brier']:7.3f} {f['brier'] / anchor['brier']:9.3f} {f['ece']:6.3f}"
         )
+    print(
+        "\naccuracy minus the anchor's, 95% interval from 2,000 resamples of the questions "
+        "(paired):"
+    )
+    anchor_right = _confidence(methods["(a) longer answer"], y)[1]
+    questions = votes["question_id"].to_numpy()[y != 0.5]
+    unique = np.unique(questions)
+    members = [np.flatnonzero(questions == q) for q in unique]
+    rng = np.random.default_rng(args.seed)
+    for name, p in list(methods.items())[1:]:
+        delta = _confidence(p, y)[1] - anchor_right
+        draws = []
+        for _ in range(2000):
+            rows = np.concatenate([members[i] for i in rng.integers(0, len(unique), len(unique))])
+            draws.append(delta[rows].mean())
+        low, high = np.percentile(draws, [2.5, 97.5])
+        print(f"    {name:30s} {delta.mean():+.3f}  [{low:+.3f}, {high:+.3f}]")
     for name, p in methods.items():
         print(f"\ncalibration, {name} (decisive votes):")
         print("\n".join(calibration_table(p, y)))
