@@ -24,6 +24,9 @@ class RatingsConfig(AppConfig):
         vote_recorded.connect(
             reward_model_refit_after_vote, dispatch_uid="ratings.reward_model_refit_after_vote"
         )
+        vote_flags_changed.connect(
+            reward_model_refit_after_vote, dispatch_uid="ratings.reward_model_refit_after_flags"
+        )
         env_submission_created.connect(
             reward_model_after_submission, dispatch_uid="ratings.reward_model_after_submission"
         )

@@ -287,7 +287,7 @@ def reward_model_after_submission(**kwargs: Any) -> None:
 
 
 def reward_model_refit_after_vote(**kwargs: Any) -> None:
-    """``arena.signals.vote_recorded`` receiver: one refit per
+    """``arena.signals.vote_recorded`` (and ``vote_flags_changed``) receiver: one refit per
     ``ARENA_REWARD_MODEL_DEBOUNCE_SECONDS`` window, as the leaderboard's refresh is debounced
     (the first vote of a window queues a refit that reads every vote when it starts). Nothing
     is queued while the reward model is off; a failure to queue is logged."""

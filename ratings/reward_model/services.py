@@ -9,7 +9,8 @@ Outcomes as the ratings count them: a win 1, a loss 0, a tie and "both bad" each
 A refit (``reward_model_refit``) embeds those texts, standardises the features on the answers it
 read, chooses the penalty by held-out log-loss over 3 folds split by prompt, fits the head on
 every pair and stores an immutable ``RewardModelSnapshot`` with the held-out figures of 5
-folds split by prompt. On the same votes as the latest snapshot it is a no-op.
+folds split by prompt. On the same votes as the latest snapshot (the same newest vote and number
+of pairs) it is a no-op.
 
 Scoring (``reward_model_score_submission``) reads the latest snapshot (fitting the first one if
 there is none: on no votes it is the prior, ``w = 0``, whose intervals say it knows nothing),
@@ -32,7 +33,6 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db.models import Max
 
 from answer_style import style_counts
 from arena.env.model_rewards import ModelReward, env_model_rewards_store
@@ -225,11 +225,16 @@ def reward_model_refit(*, force: bool = False) -> RewardModelSnapshot:
     """A new snapshot fitted on the votes, or the latest one when the votes are unchanged."""
     started = time.perf_counter()
     latest = RewardModelSnapshot.objects.first()
-    eligible = _eligible_votes()
-    high_water = eligible.aggregate(top=Max("id"))["top"] or 0
-    if latest is not None and not force and latest.vote_high_water == high_water:
+    data = training_set()  # the database's part only: the embedding comes after the check
+    # The newest vote and the number of pairs: a new vote moves the first, a vote flagged or
+    # cleared the second.
+    if (
+        latest is not None
+        and not force
+        and (latest.vote_high_water, latest.n_votes) == (data.high_water, len(data.y))
+    ):
         return latest
-    data = training_set()
+    high_water = data.high_water
     spec = base_spec()
     raw = _features(spec, data.prompts, data.answers, data.styles)
     spec = fitted_spec(spec, raw)

@@ -283,6 +283,11 @@ def test_the_refit_task_writes_a_snapshot_from_the_votes_and_reruns_as_a_no_op(f
     assert len(bytes(snapshot.weights)) > 0
     assert tasks.reward_model_refit.apply().get() == first
     assert RewardModelSnapshot.objects.count() == 1
+    # A vote flagged since is left out: a new snapshot, on one pair fewer.
+    Vote.objects.filter(pk=Vote.objects.order_by("id").values("id")[:1]).update(flagged=True)
+    second = tasks.reward_model_refit.apply().get()
+    assert second != first
+    assert RewardModelSnapshot.objects.get(pk=second).n_votes == snapshot.n_votes - 1
     with pytest.raises(Exception, match="immutable"):
         snapshot.save()
 
