@@ -2,6 +2,9 @@
 
 Tests marked ``postgres``, ``redis`` or ``browser`` skip with the reason when the service is
 missing; with ARENA_REQUIRE_SERVICES=1 / ARENA_REQUIRE_BROWSER=1 (as in CI) they fail instead.
+Tests marked ``reward_model`` need the reward-model extra (torch, sentence-transformers, the
+bundled MiniLM) and skip with the reason without it; ARENA_REQUIRE_REWARD_MODEL=1 makes them
+fail instead (the extra's CI job).
 """
 
 import asyncio
@@ -18,6 +21,7 @@ from django.conf import settings
 
 REQUIRE_SERVICES = os.environ.get("ARENA_REQUIRE_SERVICES") == "1"
 REQUIRE_BROWSER = os.environ.get("ARENA_REQUIRE_BROWSER") == "1"
+REQUIRE_REWARD_MODEL = os.environ.get("ARENA_REQUIRE_REWARD_MODEL") == "1"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -45,6 +49,13 @@ def _redis_missing() -> str | None:
     except redis.RedisError as exc:
         return f"needs Redis at {settings.REDIS_URL}: {exc}"
     return None
+
+
+def _reward_model_missing() -> str | None:
+    from ratings.reward_model.embedding import unavailable_reason
+
+    reason = unavailable_reason()
+    return f"needs the reward-model extra: {reason}" if reason else None
 
 
 def _browser_missing() -> str | None:
@@ -82,6 +93,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         ("postgres", _postgres_missing, REQUIRE_SERVICES),
         ("redis", _redis_missing, REQUIRE_SERVICES),
         ("browser", _browser_missing, REQUIRE_BROWSER),
+        ("reward_model", _reward_model_missing, REQUIRE_REWARD_MODEL),
     ]
     for marker, missing, required in checks:
         if item.get_closest_marker(marker) is None:

@@ -61,6 +61,7 @@ class ErrorCode(StrEnum):
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"
     TOO_MANY_PENDING = "too_many_pending"
     TOO_MANY_RUNS = "too_many_runs"
+    REWARD_MODEL_UNAVAILABLE = "reward_model_unavailable"
     # the server
     SERVER_ERROR = "server_error"
     ERROR = "error"  # an HTTP error status no other code names

@@ -499,6 +499,10 @@ class EnvRun(models.Model):
     # The trainer's lease: the last authenticated call on the run. A run untouched for
     # ARENA_ENV_RUN_IDLE_SECONDS is no longer served and the sweep closes it.
     touched_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # Model rewards at once (the rating side's reward model, when the arena runs one): each
+    # completion gets a record of source "model" right after its submission, superseded by the
+    # humans' when they come; its pending completions are served widest interval first.
+    reward_model = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-created_at"]
@@ -548,6 +552,11 @@ class EnvCompletion(models.Model):
         # Withdrawn by the trainer while pending: no longer served, kept in the feed.
         CANCELLED = "cancelled", "Cancelled"
 
+    class Source(models.TextChoices):
+        NONE = "", "No score yet"
+        HUMAN = "human", "Visitors' votes"
+        MODEL = "model", "The reward model"
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     run = models.ForeignKey(EnvRun, on_delete=models.PROTECT, related_name="completions")
     submission = models.ForeignKey(
@@ -566,6 +575,18 @@ class EnvCompletion(models.Model):
     score_low = models.FloatField(null=True, blank=True)
     score_high = models.FloatField(null=True, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    # Whose score ``score`` is: the humans' fit once a counted vote gives one, else the reward
+    # model's (runs with ``reward_model``), else none yet.
+    source = models.CharField(
+        max_length=10, choices=Source.choices, blank=True, default=Source.NONE
+    )
+    # The reward model's own reward and 95% interval (kept when the humans' supersede it: the
+    # interval's width orders the run's pending completions for visitors), and the snapshot
+    # (``ratings.RewardModelSnapshot`` id) that computed it.
+    model_score = models.FloatField(null=True, blank=True)
+    model_score_low = models.FloatField(null=True, blank=True)
+    model_score_high = models.FloatField(null=True, blank=True)
+    model_snapshot_id = models.PositiveBigIntegerField(null=True, blank=True)
     # Position in the run's reward feed: set from ``EnvRun.reward_seq`` whenever the record
     # changes (and at creation), so ``seq > cursor`` is exactly what a reader has not seen.
     seq = models.PositiveBigIntegerField()

@@ -13,3 +13,8 @@ vote_recorded = Signal()
 # Sent after a transaction that changed votes' flags commits (arena.services.flags: the anomaly
 # run set them, or staff cleared them), so the leaderboard is refitted. kwargs: vote_ids, reason.
 vote_flags_changed = Signal()
+
+# Sent after the transaction that created a submission of a run with ``reward_model`` commits
+# (arena.env.runs.env_submission_create), so that the rating side's reward model scores its
+# completions at once. kwargs: submission_id, run_id.
+env_submission_created = Signal()

@@ -51,3 +51,20 @@ BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "options": {"queue": "webhooks", "expires": 4 * 60},
     },
 }
+
+# Scheduled only while ARENA_REWARD_MODEL is on (config.settings.base): without the feature no
+# worker reads the rewardmodel queue, and its messages would pile up in the broker.
+REWARD_MODEL_SCHEDULE: dict[str, dict[str, object]] = {
+    # A refit whose after-vote enqueue was lost (a no-op on unchanged votes), and the
+    # submissions whose scoring was lost.
+    "ratings-reward-model-refit": {
+        "task": "ratings.tasks.reward_model_refit",
+        "schedule": crontab(minute=40),
+        "options": {"queue": "rewardmodel", "expires": 50 * 60},
+    },
+    "ratings-reward-model-score-sweep": {
+        "task": "ratings.tasks.reward_model_score_sweep",
+        "schedule": crontab(minute="*/5"),
+        "options": {"queue": "rewardmodel", "expires": 4 * 60},
+    },
+}

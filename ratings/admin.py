@@ -1,4 +1,5 @@
-"""Staff administration of leaderboard snapshots: read-only, plus "Recompute now"."""
+"""Staff administration of leaderboard snapshots (read-only, plus "Recompute now") and of the
+reward model's snapshots (read-only)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from django.http import HttpRequest, HttpResponseRedirect
 from django.urls import path, reverse
 
 from arena.admin import ReadOnlyAdmin
-from ratings.models import LeaderboardSnapshot
+from ratings.models import LeaderboardSnapshot, RewardModelSnapshot
 from ratings.tasks import snapshot_refresh_enqueue
 
 
@@ -58,3 +59,19 @@ class LeaderboardSnapshotAdmin(ReadOnlyAdmin):
     @admin.action(description="Recompute now (write a new snapshot)")
     def recompute_now(self, request: HttpRequest, queryset: Any) -> None:
         self._enqueue(request)
+
+
+@admin.register(RewardModelSnapshot)
+class RewardModelSnapshotAdmin(ReadOnlyAdmin):
+    """The reward model's fits: their votes, penalty and held-out figures (weights not shown)."""
+
+    list_display = ["id", "created_at", "vote_high_water", "n_votes", "l2", "duration_seconds"]
+    readonly_fields = [
+        "created_at",
+        "vote_high_water",
+        "n_votes",
+        "l2",
+        "heldout",
+        "duration_seconds",
+    ]
+    exclude = ["weights", "spec"]

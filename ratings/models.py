@@ -58,3 +58,39 @@ class LeaderboardSnapshot(models.Model):
         if self.pk is not None and not self._state.adding:
             raise SnapshotImmutableError("Leaderboard snapshots are immutable; write a new one.")
         super().save(*args, **kwargs)
+
+
+class RewardModelSnapshot(models.Model):
+    """One fit of the reward model (``ratings.reward_model``) on the arena's votes.
+
+    ``weights`` holds the head's weights and Laplace covariance as float64 bytes
+    (``numpy.save`` of a dict-free ``(d + 1, d)`` array: the first row the weights, then the
+    covariance); ``spec`` the feature spec (``FeatureSpec.as_json``); ``heldout`` the figures
+    of a split by prompt (``{"folds", "pairs", "accuracy", "log_loss", "brier"}``; null
+    figures with too few prompts to split). Rows are never updated (``save`` refuses an
+    existing row): a refit writes a new one, and a run's model rewards name the row they came
+    from.
+    """
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    vote_high_water = models.BigIntegerField(
+        help_text="Largest vote id read (0 when there were none)."
+    )
+    n_votes = models.PositiveIntegerField(help_text="Votes fitted (unflagged, with both answers).")
+    spec = models.JSONField(help_text="Feature spec: parts, embedding model, standardisation.")
+    l2 = models.FloatField(help_text="The penalty the fit used (per pair times the pairs).")
+    weights = models.BinaryField(help_text="Weights and covariance, float64 (see the class).")
+    heldout = models.JSONField(default=dict, help_text="Figures of a split by prompt.")
+    duration_seconds = models.FloatField()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        get_latest_by = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"Reward model {self.pk} ({self.n_votes} votes)"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None and not self._state.adding:
+            raise SnapshotImmutableError("Reward model snapshots are immutable; write a new one.")
+        super().save(*args, **kwargs)

@@ -197,3 +197,140 @@ def env_rewards_after_vote(**kwargs: Any) -> None:
             logger.exception("ratings: could not enqueue the env rewards of %s", submission_id)
 
     transaction.on_commit(enqueue)
+
+
+# --- The reward model (ratings.reward_model): refits after votes, a run's rewards at once ---
+# Both on the "rewardmodel" queue (CELERY_TASK_ROUTES), whose worker runs with the
+# reward-model extra installed; off unless ARENA_REWARD_MODEL is on and the extra importable.
+
+REWARD_MODEL_PENDING_KEY = "ratings:reward-model-refit-pending"
+
+
+def _reward_model_unavailable() -> str | None:
+    from ratings.reward_model.services import reward_model_unavailable
+
+    return reward_model_unavailable()
+
+
+@shared_task(  # type: ignore[untyped-decorator]
+    name="ratings.tasks.reward_model_refit",
+    soft_time_limit=15 * 60,
+    time_limit=16 * 60,
+    acks_late=True,
+    ignore_result=True,
+)
+def reward_model_refit(force: bool = False) -> int | None:
+    """Fit the reward model on the votes and store a snapshot (a no-op on the same votes);
+    returns the snapshot's id, or None where the reward model is off or cannot run."""
+    reason = _reward_model_unavailable()
+    if reason is not None:
+        logger.info("reward model: no refit, %s", reason)
+        return None
+    from ratings.reward_model.services import reward_model_refit as refit
+
+    return int(refit(force=force).pk)
+
+
+@shared_task(  # type: ignore[untyped-decorator]
+    name="ratings.tasks.reward_model_score",
+    soft_time_limit=60,
+    time_limit=90,
+    acks_late=True,
+    ignore_result=True,
+)
+def reward_model_score(submission_id: str) -> int:
+    """The model rewards of one submission's completions; returns how many records changed (a
+    rerun changes nothing)."""
+    if _reward_model_unavailable() is not None:
+        return 0
+    from ratings.reward_model.services import reward_model_score_submission
+
+    return reward_model_score_submission(submission_id=uuid.UUID(submission_id))
+
+
+@shared_task(  # type: ignore[untyped-decorator]
+    name="ratings.tasks.reward_model_score_sweep",
+    soft_time_limit=5 * 60,
+    time_limit=6 * 60,
+    acks_late=True,
+    ignore_result=True,
+)
+def reward_model_score_sweep() -> int:
+    """Score the pending submissions of model-reward runs whose scoring was lost; returns how
+    many submissions it scored."""
+    if _reward_model_unavailable() is not None:
+        return 0
+    from ratings.reward_model.services import (
+        reward_model_score_submission,
+        submissions_unscored,
+    )
+
+    unscored = submissions_unscored()
+    for submission_id in unscored:
+        reward_model_score_submission(submission_id=submission_id)
+    return len(unscored)
+
+
+def reward_model_after_submission(**kwargs: Any) -> None:
+    """``arena.signals.env_submission_created`` receiver (sent after commit): the submission's
+    model rewards are computed on the rewardmodel queue (in this process with eager tasks: the
+    demo and the tests). A failure is logged, never raised into the submission's request; the
+    sweep scores it later."""
+    if not settings.ARENA_REWARD_MODEL:
+        return  # switched off since the run was created: no worker may read the queue
+    try:
+        reward_model_score.apply_async(
+            kwargs={"submission_id": str(kwargs["submission_id"])}, queue="rewardmodel"
+        )
+    except Exception:
+        logger.exception("reward model: could not score submission %s", kwargs.get("submission_id"))
+
+
+def reward_model_refit_after_vote(**kwargs: Any) -> None:
+    """``arena.signals.vote_recorded`` (and ``vote_flags_changed``) receiver: one refit per
+    ``ARENA_REWARD_MODEL_DEBOUNCE_SECONDS`` window, as the leaderboard's refresh is debounced
+    (the first vote of a window queues a refit that reads every vote when it starts). Nothing
+    is queued while the reward model is off; a failure to queue is logged."""
+    if not settings.ARENA_REWARD_MODEL:
+        return
+    delay = settings.ARENA_REWARD_MODEL_DEBOUNCE_SECONDS
+
+    def enqueue() -> None:
+        try:
+            eager = bool(getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False))
+            if eager and settings.RATINGS_EAGER_REFRESH_IN_BACKGROUND:
+                _reward_model_refit_in_background()
+                return
+            if (
+                not eager
+                and delay > 0
+                and not cache.add(REWARD_MODEL_PENDING_KEY, 1, timeout=delay)
+            ):
+                return
+            reward_model_refit.apply_async(countdown=0 if eager else delay, queue="rewardmodel")
+        except Exception:
+            logger.exception("reward model: could not enqueue a refit after a vote")
+
+    transaction.on_commit(enqueue)
+
+
+# Without a broker (the laptop demo), one background thread refits, at most one queued behind
+# the running one, as for the leaderboard.
+_reward_model_background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward-model")
+_reward_model_queued = threading.Lock()
+
+
+def _reward_model_refit_in_background() -> None:
+    if not _reward_model_queued.acquire(blocking=False):
+        return
+
+    def run() -> None:
+        _reward_model_queued.release()
+        try:
+            reward_model_refit.apply()
+        except Exception:
+            logger.exception("reward model: background refit failed")
+        finally:
+            connections.close_all()
+
+    _reward_model_background.submit(run)

@@ -8,6 +8,8 @@ judge them in ordinary anonymous battles, and the trainer reads rewards back.
 - ``serve``: which environment battle, if any, a visitor's next pool battle is.
 - ``references``: reference models' answers to a submission's prompt (pool, or generated once).
 - ``rewards``: storing reward records after votes (the fit itself is the rating side's).
+- ``model_rewards``: a reward model's records at once (the model is the rating side's), the
+  seam it registers with, and their supersession by the humans'.
 - ``webhook``: signed, retried delivery of changed records.
 - ``outbound``: the one guarded client of trainers' URLs (public addresses only, pinned).
 """

@@ -303,6 +303,17 @@ class RunIn(_Strict):
             "user:password@; empty for no webhook."
         ),
     )
+    reward_model: bool = Field(
+        False,
+        description=(
+            "Model rewards at once: each completion's record gets the arena's reward model's "
+            'score and 95% interval (source "model") right after its submission, superseded '
+            'by the visitors\' (source "human") when their votes give one; the completions it '
+            "is least sure of are served to visitors first. A 409 naming reward_model where "
+            "the arena runs no reward model (ARENA_REWARD_MODEL off, or the reward-model extra "
+            "not installed)."
+        ),
+    )
 
 
 class UserMessageIn(_Strict):
@@ -423,14 +434,15 @@ def list_runs(request: HttpRequest, page: Query[RunsQuery]) -> RunsPage:
 
 @api.post(
     "/runs",
-    response={201: RunCreated, 400: ErrorOut, **AUTH_ERRORS},
+    response={201: RunCreated, 400: ErrorOut, 409: ErrorOut, **AUTH_ERRORS},
     summary="Create a run",
     operation_id="create_run",
 )
 def create_run(request: HttpRequest, payload: RunIn) -> Status[RunCreated]:
     """A new run. The answer holds, this once, the secret its webhook bodies are signed with.
     A webhook_url whose host does not resolve, or resolves to a loopback, private, link-local or
-    other non-public address, is a 400 naming it. A token with ARENA_ENV_MAX_OPEN_RUNS open
+    other non-public address, is a 400 naming it. reward_model where the arena runs no reward
+    model is a 409 naming it (nothing is created). A token with ARENA_ENV_MAX_OPEN_RUNS open
     runs, or ARENA_ENV_RUNS_PER_HOUR created in the last hour, gets a 429 with Retry-After."""
     run = env_run_create(
         token=_token(request),
@@ -440,6 +452,7 @@ def create_run(request: HttpRequest, payload: RunIn) -> Status[RunCreated]:
         ttl_hours=payload.ttl_hours,
         share=payload.share,
         webhook_url=payload.webhook_url,
+        reward_model=payload.reward_model,
     )
     shown = env_run_payload(run=run)
     # The run as every read shows it, plus the secret, shown this once.

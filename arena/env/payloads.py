@@ -20,6 +20,8 @@ RunState = Literal["open", "closed"]
 # ARENA_ENV_RUN_IDLE_SECONDS (the lease ran out), or staff closed it; null while open.
 ClosedReason = Literal["trainer", "idle", "staff"]
 RewardStatus = Literal["pending", "complete", "expired", "cancelled"]
+# Whose score a record shows: visitors' votes, or the reward model's (runs with reward_model).
+RewardSource = Literal["human", "model"]
 WebhookStatus = Literal["none", "delivered", "failed", "refused"]
 Role = Literal["system", "user", "assistant"]
 
@@ -64,6 +66,7 @@ class RunPayload(TypedDict):
     ttl_hours: int
     share: float
     webhook_url: str  # its userinfo, if an older run holds one, masked
+    reward_model: bool  # model rewards at once (arena.env.model_rewards)
     webhook_delivery: WebhookDelivery
     created_at: str
     closed_at: str | None
@@ -130,7 +133,9 @@ class RewardRecord(TypedDict):
 
     ``score`` is the completion's Bradley-Terry rating within its group and the references, on
     the Elo scale with 0 the group's mean, and ``score_low``/``score_high`` its 95% interval
-    (null until fitted).
+    (null until fitted). ``source`` says whose: ``"human"`` (visitors' votes, which supersede
+    the model's as soon as they give a score), ``"model"`` (the reward model's reward, on the
+    same scale and with its Laplace interval: runs with ``reward_model`` only), or null.
     """
 
     completion_id: str
@@ -145,6 +150,7 @@ class RewardRecord(TypedDict):
     score: float | None
     score_low: float | None
     score_high: float | None
+    source: RewardSource | None
     status: RewardStatus
 
 

@@ -11,6 +11,9 @@ otherwise ``expired`` once its submission's ``expires_at`` has passed (expired r
 longer served; ``env_completions_expire`` runs periodically for groups no vote touches), otherwise
 ``pending``.
 
+A record's ``source`` says whose ``score`` it shows: the humans' fit's once it gives one, which
+supersedes a reward model's (``arena.env.model_rewards``), else the model's, else none.
+
 Every change of a record takes the next number of its run's ``reward_seq`` under the run's row
 lock, in the transaction that writes it, so a cursor over ``seq`` never skips or repeats a
 change (see ``arena.env.selectors``); a record that did not change keeps its number and is not
@@ -85,8 +88,10 @@ def env_rewards_store(*, submission_id: uuid.UUID, records: Sequence[RewardUpdat
         ):
             record = by_id.get(completion.pk)
             values = {f: getattr(completion, f) for f in _FIELDS}
+            values["source"] = completion.source
             if record is not None:
                 values = {f: getattr(record, f) for f in _FIELDS}
+                values["source"] = _source_of(completion, values)
             values["status"] = (
                 EnvCompletion.Status.CANCELLED
                 if completion.status == EnvCompletion.Status.CANCELLED
@@ -106,6 +111,20 @@ def env_rewards_store(*, submission_id: uuid.UUID, records: Sequence[RewardUpdat
     return len(changed)
 
 
+def _source_of(completion: EnvCompletion, values: dict[str, object]) -> str:
+    """Whose score the record shows: the humans' once their fit gives one (it supersedes the
+    model's), else the reward model's (``arena.env.model_rewards``), which ``values`` then
+    carries, else none."""
+    if values["score"] is not None:
+        return EnvCompletion.Source.HUMAN
+    if completion.model_score is not None:
+        values["score"] = completion.model_score
+        values["score_low"] = completion.model_score_low
+        values["score_high"] = completion.model_score_high
+        return EnvCompletion.Source.MODEL
+    return EnvCompletion.Source.NONE
+
+
 def _renumber(run: EnvRun, changed: list[EnvCompletion]) -> None:
     """Give each changed record the run's next number and save them (caller holds the lock)."""
     if not changed:
@@ -117,7 +136,7 @@ def _renumber(run: EnvRun, changed: list[EnvCompletion]) -> None:
         completion.updated_at = now  # bulk_update does not apply auto_now
     # The records' old numbers are all below the new ones, so the unique (run, seq) holds
     # whatever order the rows are written in.
-    EnvCompletion.objects.bulk_update(changed, [*_FIELDS, "status", "seq", "updated_at"])
+    EnvCompletion.objects.bulk_update(changed, [*_FIELDS, "source", "status", "seq", "updated_at"])
     run.save(update_fields=["reward_seq"])
     if run.webhook_url:
         webhook_enqueue(run_id=run.pk)

@@ -7,6 +7,10 @@ what the battle page puts before the two answers (a visitor judges the answers t
 the earlier turns have no answers of both sides to show). The prompt's source is
 ``env:<run id>`` so that pool and leaderboard reads never take it for a pool prompt.
 
+A submission of a run with ``reward_model`` sends ``arena.signals.env_submission_created``
+after it commits: the rating side's reward model scores its completions then
+(``arena.env.model_rewards``).
+
 Every completion of a new submission gets the next ``seq`` of its run's reward feed (status
 pending), under the run's row lock, so it is in the feed at once and the feed's order holds.
 """
@@ -27,6 +31,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from answer_style.counts import style_counts
+from arena.env.model_rewards import model_rewards_check
 from arena.env.outbound import OutboundRefused, OutboundUnresolved, outbound_check
 from arena.env.payloads import Message
 from arena.env.references import references_request
@@ -41,6 +46,7 @@ from arena.models import (
     EnvSubmission,
     Prompt,
 )
+from arena.signals import env_submission_created
 
 logger = logging.getLogger(__name__)
 
@@ -123,11 +129,14 @@ def env_run_create(
     ttl_hours: int = 72,
     share: float = 0.2,
     webhook_url: str | None = "",
+    reward_model: bool = False,
 ) -> EnvRun:
     """A new open run of ``token``, with its hidden model (see ``EnvRun.model``) and a fresh
     webhook secret. Each invalid field is a 400 naming it (the values are checked at run time
     too: they may come from untrusted JSON); a ``webhook_url`` the guarded client would not send
-    to is one of them. A token over its caps (``ARENA_ENV_MAX_OPEN_RUNS``,
+    to is one of them. ``reward_model`` asks for model rewards at once
+    (``arena.env.model_rewards``): where the reward model cannot run it is a 409 naming the
+    field, and nothing is created. A token over its caps (``ARENA_ENV_MAX_OPEN_RUNS``,
     ``ARENA_ENV_RUNS_PER_HOUR``) gets a 429 with Retry-After."""
     name = _text(name, field="name", max_chars=RUN_NAME_MAX).strip()
     reference_models = _references([] if references is None else references)
@@ -148,6 +157,10 @@ def env_run_create(
     url = url.strip()
     if url:
         _webhook_url_check(url)
+    if not isinstance(reward_model, bool):
+        raise _invalid("reward_model", "reward_model must be true or false.")
+    if reward_model:
+        model_rewards_check()
 
     run_id = uuid.uuid4()
     with transaction.atomic():
@@ -169,6 +182,7 @@ def env_run_create(
             share=float(share),
             webhook_url=url,
             webhook_secret=secrets.token_hex(32),
+            reward_model=reward_model,
         )
         run.references.set(reference_models)
     return run
@@ -477,6 +491,13 @@ def env_submission_create(
             return _replay(existing, group)
         submission_id = submission.pk
         transaction.on_commit(lambda: references_request(submission_id=submission_id))
+        if locked.reward_model:
+            run_id = locked.pk
+            transaction.on_commit(
+                lambda: env_submission_created.send(
+                    sender=EnvSubmission, submission_id=submission_id, run_id=run_id
+                )
+            )
     return submission, True
 
 

@@ -116,6 +116,7 @@ def env_run_payload(*, run: EnvRun) -> RunPayload:
         "ttl_hours": run.ttl_hours,
         "share": run.share,
         "webhook_url": url_shown(run.webhook_url),
+        "reward_model": run.reward_model,
         "webhook_delivery": {
             "status": run.webhook_status or "none",  # type: ignore[typeddict-item]
             "error": run.webhook_error or None,
@@ -203,6 +204,11 @@ def reward_record(completion: EnvCompletion) -> RewardRecord:
         "score": completion.score,
         "score_low": completion.score_low,
         "score_high": completion.score_high,
+        "source": "human"
+        if completion.source == EnvCompletion.Source.HUMAN
+        else "model"
+        if completion.source == EnvCompletion.Source.MODEL
+        else None,
         "status": "complete"
         if status == EnvCompletion.Status.COMPLETE
         else "expired"

@@ -25,7 +25,10 @@ an environment battle instead when some open run has work and its ``share`` allo
   the references), except a pair another session holds (served to it within the hold and not
   voted): one pair is never in front of two visitors at once (the run's row lock makes each
   serve see the pairs served before it). Of all the others, one this session has not been
-  served yet is taken whenever there is one; then the pair served least often (every battle
+  served yet is taken whenever there is one; then, in a run with ``reward_model``, the pair
+  whose completion with work has the widest model interval (active selection: the answers the
+  reward model is least sure of go to visitors first; a completion not yet scored counts as
+  width 0, as does every completion of other runs); then the pair served least often (every battle
   counts, voted, flagged or not), so that every pair of a group is shown before any is shown
   again; then the one whose sides are least judged (judged = counted votes + recent unvoted
   battles), which spreads concurrent visitors over the group; ties are broken at random. A
@@ -242,8 +245,9 @@ def _pick_pair(
         ).select_related("model"):
             references.setdefault(prompts[answer.prompt_id], []).append(answer)
 
-    best: tuple[tuple[bool, int, int, float], tuple[_Side, _Side]] | None = None
+    best: tuple[tuple[bool, float, int, int, float], tuple[_Side, _Side]] | None = None
     for completion in working:
+        width = _model_width(run, completion)
         me = _Side(key=f"c:{completion.pk}", judged=completion.judged, completion=completion)
         submission_id = completion.submission_id
         others = [
@@ -262,10 +266,25 @@ def _pick_pair(
             pair = frozenset((me.key, other.key))
             if pair in held:
                 continue
-            rank = (pair in seen, served.get(pair, 0), me.judged + other.judged, rng.random())
+            rank = (
+                pair in seen,
+                -width,
+                served.get(pair, 0),
+                me.judged + other.judged,
+                rng.random(),
+            )
             if best is None or rank < best[0]:
                 best = (rank, (me, other))
     return None if best is None else best[1]
+
+
+def _model_width(run: EnvRun, completion: EnvCompletion) -> float:
+    """The width of the reward model's interval of ``completion`` (Elo points) in a run with
+    ``reward_model``, the active selection's key; 0 otherwise and before the model scored it."""
+    if not run.reward_model or completion.model_score_low is None:
+        return 0.0
+    assert completion.model_score_high is not None  # noqa: S101  (stored together)
+    return float(completion.model_score_high - completion.model_score_low)
 
 
 def _side_model_and_text(run: EnvRun, side: _Side) -> tuple[int, str, Any]:

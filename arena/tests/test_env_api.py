@@ -542,6 +542,7 @@ def test_a_reward_record_has_exactly_the_documented_fields(api):
         score=12.5,
         score_low=-3.0,
         score_high=28.0,
+        source="human",
         status="complete",
     )
     (record,), _ = _follow(api, run["id"], 1, 10)
@@ -558,6 +559,7 @@ def test_a_reward_record_has_exactly_the_documented_fields(api):
         "score": 12.5,
         "score_low": -3.0,
         "score_high": 28.0,
+        "source": "human",
         "status": "complete",
     }
 
@@ -708,6 +710,7 @@ def test_the_openapi_document_is_served_without_a_token_and_names_every_operatio
         "score",
         "score_low",
         "score_high",
+        "source",
         "status",
     ]
 

@@ -49,6 +49,7 @@ MAX_GROUP = 16
 
 JsonObject: TypeAlias = dict[str, Any]
 RewardStatus: TypeAlias = Literal["pending", "complete", "expired", "cancelled"]
+RewardSource: TypeAlias = Literal["human", "model"]
 T = TypeVar("T")
 
 
@@ -199,7 +200,9 @@ class Submission:
 class Reward:
     """One completion's reward record. ``score`` is its Bradley-Terry rating within its group
     (and the references), on the Elo scale, 0 = the group's mean, with a 95% interval;
-    ``None`` until votes allow one."""
+    ``None`` until votes allow one. ``source`` says whose score it is: ``"human"`` (visitors'
+    votes), ``"model"`` (the arena's reward model, at once, in a run created with
+    ``reward_model=True``; the humans' supersede it when their votes give one) or ``None``."""
 
     completion_id: str
     submission_id: str
@@ -214,6 +217,7 @@ class Reward:
     score_low: float | None
     score_high: float | None
     status: RewardStatus
+    source: RewardSource | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Reward:
@@ -224,6 +228,9 @@ class Reward:
         status = data["status"]
         if status not in ("pending", "complete", "expired", "cancelled"):
             raise ArenaEnvError(0, "bad_response", f"Unknown reward status {status!r}.")
+        source = data.get("source")
+        if source not in (None, "human", "model"):
+            raise ArenaEnvError(0, "bad_response", f"Unknown reward source {source!r}.")
         return cls(
             completion_id=str(data["completion_id"]),
             submission_id=str(data["submission_id"]),
@@ -238,6 +245,7 @@ class Reward:
             score_low=number("score_low"),
             score_high=number("score_high"),
             status=status,
+            source=source,
         )
 
     @property
@@ -371,9 +379,13 @@ class RunSession:
         return self.env.rewards(self.id, cursor, limit)
 
     def wait(
-        self, completion_ids: Iterable[str], timeout: float, poll: float = 2.0
+        self,
+        completion_ids: Iterable[str],
+        timeout: float,
+        poll: float = 2.0,
+        accept_model: bool = False,
     ) -> dict[str, Reward]:
-        return self.env.wait(self.id, completion_ids, timeout, poll)
+        return self.env.wait(self.id, completion_ids, timeout, poll, accept_model)
 
     def cancel_submissions(self, older_than_seconds: int = 0) -> list[str]:
         return self.env.cancel_submissions(self.id, older_than_seconds)
@@ -461,7 +473,11 @@ class ArenaEnv:
         ttl_hours: int = 72,
         share: float = 0.2,
         webhook_url: str | None = None,
+        reward_model: bool = False,
     ) -> Run:
+        """A new run. ``reward_model=True`` asks for the arena's model rewards at once (each
+        completion's record first comes with ``source == "model"``); an arena without a reward
+        model refuses it (``ArenaEnvError`` 409, ``field == "reward_model"``)."""
         body: JsonObject = {
             "name": name,
             "references": list(references),
@@ -471,6 +487,8 @@ class ArenaEnv:
         }
         if webhook_url is not None:
             body["webhook_url"] = webhook_url
+        if reward_model:
+            body["reward_model"] = True
         _, data = self._call("POST", "/runs", body, idempotent=False)
         run = Run.from_json(data)
         self._created[run.id] = None
@@ -484,10 +502,13 @@ class ArenaEnv:
         ttl_hours: int = 72,
         share: float = 0.2,
         webhook_url: str | None = None,
+        reward_model: bool = False,
     ) -> RunSession:
         """``create_run``, as a ``RunSession``: ``with env.start_run("r") as run:`` closes the
         run when the block ends."""
-        run = self.create_run(name, references, votes_per_completion, ttl_hours, share, webhook_url)
+        run = self.create_run(
+            name, references, votes_per_completion, ttl_hours, share, webhook_url, reward_model
+        )
         return RunSession(self, run)
 
     def run(self, run_id: str) -> Run:
@@ -591,17 +612,24 @@ class ArenaEnv:
         completion_ids: Iterable[str],
         timeout: float,
         poll: float = 2.0,
+        accept_model: bool = False,
     ) -> dict[str, Reward]:
         """Read the feed until every listed completion is done (complete or expired) or
         ``timeout`` seconds have passed; return the latest record of each listed completion
-        that has one. Safe to call from several threads at once: they share one read of the
-        run's feed, kept by this client between calls."""
+        that has one. With ``accept_model`` a completion is also done once its record has a
+        score from the reward model or from humans (``source`` set): in a run created with
+        ``reward_model=True`` that is at once. Safe to call from several threads at once: they
+        share one read of the run's feed, kept by this client between calls."""
         wanted = list(dict.fromkeys(completion_ids))
         deadline = time.monotonic() + timeout
+
+        def done(record: Reward) -> bool:
+            return record.done or (accept_model and record.source is not None)
+
         while True:
             latest = self._drain(run_id)
             found = {cid: latest[cid] for cid in wanted if cid in latest}
-            if len(found) == len(wanted) and all(r.done for r in found.values()):
+            if len(found) == len(wanted) and all(done(r) for r in found.values()):
                 return found
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -172,6 +172,11 @@ CELERY_TASK_ROUTES = {
     "arena.tasks.pool_recognisability": {"queue": "ratings"},
     "arena.tasks.env_webhook_deliver": {"queue": "webhooks"},
     "arena.tasks.env_webhook_sweep": {"queue": "webhooks"},
+    # The reward model (torch on the CPU): a worker of its own, started where the reward-model
+    # extra is installed, so a refit never holds up the leaderboard's or the short tasks.
+    "ratings.tasks.reward_model_refit": {"queue": "rewardmodel"},
+    "ratings.tasks.reward_model_score": {"queue": "rewardmodel"},
+    "ratings.tasks.reward_model_score_sweep": {"queue": "rewardmodel"},
 }
 CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
@@ -326,7 +331,7 @@ LOGGING = {
     },
 }
 
-from config.schedule import BEAT_SCHEDULE  # noqa: E402
+from config.schedule import BEAT_SCHEDULE, REWARD_MODEL_SCHEDULE  # noqa: E402
 
 CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 # A vote cast sooner than this after the answers were complete is kept but flagged.
@@ -477,6 +482,24 @@ ARENA_WS_MAX_FRAME_BYTES = env.int(
 )
 
 # --- Environment API (arena.env) ------------------------------------------------------------
+# The reward model (ratings.reward_model; docs: "Instant rewards"): runs created with
+# "reward_model": true get a model reward and interval for each completion at once, superseded
+# by the visitors' when their votes give one. Off by default; on only where the reward-model
+# extra (requirements/reward-model.txt: torch on the CPU, sentence-transformers and the bundled
+# all-MiniLM-L6-v2) is installed, with a worker of the "rewardmodel" queue. A refit is queued
+# ARENA_REWARD_MODEL_DEBOUNCE_SECONDS after the first vote of a window and reads the newest
+# ARENA_REWARD_MODEL_MAX_VOTES unflagged votes. Embedding their distinct answers is the slow
+# part (20-50 ms an answer on a busy two-core machine): 5,000 votes stay well inside the
+# refit's 15-minute limit even when every answer differs.
+ARENA_REWARD_MODEL = env.bool("ARENA_REWARD_MODEL", default=False)
+ARENA_REWARD_MODEL_DEBOUNCE_SECONDS = env.int("ARENA_REWARD_MODEL_DEBOUNCE_SECONDS", default=300)
+ARENA_REWARD_MODEL_MAX_VOTES = env.int("ARENA_REWARD_MODEL_MAX_VOTES", default=5_000)
+_bounded(
+    "ARENA_REWARD_MODEL_DEBOUNCE_SECONDS", ARENA_REWARD_MODEL_DEBOUNCE_SECONDS, 0, 7 * 24 * 3600
+)
+_bounded("ARENA_REWARD_MODEL_MAX_VOTES", ARENA_REWARD_MODEL_MAX_VOTES, 1, 10_000_000)
+if ARENA_REWARD_MODEL:
+    CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE, **REWARD_MODEL_SCHEDULE}
 # Limits of a submission: completions per group, characters of a completion and of the prompt
 # (all its messages), bytes of one completion's meta (as compact JSON), and open (not yet
 # judged) submissions per run. A request body over ARENA_ENV_MAX_BODY_BYTES is a 413 (Django
