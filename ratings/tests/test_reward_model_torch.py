@@ -2,7 +2,7 @@
 all-MiniLM-L6-v2): the real embedder loads offline, and the whole path runs: a refit writes a
 snapshot, and a run created with reward_model gets model records with intervals at once.
 
-Run in the extra's virtualenv (``.venv-rm``); elsewhere these tests skip with the reason, or
+Run in the extra's virtualenv (``make test-reward-model``, ``.venv311``); elsewhere these tests skip with the reason, or
 fail with ARENA_REQUIRE_REWARD_MODEL=1."""
 
 import json
