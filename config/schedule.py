@@ -1,4 +1,5 @@
-"""Every periodic job, in one place. Read by ``CELERY_BEAT_SCHEDULE`` in the settings."""
+"""Every periodic job, in one place. Read by ``CELERY_BEAT_SCHEDULE`` in the settings; each goes
+to its task's queue (config/queues.py)."""
 
 from celery.schedules import crontab
 
@@ -8,47 +9,47 @@ BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "ratings-snapshot-sweep": {
         "task": "ratings.tasks.snapshot_refresh",
         "schedule": crontab(minute="*/10"),
-        "options": {"queue": "ratings", "expires": 9 * 60},
+        "options": {"expires": 9 * 60},
     },
     # Anomalous voters (ratings.voters): voters whose votes disagree with everyone else's beyond
     # chance are flagged with their votes; a change refits the leaderboard.
     "ratings-voters-flag": {
         "task": "ratings.tasks.voters_flag",
         "schedule": crontab(minute=20, hour="*/6"),
-        "options": {"queue": "ratings", "expires": 5 * 60 * 60},
+        "options": {"expires": 5 * 60 * 60},
     },
     # Live battles a crashed or restarted server left streaming become aborted (and can be
     # regenerated or left); a battle still streaming on a live server is never that old.
     "arena-live-battles-sweep": {
         "task": "arena.tasks.live_battles_sweep",
         "schedule": crontab(minute="*/5"),
-        "options": {"queue": "default", "expires": 4 * 60},
+        "options": {"expires": 4 * 60},
     },
     # Environment runs: pending records of expired submissions become expired (each a change in
     # the reward feed), and webhooks behind their feed are delivered again (at least once).
     "arena-env-completions-expire": {
         "task": "arena.tasks.env_completions_expire",
         "schedule": crontab(minute="*/5"),
-        "options": {"queue": "default", "expires": 4 * 60},
+        "options": {"expires": 4 * 60},
     },
     # Runs whose trainer made no call for ARENA_ENV_RUN_IDLE_SECONDS are closed (reason idle);
     # the serve path already skips them, so the sweep's delay costs no visitor a battle.
     "arena-env-runs-idle-close": {
         "task": "arena.tasks.env_runs_idle_close",
         "schedule": crontab(minute="*/5"),
-        "options": {"queue": "default", "expires": 4 * 60},
+        "options": {"expires": 4 * 60},
     },
     # A group whose after-vote refit was lost is refitted (a no-op when nothing is behind).
     "ratings-env-rewards-sweep": {
         "task": "ratings.tasks.env_rewards_sweep",
         "schedule": crontab(minute="*/5"),
-        "options": {"queue": "default", "expires": 4 * 60},
+        "options": {"expires": 4 * 60},
     },
-    # On the webhooks queue, with the deliveries it queues (see CELERY_TASK_ROUTES).
+    # On the webhooks queue with the deliveries it queues (config/queues.py).
     "arena-env-webhook-sweep": {
         "task": "arena.tasks.env_webhook_sweep",
         "schedule": crontab(minute="*/5"),
-        "options": {"queue": "webhooks", "expires": 4 * 60},
+        "options": {"expires": 4 * 60},
     },
 }
 
@@ -60,11 +61,11 @@ REWARD_MODEL_SCHEDULE: dict[str, dict[str, object]] = {
     "ratings-reward-model-refit": {
         "task": "ratings.tasks.reward_model_refit",
         "schedule": crontab(minute=40),
-        "options": {"queue": "rewardmodel", "expires": 50 * 60},
+        "options": {"expires": 50 * 60},
     },
     "ratings-reward-model-score-sweep": {
         "task": "ratings.tasks.reward_model_score_sweep",
         "schedule": crontab(minute="*/5"),
-        "options": {"queue": "rewardmodel", "expires": 4 * 60},
+        "options": {"expires": 4 * 60},
     },
 }

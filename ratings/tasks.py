@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 REFRESH_PENDING_KEY = "ratings:snapshot-refresh-pending"
 
 
-# Routed to the heavy "ratings" queue by CELERY_TASK_ROUTES (the task-level ``queue``
+# Routed to the heavy "ratings" queue by config/queues.py (the task-level ``queue``
 # attribute is deprecated in Celery 5).
 @shared_task(  # type: ignore[untyped-decorator]
     name="ratings.tasks.snapshot_refresh",
@@ -190,9 +190,7 @@ def env_rewards_after_vote(**kwargs: Any) -> None:
 
     def enqueue() -> None:
         try:
-            env_rewards_refresh.apply_async(
-                kwargs={"submission_id": str(submission_id)}, queue="default"
-            )
+            env_rewards_refresh.apply_async(kwargs={"submission_id": str(submission_id)})
         except Exception:
             logger.exception("ratings: could not enqueue the env rewards of %s", submission_id)
 
@@ -200,7 +198,7 @@ def env_rewards_after_vote(**kwargs: Any) -> None:
 
 
 # --- The reward model (ratings.reward_model): refits after votes, a run's rewards at once ---
-# Both on the "rewardmodel" queue (CELERY_TASK_ROUTES), whose worker runs with the
+# Both on the "rewardmodel" queue (config/queues.py), whose worker runs with the
 # reward-model extra installed; off unless ARENA_REWARD_MODEL is on and the extra importable.
 
 REWARD_MODEL_PENDING_KEY = "ratings:reward-model-refit-pending"
@@ -279,9 +277,7 @@ def reward_model_after_submission(**kwargs: Any) -> None:
     if not settings.ARENA_REWARD_MODEL:
         return  # switched off since the run was created: no worker may read the queue
     try:
-        reward_model_score.apply_async(
-            kwargs={"submission_id": str(kwargs["submission_id"])}, queue="rewardmodel"
-        )
+        reward_model_score.apply_async(kwargs={"submission_id": str(kwargs["submission_id"])})
     except Exception:
         logger.exception("reward model: could not score submission %s", kwargs.get("submission_id"))
 
@@ -307,7 +303,7 @@ def reward_model_refit_after_vote(**kwargs: Any) -> None:
                 and not cache.add(REWARD_MODEL_PENDING_KEY, 1, timeout=delay)
             ):
                 return
-            reward_model_refit.apply_async(countdown=0 if eager else delay, queue="rewardmodel")
+            reward_model_refit.apply_async(countdown=0 if eager else delay)
         except Exception:
             logger.exception("reward model: could not enqueue a refit after a vote")
 

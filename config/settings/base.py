@@ -17,6 +17,8 @@ import environ
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
+from config.queues import TASK_ROUTES
+
 # Lets Django's classes be subscripted in annotations and bases (ModelAdmin[Provider]) at run time.
 django_stubs_ext.monkeypatch()
 
@@ -164,20 +166,8 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
-# Webhook deliveries go to trainers' hosts, which may never answer: on a queue (and a worker) of
-# their own, a dead receiver never holds up a refit or a sweep of the other queues.
-CELERY_TASK_ROUTES = {
-    "ratings.tasks.*": {"queue": "ratings"},
-    # Minutes of tokenizer and numpy work, as heavy as a fit: not on the short tasks' queue.
-    "arena.tasks.pool_recognisability": {"queue": "ratings"},
-    "arena.tasks.env_webhook_deliver": {"queue": "webhooks"},
-    "arena.tasks.env_webhook_sweep": {"queue": "webhooks"},
-    # The reward model (torch on the CPU): a worker of its own, started where the reward-model
-    # extra is installed, so a refit never holds up the leaderboard's or the short tasks.
-    "ratings.tasks.reward_model_refit": {"queue": "rewardmodel"},
-    "ratings.tasks.reward_model_score": {"queue": "rewardmodel"},
-    "ratings.tasks.reward_model_score_sweep": {"queue": "rewardmodel"},
-}
+# Every task's queue, in one table (config/queues.py).
+CELERY_TASK_ROUTES = TASK_ROUTES
 CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
 CELERY_TASK_ACKS_LATE = True

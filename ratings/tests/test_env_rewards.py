@@ -201,7 +201,7 @@ def test_a_vote_on_an_env_battle_queues_its_rewards_not_the_leaderboard(
         django_capture_on_commit_callbacks(execute=True),
     ):
         judge(1, winner_by(by_quality))
-    env_apply.assert_called_once_with(kwargs={"submission_id": str(submission.pk)}, queue="default")
+    env_apply.assert_called_once_with(kwargs={"submission_id": str(submission.pk)})
     snapshot_apply.assert_not_called()
 
 

@@ -193,4 +193,4 @@ def test_the_task_is_on_the_ratings_queue_with_time_limits_and_on_the_beat_sched
     entry = settings.CELERY_BEAT_SCHEDULE["ratings-voters-flag"]
     assert entry["task"] == "ratings.tasks.voters_flag"
     assert isinstance(entry["schedule"], crontab)
-    assert entry["options"]["queue"] == "ratings"
+    assert "queue" not in entry["options"]  # beat sends it through the routes above
