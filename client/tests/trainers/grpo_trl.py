@@ -60,9 +60,7 @@ def record_rewards(
         state = kwargs.get("trainer_state")
         step = getattr(state, "global_step", len(steps))
         for start in range(0, len(scores), group_size):
-            group = [
-                None if s is None else float(s) for s in scores[start : start + group_size]
-            ]
+            group = [None if s is None else float(s) for s in scores[start : start + group_size]]
             entry = {
                 "step": int(step),
                 "scores": group,
@@ -98,13 +96,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"--prompts is 1 to {len(PROMPTS)}")
 
     import trl
+    from arena_env import ArenaEnv
+    from arena_env.adapters.trl import human_reward
     from datasets import Dataset
     from tiny import tiny_model_and_tokenizer
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
-
-    from arena_env import ArenaEnv
-    from arena_env.adapters.trl import human_reward
 
     class Progress(TrainerCallback):  # type: ignore[misc]
         """One line per finished step, with what the optimiser step logged."""

@@ -16,9 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import grpo_trl
+import pytest
 
 PREFIX = "/api/env/v1"
 
@@ -157,7 +156,11 @@ def test_recorded_rewards_keep_each_group_and_its_judged_count() -> None:
     recorded = grpo_trl.record_rewards(reward, steps, group_size=3, on_step=seen.append)
     reward.__name__ = "human_reward"
     assert recorded(["p"] * 6, ["c"] * 6, trainer_state=State()) == [1.5] + [None] * 5
-    assert steps == seen == [
-        {"step": 4, "scores": [1.5, None, None], "judged": 1, "group_size": 3},
-        {"step": 4, "scores": [None, None, None], "judged": 0, "group_size": 3},
-    ]
+    assert (
+        steps
+        == seen
+        == [
+            {"step": 4, "scores": [1.5, None, None], "judged": 1, "group_size": 3},
+            {"step": 4, "scores": [None, None, None], "judged": 0, "group_size": 3},
+        ]
+    )
