@@ -1,9 +1,10 @@
 """grpo_trl.py against a small fake arena on loopback: TRL 1.16's GRPOTrainer trains through
 a step whose group was only partly judged and one where nobody judged, and the run is closed.
 
-The fake speaks the environment API's runs, submissions, rewards and close over a real socket
-(``http.server``); which members of each step's group are judged is scripted, so each step's
-rewards are known: all judged, two of three, none. ``record_rewards`` is tested on its own too.
+The fake speaks the environment API's runs, submissions, cancels, rewards and close over a real
+socket (``http.server``) and refuses what the arena refuses (a blank text, a NUL); which members
+of each step's group are judged is scripted, so each step's rewards are known: all judged, two
+of three, none. ``record_rewards`` is tested on its own too.
 """
 
 from __future__ import annotations
@@ -23,14 +24,16 @@ PREFIX = "/api/env/v1"
 
 
 class FakeArena:
-    """Runs, submissions and a reward feed. ``judged(submission_index, member_index)`` is the
-    score a member gets (at once), or ``None`` for one never judged."""
+    """Runs, submissions, their cancelling and a reward feed. ``judged(submission_index,
+    member_index)`` is the score a member gets (at once), or ``None`` for one never judged."""
 
     def __init__(self, judged: Callable[[int, int], float | None]) -> None:
         self.judged = judged
         self.runs: dict[str, dict[str, Any]] = {}
         self.submissions: list[dict[str, Any]] = []
         self.records: list[dict[str, Any]] = []
+        self.cancelled: list[str] = []  # submission ids
+        self.answered: list[dict[str, Any]] = []  # the submissions' answers
         self.lock = threading.Lock()
         arena = self
 
@@ -89,7 +92,18 @@ class FakeArena:
                     }
                 )
             self.submissions.append(body)
+            self.answered.append(submission)
             return 201, submission
+        if method == "POST" and parts[2] == "submissions" and parts[4:] == ["cancel"]:
+            # The adapter cancels a group still waiting once it stops waiting for it.
+            late = [
+                r
+                for r in self.records
+                if r["submission_id"] == parts[3] and r["status"] == "pending"
+            ]
+            self.cancelled.append(parts[3])
+            self.records.extend({**r, "status": "cancelled"} for r in late)
+            return 200, {"submission_ids": [parts[3]] if late else []}
         if method == "GET" and parts[2:] == ["rewards"]:
             cursor = int(dict(p.split("=") for p in query.split("&"))["cursor"])
             page = self.records[cursor:]
@@ -136,6 +150,8 @@ def test_grpo_trl_trains_through_a_partial_group_and_an_unjudged_one_and_closes_
     assert [len(s["completions"]) for s in arena.submissions] == [3, 3, 3]
     assert [s["scores"] for s in result["steps"]] == [SCORES[0], SCORES[1], [None] * 3]
     assert [s["judged"] for s in result["steps"]] == [3, 2, 0]
+    # The two groups still waiting were cancelled once the trainer stopped waiting for them.
+    assert arena.cancelled == [s["id"] for s in arena.answered[1:]]
     # The partial group moved the policy; the unjudged one moved nothing and logged no NaN.
     assert result["steps"][1]["grad_norm"] > 0
     assert (result["steps"][2]["grad_norm"], result["steps"][2]["loss"]) == (0.0, 0.0)
