@@ -86,7 +86,8 @@ def production_env() -> dict[str, str]:
     # So does the rewards' source bound: one address counts one vote per completion, and in a
     # group of three any two pairs share a completion, so the second vote of the same address
     # on a group would be left out of the fit (while the serve counts it as judging its
-    # completions: that completion would wait for its expiry).
+    # completions: that completion would wait for its expiry; a strict xfail in
+    # ratings/tests/test_env_rewards.py shows it).
     return {
         "ARENA_ENV_BATTLE_HOLD_SECONDS": str(HOLD),
         "ARENA_ENV_SOURCE_MIN_VOTES": "1000",
