@@ -5,6 +5,8 @@ missing; with ARENA_REQUIRE_SERVICES=1 / ARENA_REQUIRE_BROWSER=1 (as in CI) they
 Tests marked ``reward_model`` need the reward-model extra (torch, sentence-transformers, the
 bundled MiniLM) and skip with the reason without it; ARENA_REQUIRE_REWARD_MODEL=1 makes them
 fail instead (the extra's CI job).
+Tests marked ``trainers`` need the trainers' virtualenv (``make install-trainers``); they fail
+without it under ARENA_REQUIRE_TRAINERS=1 or ARENA_REQUIRE_SERVICES=1.
 """
 
 import asyncio
@@ -22,6 +24,9 @@ from django.conf import settings
 REQUIRE_SERVICES = os.environ.get("ARENA_REQUIRE_SERVICES") == "1"
 REQUIRE_BROWSER = os.environ.get("ARENA_REQUIRE_BROWSER") == "1"
 REQUIRE_REWARD_MODEL = os.environ.get("ARENA_REQUIRE_REWARD_MODEL") == "1"
+REQUIRE_TRAINERS = REQUIRE_SERVICES or os.environ.get("ARENA_REQUIRE_TRAINERS") == "1"
+# The trainers' virtualenv (Makefile's TRAINERS_VENV): TRL, verifiers and Atropos.
+TRAINERS_PYTHON = Path(__file__).resolve().parent / ".venv-trainers" / "bin" / "python"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -68,6 +73,12 @@ def _browser_missing() -> str | None:
     return None
 
 
+def _trainers_missing() -> str | None:
+    if not TRAINERS_PYTHON.exists():
+        return f"needs the trainers' virtualenv at {TRAINERS_PYTHON.parent.parent} (make install-trainers)"
+    return None
+
+
 @pytest.fixture(autouse=True)
 def _fresh_cache() -> None:
     """Each test starts with an empty cache: rate-limit counters, the circuit breaker and the
@@ -94,6 +105,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         ("redis", _redis_missing, REQUIRE_SERVICES),
         ("browser", _browser_missing, REQUIRE_BROWSER),
         ("reward_model", _reward_model_missing, REQUIRE_REWARD_MODEL),
+        ("trainers", _trainers_missing, REQUIRE_TRAINERS),
     ]
     for marker, missing, required in checks:
         if item.get_closest_marker(marker) is None:
