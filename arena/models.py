@@ -621,6 +621,10 @@ class EnvBattle(models.Model):
         EnvCompletion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # False while the source bound leaves this battle's vote out of its group's fit (set by
+    # each refit): the serve then does not count the vote as judging its completions, which
+    # would otherwise wait for their expiry with no battle served.
+    counted = models.BooleanField(default=True)
 
     class Meta:
         constraints = [

@@ -85,9 +85,8 @@ def production_env() -> dict[str, str]:
     # production's values, count them as one visitor (see tests/test_production_rigging.py).
     # So does the rewards' source bound: one address counts one vote per completion, and in a
     # group of three any two pairs share a completion, so the second vote of the same address
-    # on a group would be left out of the fit (while the serve counts it as judging its
-    # completions: that completion would wait for its expiry; a strict xfail in
-    # ratings/tests/test_env_rewards.py shows it).
+    # on a group is left out of the fit and its completion is served again, to the same one
+    # address, for ever (ratings/tests/test_env_rewards.py tests the bound with two).
     return {
         "ARENA_ENV_BATTLE_HOLD_SECONDS": str(HOLD),
         "ARENA_ENV_SOURCE_MIN_VOTES": "1000",

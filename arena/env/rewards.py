@@ -35,7 +35,7 @@ from django.utils import timezone
 from arena.env.selectors import EnvGroup, env_group
 from arena.env.webhook import webhook_enqueue
 from arena.errors import not_found
-from arena.models import EnvCompletion, EnvRun, EnvSubmission, Vote
+from arena.models import EnvBattle, EnvCompletion, EnvRun, EnvSubmission, Vote
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +154,11 @@ def env_rewards_update(
         if locked is None:
             return 0
         group = env_group(submission_id=submission_id)
+        # What the serve counts as judged follows what the fit counts (the source bound may
+        # take a vote back in as other sources vote, so both ways).
+        battles = EnvBattle.objects.filter(submission_id=submission_id)
+        battles.filter(pk__in=group.left_out, counted=True).update(counted=False)
+        battles.exclude(pk__in=group.left_out).filter(counted=False).update(counted=True)
         return env_rewards_store(submission_id=submission_id, records=fit(group))
 
 

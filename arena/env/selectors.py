@@ -280,10 +280,12 @@ class EnvGroup:
     submission_id: uuid.UUID
     completions: tuple[str, ...]  # completion keys, in group order
     votes: tuple[GroupVote, ...]
+    # Battles whose unflagged vote the source bound leaves out of the fit.
+    left_out: tuple[uuid.UUID, ...] = ()
 
 
 def _source_bounded(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """``rows`` (``winner, completion_a, completion_b, slug_a, slug_b, source``, in vote order)
+    """``rows`` (``winner, completion_a, completion_b, slug_a, slug_b, source, ...``, in vote order)
     without the votes past their source's bound on one of their completions: a source (address
     hash, or session where no address was kept) counts at most ``max(ARENA_ENV_SOURCE_MIN_VOTES,
     RATINGS_SOURCE_MAX_SHARE x the completion's votes from the other sources)`` votes on a
@@ -331,21 +333,25 @@ def env_group(*, submission_id: uuid.UUID) -> EnvGroup:
             "battle__model_b__slug",
             "ip_hash",
             "voter_id",
+            "battle_id",
         )
     )
-    bounded = _source_bounded([(*row[:5], row[5] or f"session:{row[6]}") for row in rows])
+    every = [(*row[:5], row[5] or f"session:{row[6]}", row[7]) for row in rows]
+    bounded = _source_bounded(every)
+    kept = {row[6] for row in bounded}
     votes = tuple(
         GroupVote(
             model_a=completion_key(a) if a is not None else reference_key(slug_a),
             model_b=completion_key(b) if b is not None else reference_key(slug_b),
             winner=winner,
         )
-        for winner, a, b, slug_a, slug_b, _source in bounded
+        for winner, a, b, slug_a, slug_b, _source, _battle in bounded
     )
     return EnvGroup(
         submission_id=submission_id,
         completions=tuple(completion_key(pk) for pk in completion_ids.values_list("pk", flat=True)),
         votes=votes,
+        left_out=tuple(row[6] for row in every if row[6] not in kept),
     )
 
 

@@ -94,9 +94,10 @@ def _in_flight(now: datetime) -> Q:
 
 
 def _counted_or_in_flight(now: datetime) -> Q:
-    """Env battles that count towards a side's judgements: voted (unflagged vote), or served
-    within the hold and not voted yet."""
-    return Q(battle__vote__flagged=False) | _in_flight(now)
+    """Env battles that count towards a side's judgements: voted (an unflagged vote its group's
+    fit counts: the source bound may leave one out), or served within the hold and not voted
+    yet."""
+    return Q(battle__vote__flagged=False, counted=True) | _in_flight(now)
 
 
 def _judged(now: datetime) -> _SubqueryCount:

@@ -134,11 +134,6 @@ def test_one_address_counts_once_per_completion_however_many_sessions_it_opens(s
     assert best.votes == worst.votes == 4 and best.score > worst.score
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="The serve counts a vote the source bound leaves out as judging its completions: "
-    "a completion whose only vote was left out is served to nobody and waits for its expiry.",
-)
 def test_a_completion_whose_only_vote_the_source_bound_left_out_is_served_again(settings):
     settings.RATINGS_SOURCE_MAX_SHARE = 0.15
     settings.ARENA_ENV_SOURCE_MIN_VOTES = 1
