@@ -20,9 +20,9 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connections, transaction
 
-from arena.env.rewards import env_rewards_update, env_submissions_behind
-from arena.env.selectors import env_battle_submission
 from arena.models import Battle
+from environment.rewards import env_rewards_update, env_submissions_behind
+from environment.selectors import env_battle_submission
 
 logger = logging.getLogger(__name__)
 

@@ -189,10 +189,10 @@ def test_the_demos_real_answers_that_name_their_maker_are_marked_and_their_votes
 
 @pytest.mark.django_db
 def test_an_env_reference_answer_naming_its_model_is_marked_and_the_submitted_side_never():
-    from arena.env.references import references_request
-    from arena.env.serve import env_battle_serve
-    from arena.models import EnvBattle
-    from arena.tests.env_helpers import make_run, submit
+    from environment.models import EnvBattle
+    from environment.references import references_request
+    from environment.serve import env_battle_serve
+    from environment.tests.env_helpers import make_run, submit
 
     reference = ArenaModelFactory(slug="ref-model", display_name="Ref", organization="RefLab")
     prompt = PromptFactory(turns=["What is rain?"], source="mt_bench")

@@ -6,10 +6,10 @@ import json
 import pytest
 from django.test import Client
 
-from arena.env.tokens import token_create
 from arena.errors import ArenaError
 from arena.inputs import json_parse, json_unstorable_text
-from arena.models import EnvRun
+from arena.tokens import token_create
+from environment.models import EnvRun
 
 UNSTORABLE = ["a\x00b", "a\ud800b", "\udfff"]
 

@@ -15,9 +15,9 @@ from arena.cache import counters_take
 from arena.models import ArenaModel, Battle, Completion, Vote
 from arena.services.battles import battle_start_pool
 from arena.services.models import models_deactivate
-from arena.tests.env_helpers import make_run
 from arena.tests.factories import ArenaModelFactory, CompletionFactory, pool_of
 from arena.tests.redis_server import own_redis  # noqa: F401  (fixture)
+from environment.tests.env_helpers import make_run
 
 pytestmark = pytest.mark.django_db
 
