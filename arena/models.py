@@ -164,7 +164,7 @@ class Completion(models.Model):
 
     class Source(models.TextChoices):
         POOL = "pool", "Pool"
-        # A reference model's answer to an environment submission's prompt (arena.env), generated
+        # A reference model's answer to an environment submission's prompt (environment), generated
         # once from the model's provider when the pool has none.
         REFERENCE = "reference", "Reference answer"
 
@@ -214,7 +214,7 @@ class Battle(models.Model):
         # pool answer: how a new live model meets the pool's models (arena.services.bridge).
         MIXED = "mixed", "Mixed (pool prompt, one live answer)"
         IMPORT = "import", "Imported"
-        # A trainer's completions judged for rewards (arena.env); never on the public leaderboard.
+        # A trainer's completions judged for rewards (environment); never on the public leaderboard.
         ENV = "env", "Environment"
 
     class State(models.TextChoices):

@@ -349,7 +349,7 @@ def _prompt_saved(*, instance: Prompt, created: bool, **kwargs: Any) -> None:
 
 @receiver(post_save, sender=Completion, dispatch_uid="arena.pool_cache.completion_saved")
 def _completion_saved(*, instance: Completion, created: bool, **kwargs: Any) -> None:
-    # A new reference answer (arena.env) is no pool answer; any changed completion may have been.
+    # A new reference answer (environment) is no pool answer; any changed completion may have been.
     if not created or instance.source == Completion.Source.POOL:
         generation_bump_now_and_after_commit("pool")
 

@@ -1,4 +1,4 @@
-"""The environment API at ``/api/env/v1/``: django-ninja views over ``arena.env``'s services and
+"""The environment API at ``/api/env/v1/``: django-ninja views over ``environment``'s services and
 selectors. The request schemas below validate bodies and generate the OpenAPI document served at
 ``/api/env/v1/openapi.json``; the services check everything again (they are also called from
 Python), with the settings' limits.

@@ -143,7 +143,7 @@ def snapshot_refresh_after_flags(**kwargs: Any) -> None:
         logger.exception("ratings: could not enqueue a snapshot refresh after flags changed")
 
 
-# --- Environment rewards (arena.env): a group's records refitted after each of its votes ---
+# --- Environment rewards (environment): a group's records refitted after each of its votes ---
 
 
 @shared_task(  # type: ignore[untyped-decorator]
