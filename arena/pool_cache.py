@@ -9,10 +9,10 @@ valid while the generation token stored in the shared cache (Redis in production
 ``get_many`` per battle) is the one the copy was read under:
 
 - saving or deleting an ``ArenaModel``, ``Prompt`` or ``Completion`` starts a new pool
-  generation, and saving or deleting an ``EnvRun`` (its state; the environment app's receivers)
-  a new environment generation, at
-  once and again after the transaction commits (a process that read the old rows between the
-  write and the commit reads them again);
+  generation, and saving or deleting an ``EnvRun`` (its state; the environment app's receivers
+  call ``generation_bump_now_and_after_commit``) a new environment generation, at once and again
+  after the transaction commits (a process that read the old rows between the write and the
+  commit reads them again);
 - a write that sends no signal (a queryset ``update()``, such as the admin's "deactivate"
   action) is seen within ``MAX_AGE_SECONDS``: no copy is older;
 - while the shared cache is unreachable (or was flushed) the generation is new on every read, so

@@ -1,16 +1,14 @@
-"""The environment app's plugs into the arena: its battle source (``arena.battle_sources``) and
-the receivers that start a new ``env`` generation of ``arena.pool_cache`` when a run's state
-changes, so every process reads "is any run open" again."""
+"""What the environment app's battle source (registered in ``EnvironmentConfig.ready``) tells the
+arena's pool cache: whether any run is open, and the receivers that start a new ``env``
+generation of ``arena.pool_cache`` when a run's state changes, so every process asks again."""
 
 from typing import Any
 
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from arena.battle_sources import BattleSource, battle_source_register
 from arena.pool_cache import generation_bump_now_and_after_commit
 from environment.models import EnvRun
-from environment.serve import env_battle_serve, env_work_available
 
 
 def env_runs_any_open() -> bool:
@@ -26,13 +24,3 @@ def _env_runs_changed(**kwargs: Any) -> None:
     if update_fields is not None and "state" not in update_fields:
         return
     generation_bump_now_and_after_commit("env")
-
-
-battle_source_register(
-    BattleSource(
-        name="environment",
-        is_open=env_runs_any_open,
-        serve=env_battle_serve,
-        has_work=env_work_available,
-    )
-)
