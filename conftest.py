@@ -93,8 +93,8 @@ def _fresh_cache() -> None:
 def _no_dns(monkeypatch: pytest.MonkeyPatch) -> None:
     """The webhook guard resolves host names through a stub: only ``localhost`` resolves, so no
     test sends a DNS query off the machine; a test that needs a name gives its own resolver."""
-    from arena.env import outbound
-    from arena.tests.outbound_helpers import StubResolver
+    from environment import outbound
+    from environment.tests.outbound_helpers import StubResolver
 
     monkeypatch.setattr(outbound, "resolve_host", StubResolver({"localhost": ["127.0.0.1", "::1"]}))
 

@@ -8,10 +8,6 @@ from django.db import models
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 
-from arena.env.outbound import url_shown
-from arena.env.runs import env_run_close
-from arena.env.selectors import env_run_counts
-from arena.env.tokens import token_revoke
 from arena.exports import FORMATS
 from arena.leaks import IDENTITY_LEAK
 from arena.live.breaker import provider_breaker_reset
@@ -21,7 +17,6 @@ from arena.models import (
     Battle,
     BattleMessage,
     Completion,
-    EnvRun,
     LiveLimits,
     Prompt,
     Provider,
@@ -32,6 +27,7 @@ from arena.models import (
 )
 from arena.services.flags import ANOMALOUS_VOTER, votes_flag_clear
 from arena.services.models import models_deactivate
+from arena.tokens import token_revoke
 
 
 class ReadOnlyAdmin(admin.ModelAdmin[Any]):
@@ -263,7 +259,7 @@ class RefusedPromptAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
 
 
-# --- The environment API (arena.env) ----------------------------------------------------------
+# --- API tokens (arena.tokens: the environment API's and the exports') ----------------------
 
 
 @admin.register(ApiToken)
@@ -288,47 +284,3 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # a token with runs is protected; revoking is the way
-
-
-@admin.register(EnvRun)
-class EnvRunAdmin(ReadOnlyAdmin):
-    """A trainer's runs: state and counts; staff may close one (it stops being served)."""
-
-    list_display = [
-        "name",
-        "token",
-        "state",
-        "votes_per_completion",
-        "share",
-        "counts",
-        "created_at",
-        "touched_at",
-        "closed_at",
-        "closed_reason",
-    ]
-    list_filter = ["state", "closed_reason", "webhook_status"]
-    search_fields = ["name", "id"]
-    # The URL is shown through webhook (its userinfo, which older rows may hold, masked).
-    exclude = ["webhook_secret", "webhook_url"]
-    readonly_fields = ["webhook", "webhook_status", "webhook_error", "webhook_attempted_at"]
-    actions = ["close"]
-
-    @admin.display(description="webhook URL")
-    def webhook(self, obj: EnvRun) -> str:
-        return url_shown(obj.webhook_url)
-
-    @admin.display(
-        description="submissions / completions (pending, complete, expired, cancelled) / votes"
-    )
-    def counts(self, obj: EnvRun) -> str:
-        c = env_run_counts(run=obj)
-        return (
-            f"{c['submissions']} / {c['completions']} "
-            f"({c['pending']}, {c['complete']}, {c['expired']}, {c['cancelled']}) / {c['votes']}"
-        )
-
-    @admin.action(description="Close selected runs (stop serving their battles)")
-    def close(self, request: HttpRequest, queryset: Any) -> None:
-        for run in queryset:
-            env_run_close(run=run, reason=EnvRun.ClosedReason.STAFF)
-        self.message_user(request, f"Closed {len(queryset)} run(s).")

@@ -55,7 +55,7 @@ class ErrorCode(StrEnum):
     UNREADABLE = "unreadable"
     EMPTY = "empty"
     MISSING_DATA = "missing_data"
-    # the environment API (arena.env)
+    # the environment API (the environment app)
     UNAUTHORIZED = "unauthorized"
     RUN_CLOSED = "run_closed"
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"

@@ -9,9 +9,10 @@ valid while the generation token stored in the shared cache (Redis in production
 ``get_many`` per battle) is the one the copy was read under:
 
 - saving or deleting an ``ArenaModel``, ``Prompt`` or ``Completion`` starts a new pool
-  generation, and saving or deleting an ``EnvRun`` (its state) a new environment generation, at
-  once and again after the transaction commits (a process that read the old rows between the
-  write and the commit reads them again);
+  generation, and saving or deleting an ``EnvRun`` (its state; the environment app's receivers
+  call ``generation_bump_now_and_after_commit``) a new environment generation, at once and again
+  after the transaction commits (a process that read the old rows between the write and the
+  commit reads them again);
 - a write that sends no signal (a queryset ``update()``, such as the admin's "deactivate"
   action) is seen within ``MAX_AGE_SECONDS``: no copy is older;
 - while the shared cache is unreachable (or was flushed) the generation is new on every read, so
@@ -48,17 +49,10 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
 from answer_style import AnswerStyle, style_counts
+from arena.battle_sources import battle_sources_open
 from arena.inputs import text_storable
 from arena.leaks import answer_names_model
-from arena.models import (
-    USER_PROMPT_SOURCE,
-    ArenaModel,
-    Completion,
-    EnvRun,
-    LiveLimits,
-    Prompt,
-    Provider,
-)
+from arena.models import USER_PROMPT_SOURCE, ArenaModel, Completion, LiveLimits, Prompt, Provider
 from arena.selectors import Limits, live_limits
 
 Scope = Literal["pool", "env", "live"]
@@ -164,10 +158,9 @@ class PoolCache:
         return value
 
     def env_runs_open(self) -> bool:
-        """Whether any environment run is open."""
-        return self._get(
-            "env", "open", lambda: EnvRun.objects.filter(state=EnvRun.State.OPEN).exists()
-        )
+        """Whether any environment run is open: whether a registered battle source
+        (``arena.battle_sources``, the environment app's) is open."""
+        return self._get("env", "open", battle_sources_open)
 
     def pool_models(self) -> list[tuple[int, float]]:
         """Active models with a positive weight and at least one pool answer: (id, weight)."""
@@ -356,19 +349,9 @@ def _prompt_saved(*, instance: Prompt, created: bool, **kwargs: Any) -> None:
 
 @receiver(post_save, sender=Completion, dispatch_uid="arena.pool_cache.completion_saved")
 def _completion_saved(*, instance: Completion, created: bool, **kwargs: Any) -> None:
-    # A new reference answer (arena.env) is no pool answer; any changed completion may have been.
+    # A new reference answer (environment) is no pool answer; any changed completion may have been.
     if not created or instance.source == Completion.Source.POOL:
         generation_bump_now_and_after_commit("pool")
-
-
-@receiver(post_save, sender=EnvRun, dispatch_uid="arena.pool_cache.env_run_saved")
-@receiver(post_delete, sender=EnvRun, dispatch_uid="arena.pool_cache.env_run_deleted")
-def _env_runs_changed(**kwargs: Any) -> None:
-    update_fields = kwargs.get("update_fields")
-    # A run's counters (reward_seq and the like) change often and say nothing about its state.
-    if update_fields is not None and "state" not in update_fields:
-        return
-    generation_bump_now_and_after_commit("env")
 
 
 @receiver(post_save, sender=Provider, dispatch_uid="arena.pool_cache.provider_saved")

@@ -15,6 +15,6 @@ vote_recorded = Signal()
 vote_flags_changed = Signal()
 
 # Sent after the transaction that created a submission of a run with ``reward_model`` commits
-# (arena.env.runs.env_submission_create), so that the rating side's reward model scores its
+# (environment.runs.env_submission_create), so that the rating side's reward model scores its
 # completions at once. kwargs: submission_id, run_id.
 env_submission_created = Signal()

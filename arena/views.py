@@ -14,8 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_ratelimit.decorators import ratelimit
 
 from arena.api import api_view, client_ip, error_json, json_body, session_identity
-from arena.env.serve import env_work_available
-from arena.env.tokens import BEARER_CHALLENGE, token_for_request
+from arena.battle_sources import battle_sources_have_work
 from arena.errors import ArenaError, ErrorCode
 from arena.exports import (
     ExportRow,
@@ -47,6 +46,7 @@ from arena.services.vote_guards import (
     vote_caps_take,
 )
 from arena.services.votes import vote_record
+from arena.tokens import BEARER_CHALLENGE, token_for_request
 
 
 def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
@@ -69,7 +69,10 @@ def battle_page(request: HttpRequest) -> HttpResponse:
     included), each offered when it can be served; ``?mode=live|pool`` picks one, else live."""
     _, voter_id = session_identity(request)
     # Pool mode also serves environment battles, so it is offered when only they can be served.
-    available = {"live": live_battles_enabled(), "pool": pool_available() or env_work_available()}
+    available = {
+        "live": live_battles_enabled(),
+        "pool": pool_available() or battle_sources_have_work(),
+    }
     kinds = [
         {"key": key, "label": label, "description": description}
         for key, label, description in BATTLE_KINDS

@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from arena.env.api import api as env_api
+from environment.api import api as env_api
 
 admin.site.site_header = "Arena administration"
 admin.site.site_title = "Arena admin"

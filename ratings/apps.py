@@ -6,8 +6,8 @@ class RatingsConfig(AppConfig):
     verbose_name = "Ratings"
 
     def ready(self) -> None:
-        from arena.env.model_rewards import model_rewards_register
         from arena.signals import env_submission_created, vote_flags_changed, vote_recorded
+        from environment.model_rewards import model_rewards_register
         from ratings.tasks import (
             _reward_model_unavailable,
             env_rewards_after_vote,

@@ -1,7 +1,7 @@
 """Reward records of a trainer's group: counts and a Bradley-Terry score per completion.
 
 After a vote on an environment battle, ``ratings.tasks.env_rewards_refresh`` refits the
-battle's group (``arena.env.rewards.env_rewards_update`` reads the group's unflagged votes under
+battle's group (``environment.rewards.env_rewards_update`` reads the group's unflagged votes under
 the submission's lock and stores what ``env_rewards_fit`` returns).
 
 The fit: the engine's exact Bradley-Terry fit (``ratings.engine.rate``, no style control,
@@ -33,9 +33,9 @@ from collections import Counter
 
 import pandas as pd
 
-from arena.env.rewards import RewardUpdate
-from arena.env.selectors import COMPLETION_PREFIX, EnvGroup
 from arena.models import Vote
+from environment.rewards import RewardUpdate
+from environment.selectors import COMPLETION_PREFIX, EnvGroup
 from ratings.engine import CannotRateError, rate
 
 logger = logging.getLogger(__name__)

@@ -20,9 +20,9 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connections, transaction
 
-from arena.env.rewards import env_rewards_update, env_submissions_behind
-from arena.env.selectors import env_battle_submission
 from arena.models import Battle
+from environment.rewards import env_rewards_update, env_submissions_behind
+from environment.selectors import env_battle_submission
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def snapshot_refresh_after_flags(**kwargs: Any) -> None:
         logger.exception("ratings: could not enqueue a snapshot refresh after flags changed")
 
 
-# --- Environment rewards (arena.env): a group's records refitted after each of its votes ---
+# --- Environment rewards (environment): a group's records refitted after each of its votes ---
 
 
 @shared_task(  # type: ignore[untyped-decorator]

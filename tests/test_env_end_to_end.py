@@ -14,14 +14,15 @@ from collections import defaultdict
 import pytest
 from django.test import Client
 
-from arena.env.tokens import token_create
-from arena.models import Battle, EnvBattle, EnvCompletion, EnvRun, Vote
+from arena.models import Battle, Vote
 from arena.selectors import votes_for_export
 from arena.services.demo import DEMO_DATA_DIR, _pool_lines
 from arena.services.pool import PoolLine, pool_write
-from arena.tests.env_helpers import eager_tasks
-from arena.tests.outbound_helpers import LOOPBACK_ALLOWED
-from arena.tests.webhook_receiver import WebhookReceiver
+from arena.tokens import token_create
+from environment.models import EnvBattle, EnvCompletion, EnvRun
+from environment.tests.env_helpers import eager_tasks
+from environment.tests.outbound_helpers import LOOPBACK_ALLOWED
+from environment.tests.webhook_receiver import WebhookReceiver
 from ratings.services import snapshot_refresh
 
 __all__ = ["eager_tasks"]  # a fixture, used by name

@@ -48,8 +48,8 @@ import pytest
 from django.conf import settings
 
 from arena.tests.fake_openai import FakeModel, FakeUpstream
-from arena.tests.webhook_receiver import WebhookReceiver
 from conftest import free_port
+from environment.tests.webhook_receiver import WebhookReceiver
 from tests.helpers import revealed_names
 
 pytestmark = [

@@ -31,10 +31,10 @@ from django.test import Client
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
-from arena.env.runs import env_run_create
-from arena.env.tokens import token_create
 from arena.tests.factories import CompletionFactory
+from arena.tokens import token_create
 from config.asgi import application
+from environment.runs import env_run_create
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from arena.env.serve import env_battle_serve
+from arena.battle_sources import battle_sources_serve
 from arena.errors import ArenaError, ErrorCode
 from arena.identity import session_hash
 from arena.models import Battle, BattleMessage
@@ -59,9 +59,10 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
     # What the draw reads and rarely changes, kept per process (arena.pool_cache).
     kept = pool_cache()
     # A trainer's completions waiting for judges take the visitor's turn, within their run's
-    # share (arena.env.serve), while some run is open.
+    # share (the environment app's battle source, ``arena.battle_sources``), while some run is
+    # open.
     if kept.env_runs_open():
-        env_battle = env_battle_serve(session_key=session_key, rng=rng)
+        env_battle = battle_sources_serve(session_key=session_key, rng=rng)
         if env_battle is not None:
             return StartedBattle(battle=env_battle, messages=None)
     # A live model not yet established on the board takes its share of the draws as mixed

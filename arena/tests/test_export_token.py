@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from arena.env.tokens import token_create, token_revoke
 from arena.models import ApiToken
 from arena.tests.factories import ArenaModelFactory
+from arena.tokens import token_create, token_revoke
 
 pytestmark = [
     pytest.mark.django_db,

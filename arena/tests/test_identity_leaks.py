@@ -188,28 +188,6 @@ def test_the_demos_real_answers_that_name_their_maker_are_marked_and_their_votes
 
 
 @pytest.mark.django_db
-def test_an_env_reference_answer_naming_its_model_is_marked_and_the_submitted_side_never():
-    from arena.env.references import references_request
-    from arena.env.serve import env_battle_serve
-    from arena.models import EnvBattle
-    from arena.tests.env_helpers import make_run, submit
-
-    reference = ArenaModelFactory(slug="ref-model", display_name="Ref", organization="RefLab")
-    prompt = PromptFactory(turns=["What is rain?"], source="mt_bench")
-    CompletionFactory(prompt=prompt, model=reference, turns=["As a RefLab model: water."])
-    run = make_run(share=1.0, references=[reference])
-    # The trainer's completion names the reference's lab: not its own model, so not marked.
-    submission, _ = submit(run, ["RefLab says: wet sky."], prompt="What is rain?")
-    references_request(submission_id=submission.pk)
-    battle = env_battle_serve(session_key="s1")
-    assert battle is not None
-    env = EnvBattle.objects.get(battle=battle)
-    ref_side = "a" if env.completion_a_id is None else "b"
-    marked = {m.side: m.names_model for m in battle.messages.all()}
-    assert marked == {ref_side: True, ("b" if ref_side == "a" else "a"): False}
-
-
-@pytest.mark.django_db
 @pytest.mark.parametrize("aliases", ["ChatGPT", [""], ["ok", 3], {"a": "b"}])
 def test_aliases_must_be_a_list_of_names(aliases):
     from django.core.exceptions import ValidationError

@@ -1,17 +1,13 @@
 """Unstorable text (a NUL, a lone surrogate) anywhere in a JSON body, refused at the parser with
-a 400 naming its dotted path, by the visitor API and the environment API alike."""
+a 400 naming its dotted path, by the visitor API and the environment API alike (whose bodies'
+tests are environment/tests/test_env_inputs.py)."""
 
 import json
 
 import pytest
-from django.test import Client
 
-from arena.env.tokens import token_create
 from arena.errors import ArenaError
 from arena.inputs import json_parse, json_unstorable_text
-from arena.models import EnvRun
-
-UNSTORABLE = ["a\x00b", "a\ud800b", "\udfff"]
 
 
 @pytest.mark.parametrize(
@@ -44,29 +40,3 @@ def test_json_parse_refuses_an_unstorable_key_at_the_top_naming_the_field_it_was
     with pytest.raises(ArenaError) as refused:
         json_parse(json.dumps({"\ud800": 1}), what="The frame", field="frame")
     assert refused.value.field == "frame" and "key" in refused.value.message
-
-
-@pytest.mark.parametrize("text", UNSTORABLE, ids=["nul", "high", "low"])
-def test_an_unstorable_reference_of_a_new_run_is_a_400_naming_it(db, text):
-    _, raw = token_create(name="trainer", scopes=["env"])
-    response = Client().post(
-        "/api/env/v1/runs",
-        json.dumps({"name": "x", "references": [text]}),  # ensure_ascii: \u0000, \ud800
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {raw}"},
-    )
-    assert response.status_code == 400, response.content
-    assert response.json()["error"]["field"] == "references.0"
-    assert not EnvRun.objects.exists()
-
-
-def test_an_unstorable_key_in_an_env_body_is_a_400_naming_the_body(db):
-    _, raw = token_create(name="trainer", scopes=["env"])
-    response = Client().post(
-        "/api/env/v1/runs",
-        json.dumps({"name": "x", "\x00": 1}),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {raw}"},
-    )
-    assert response.status_code == 400, response.content
-    assert response.json()["error"]["field"] == "body"

@@ -15,7 +15,6 @@ from arena.cache import counters_take
 from arena.models import ArenaModel, Battle, Completion, Vote
 from arena.services.battles import battle_start_pool
 from arena.services.models import models_deactivate
-from arena.tests.env_helpers import make_run
 from arena.tests.factories import ArenaModelFactory, CompletionFactory, pool_of
 from arena.tests.redis_server import own_redis  # noqa: F401  (fixture)
 
@@ -148,27 +147,6 @@ def test_an_answer_edited_and_saved_is_served_as_edited(db):
     battle = battle_start_pool(session_key="s", rng=random.Random(1)).battle
     side = "a" if battle.model_a_id == models[0].pk else "b"
     assert battle.messages.get(side=side).content == "Edited answer, as gpt-9000 would say."
-
-
-def test_opening_an_env_run_is_seen_by_the_next_pool_request(db):
-    pool_of(n_models=2, n_prompts=1)
-    kept = pool_cache.pool_cache()
-    assert kept.env_runs_open() is False
-    make_run()
-    assert pool_cache.pool_cache().env_runs_open() is True
-
-
-def test_a_run_counter_saved_does_not_end_the_copies(db):
-    run = make_run()
-    kept = pool_cache.pool_cache()
-    assert kept.env_runs_open() is True
-    token = kept.tokens["env"]
-    run.save(update_fields=["reward_seq"])
-    assert pool_cache.pool_cache().tokens["env"] == token
-    run.state = run.State.CLOSED
-    run.save(update_fields=["state"])
-    assert pool_cache.pool_cache().tokens["env"] != token
-    assert pool_cache.pool_cache().env_runs_open() is False
 
 
 def test_counters_in_the_local_cache_start_at_one_and_count():

@@ -33,7 +33,7 @@ def visitors_on_one_address(settings):
 
 @pytest.fixture
 def token(asgi_server) -> str:
-    from arena.env.tokens import token_create
+    from arena.tokens import token_create
 
     _, raw = token_create(name="trainer", scopes=["env"])
     return raw
@@ -51,7 +51,7 @@ def eager_tasks() -> Iterator[None]:
 
 
 def test_a_token_without_the_env_scope_is_refused_with_the_api_error(asgi_server):
-    from arena.env.tokens import token_create
+    from arena.tokens import token_create
 
     _, raw = token_create(name="exports only", scopes=["export"])
     with pytest.raises(ArenaEnvError) as caught:

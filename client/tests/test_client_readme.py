@@ -36,8 +36,8 @@ def longer_wins(text_a: str, text_b: str) -> str:
 def test_the_readme_loop_prints_rewards_as_visitors_vote(
     asgi_server, eager_tasks, monkeypatch, capsys
 ):
-    from arena.env.tokens import token_create
-    from arena.models import EnvRun
+    from arena.tokens import token_create
+    from environment.models import EnvRun
 
     _, token = token_create(name="trainer", scopes=["env"])
     monkeypatch.setenv("ARENA_TOKEN", token)

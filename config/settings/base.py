@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "channels",
     "csp",
     "arena",
+    "environment",
     "ratings",
 ]
 
@@ -471,7 +472,7 @@ ARENA_WS_MAX_FRAME_BYTES = env.int(
     "ARENA_WS_MAX_FRAME_BYTES", default=6 * ARENA_LIVE_MAX_PROMPT_CHARS + 4096
 )
 
-# --- Environment API (arena.env) ------------------------------------------------------------
+# --- Environment API (environment) ----------------------------------------------------------
 # The reward model (ratings.reward_model; docs: "Instant rewards"): runs created with
 # "reward_model": true get a model reward and interval for each completion at once, superseded
 # by the visitors' when their votes give one. Off by default; on only where the reward-model
@@ -513,7 +514,7 @@ ARENA_ENV_RUNS_PER_HOUR = env.int("ARENA_ENV_RUNS_PER_HOUR", default=60)
 # no visitor and is closed (reason "idle") by the periodic sweep, so a crashed trainer's run
 # stops taking battles. 15 minutes outlasts a trainer's step between two reads of its rewards.
 ARENA_ENV_RUN_IDLE_SECONDS = env.int("ARENA_ENV_RUN_IDLE_SECONDS", default=900)
-# Webhooks (arena.env.outbound): https only unless ARENA_ENV_WEBHOOK_ALLOW_HTTP; never to a
+# Webhooks (environment.outbound): https only unless ARENA_ENV_WEBHOOK_ALLOW_HTTP; never to a
 # loopback, private, link-local or otherwise non-public address, except to the host names and
 # networks (an address or CIDR, such as 10.0.0.0/8) listed in ARENA_ENV_WEBHOOK_ALLOW_HOSTS,
 # for trainers inside the operator's network. Each POST gets ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS
@@ -522,7 +523,7 @@ ARENA_ENV_RUN_IDLE_SECONDS = env.int("ARENA_ENV_RUN_IDLE_SECONDS", default=900)
 ARENA_ENV_WEBHOOK_ALLOW_HTTP = env.bool("ARENA_ENV_WEBHOOK_ALLOW_HTTP", default=False)
 ARENA_ENV_WEBHOOK_ALLOW_HOSTS: list[str] = env.list("ARENA_ENV_WEBHOOK_ALLOW_HOSTS", default=[])
 ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS = env_float("ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
-# How long an environment battle served and not voted holds its pair (arena.env.serve): no other
+# How long an environment battle served and not voted holds its pair (environment.serve): no other
 # visitor is served that pair meanwhile, and its sides count as judged. A visitor votes on two
 # finished answers within about this long or has left; 30 s frees an abandoned battle's pair
 # before a trainer's group stalls, and a late vote still counts.

@@ -15,7 +15,7 @@ of pairs) it is a no-op.
 Scoring (``reward_model_score_submission``) reads the latest snapshot (fitting the first one if
 there is none: on no votes it is the prior, ``w = 0``, whose intervals say it knows nothing),
 computes each completion's reward and interval within its group (``estimator.group_rewards``)
-and stores them (``arena.env.model_rewards.env_model_rewards_store``).
+and stores them (``environment.model_rewards.env_model_rewards_store``).
 
 The embedder is looked up in ``ratings.reward_model.embedding`` at call time, so tests replace
 it (and ``unavailable_reason``) with a fake and run everything without torch.
@@ -35,8 +35,9 @@ import numpy as np
 from django.conf import settings
 
 from answer_style import style_counts
-from arena.env.model_rewards import ModelReward, env_model_rewards_store
-from arena.models import BattleMessage, EnvCompletion, EnvSubmission, Vote
+from arena.models import BattleMessage, Vote
+from environment.model_rewards import ModelReward, env_model_rewards_store
+from environment.models import EnvCompletion, EnvSubmission
 from ratings.models import RewardModelSnapshot
 from ratings.reward_model import embedding
 from ratings.reward_model.estimator import (

@@ -1,5 +1,5 @@
 """Reward records of a group after votes: the fit (ratings.env_rewards), the store and its
-feed numbers (arena.env.rewards), the after-vote task and expiry."""
+feed numbers (environment.rewards), the after-vote task and expiry."""
 
 import uuid
 from datetime import timedelta
@@ -8,12 +8,14 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from arena.env.rewards import (
+from arena.models import Vote
+from environment.models import EnvBattle, EnvCompletion, EnvRun, EnvSubmission
+from environment.rewards import (
     env_completions_expire,
     env_rewards_update,
     env_submissions_behind,
 )
-from arena.env.selectors import (
+from environment.selectors import (
     EnvGroup,
     GroupVote,
     completion_key,
@@ -21,8 +23,7 @@ from arena.env.selectors import (
     env_rewards_page,
     reference_key,
 )
-from arena.models import EnvBattle, EnvCompletion, EnvRun, EnvSubmission, Vote
-from arena.tests.env_helpers import eager_tasks, judge, make_run, side_text, submit, winner_by
+from environment.tests.env_helpers import eager_tasks, judge, make_run, side_text, submit, winner_by
 from ratings import tasks
 from ratings.env_rewards import env_rewards_fit
 from ratings.models import LeaderboardSnapshot
@@ -248,7 +249,7 @@ def test_concurrent_stores_of_one_runs_groups_number_every_change_once_in_order(
 
     from django.db import connections
 
-    from arena.env.rewards import RewardUpdate, env_rewards_store
+    from environment.rewards import RewardUpdate, env_rewards_store
 
     run = make_run()
     groups = [submit(run, ["x", "y"]) for _ in range(3)]

@@ -10,15 +10,16 @@ import numpy as np
 import pytest
 from django.test import Client
 
-from arena.env import model_rewards
-from arena.env.model_rewards import ModelReward, env_model_rewards_store
-from arena.env.rewards import RewardUpdate, env_rewards_store
-from arena.env.selectors import env_rewards_page
-from arena.env.serve import env_battle_serve
-from arena.env.tokens import token_create
-from arena.models import EnvBattle, EnvCompletion, EnvRun, Vote
+from arena.models import Vote
 from arena.services.terms import terms_accept
-from arena.tests.env_helpers import eager_tasks, judge, make_run, side_text, submit, winner_by
+from arena.tokens import token_create
+from environment import model_rewards
+from environment.model_rewards import ModelReward, env_model_rewards_store
+from environment.models import EnvBattle, EnvCompletion, EnvRun
+from environment.rewards import RewardUpdate, env_rewards_store
+from environment.selectors import env_rewards_page
+from environment.serve import env_battle_serve
+from environment.tests.env_helpers import eager_tasks, judge, make_run, side_text, submit, winner_by
 from ratings import tasks
 from ratings.models import RewardModelSnapshot
 from ratings.reward_model import embedding

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from django.test import Client
 
-from arena.env.tokens import token_create
-from arena.models import EnvCompletion, Vote
-from arena.tests.env_helpers import eager_tasks, judge, make_run, side_text, submit, winner_by
+from arena.models import Vote
+from arena.tokens import token_create
+from environment.models import EnvCompletion
+from environment.tests.env_helpers import eager_tasks, judge, make_run, side_text, submit, winner_by
 from ratings import tasks
 from ratings.models import RewardModelSnapshot
 from ratings.reward_model import embedding

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 import pytest
 
 from arena.models import Battle, Vote
-from arena.tests.env_helpers import eager_tasks, make_run
 from arena.tests.factories import ArenaModelFactory, CompletionFactory, pool_of
 from arena.transparency import pool_recognisability_refresh
+from environment.tests.env_helpers import eager_tasks, make_run
 from ratings import services
 from ratings.transparency import crontab_text
 

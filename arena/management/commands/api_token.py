@@ -10,9 +10,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from arena.env.tokens import SCOPES, token_create, token_find, token_revoke
 from arena.errors import ArenaError
 from arena.models import ApiToken
+from arena.tokens import SCOPES, token_create, token_find, token_revoke
 
 
 def _when(value: Any) -> str:

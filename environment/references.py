@@ -26,7 +26,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from arena.inputs import text_storable
-from arena.models import ArenaModel, Completion, EnvSubmission, completion_turns_hash
+from arena.models import ArenaModel, Completion, completion_turns_hash
+from environment.models import EnvSubmission
 
 if TYPE_CHECKING:
     from arena.live.upstream import UpstreamTarget

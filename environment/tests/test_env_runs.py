@@ -9,15 +9,15 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from arena.env.rewards import RewardUpdate, env_rewards_store, env_submissions_cancel
-from arena.env.runs import env_runs_idle_close
-from arena.env.serve import env_battle_serve
-from arena.env.tokens import token_create
-from arena.models import EnvCompletion, EnvRun, EnvSubmission
-from arena.tests.env_helpers import make_run, submit
-from arena.tests.test_env_api import BASE, Api, _error, _group, _run
 from arena.tests.test_settings import BASE_DIR
+from arena.tokens import token_create
 from config.celery_app import app
+from environment.models import EnvCompletion, EnvRun, EnvSubmission
+from environment.rewards import RewardUpdate, env_rewards_store, env_submissions_cancel
+from environment.runs import env_runs_idle_close
+from environment.serve import env_battle_serve
+from environment.tests.env_helpers import make_run, submit
+from environment.tests.test_env_api import BASE, Api, _error, _group, _run
 
 pytestmark = pytest.mark.django_db
 
@@ -381,7 +381,7 @@ def test_the_idle_setting_is_refused_out_of_bounds_at_start_up():
 def test_a_run_staff_close_says_so_to_its_trainer(admin_client, api):
     run = _run(api)
     response = admin_client.post(
-        "/admin/arena/envrun/", {"action": "close", "_selected_action": [run["id"]]}
+        "/admin/environment/envrun/", {"action": "close", "_selected_action": [run["id"]]}
     )
     assert response.status_code == 302
     assert api.get(f"/runs/{run['id']}").json()["closed_reason"] == "staff"

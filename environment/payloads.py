@@ -66,7 +66,7 @@ class RunPayload(TypedDict):
     ttl_hours: int
     share: float
     webhook_url: str  # its userinfo, if an older run holds one, masked
-    reward_model: bool  # model rewards at once (arena.env.model_rewards)
+    reward_model: bool  # model rewards at once (environment.model_rewards)
     webhook_delivery: WebhookDelivery
     created_at: str
     closed_at: str | None

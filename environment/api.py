@@ -1,4 +1,4 @@
-"""The environment API at ``/api/env/v1/``: django-ninja views over ``arena.env``'s services and
+"""The environment API at ``/api/env/v1/``: django-ninja views over ``environment``'s services and
 selectors. The request schemas below validate bodies and generate the OpenAPI document served at
 ``/api/env/v1/openapi.json``; the services check everything again (they are also called from
 Python), with the settings' limits.
@@ -11,7 +11,7 @@ field by its dotted path (``completions.3.text``). No cookie is read, so no CSRF
 
 Every 429 carries ``Retry-After``. Every call on a run renews the run's lease (``GET /runs``
 does not); a run untouched for ``ARENA_ENV_RUN_IDLE_SECONDS`` is no longer served and is closed
-with the reason ``idle`` (``arena.env.runs.env_runs_idle_close``).
+with the reason ``idle`` (``environment.runs.env_runs_idle_close``).
 """
 
 import json
@@ -31,7 +31,12 @@ from ninja.security import HttpBearer
 from pydantic import BeforeValidator, ConfigDict
 
 from arena.api import error_json
-from arena.env.payloads import (
+from arena.errors import ArenaError, ErrorCode, not_found
+from arena.inputs import json_parse
+from arena.models import MODEL_SLUG_MAX, ApiToken
+from arena.tokens import BEARER_CHALLENGE, token_for_request
+from environment.models import EnvRun
+from environment.payloads import (
     CancelResult,
     RewardsPage,
     RunCreated,
@@ -39,8 +44,8 @@ from arena.env.payloads import (
     RunsPage,
     SubmissionPayload,
 )
-from arena.env.rewards import CancelOutcome, env_submissions_cancel
-from arena.env.runs import (
+from environment.rewards import CancelOutcome, env_submissions_cancel
+from environment.runs import (
     IDEMPOTENCY_KEY_MAX,
     RUN_NAME_MAX,
     TTL_HOURS_RANGE,
@@ -51,7 +56,7 @@ from arena.env.runs import (
     env_run_touch,
     env_submission_create,
 )
-from arena.env.selectors import (
+from environment.selectors import (
     REWARDS_DEFAULT_LIMIT,
     REWARDS_MAX_LIMIT,
     RUNS_DEFAULT_LIMIT,
@@ -62,13 +67,9 @@ from arena.env.selectors import (
     env_runs_page,
     env_submission_payload,
 )
-from arena.env.tokens import BEARER_CHALLENGE, token_for_request
-from arena.errors import ArenaError, ErrorCode, not_found
-from arena.inputs import json_parse
-from arena.models import MODEL_SLUG_MAX, ApiToken, EnvRun
 
 API_VERSION = "1"
-RATE_GROUP = "arena.env.api"
+RATE_GROUP = "environment.api"
 
 
 class _JsonParser(Parser):

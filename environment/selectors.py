@@ -16,8 +16,11 @@ from typing import Any, cast
 from django.conf import settings
 from django.db.models import Count, Q
 
-from arena.env.outbound import url_shown
-from arena.env.payloads import (
+from arena.errors import ArenaError, ErrorCode, not_found
+from arena.models import ApiToken, Vote
+from environment.models import EnvBattle, EnvCompletion, EnvRun, EnvSubmission
+from environment.outbound import url_shown
+from environment.payloads import (
     ClosedReason,
     RewardRecord,
     RewardsPage,
@@ -28,8 +31,6 @@ from arena.env.payloads import (
     SubmissionPayload,
     win_rate,
 )
-from arena.errors import ArenaError, ErrorCode, not_found
-from arena.models import ApiToken, EnvBattle, EnvCompletion, EnvRun, EnvSubmission, Vote
 
 REWARDS_DEFAULT_LIMIT = 100
 REWARDS_MAX_LIMIT = 1000
@@ -248,7 +249,7 @@ def env_rewards_payload(*, run: EnvRun, cursor: int, limit: int) -> RewardsPage:
     return {"records": records, "next_cursor": next_cursor}
 
 
-# --- A group as the rating side fits it (arena.env.rewards, ratings.env_rewards) -------------
+# --- A group as the rating side fits it (environment.rewards, ratings.env_rewards) -------------
 
 COMPLETION_PREFIX = "c:"
 REFERENCE_PREFIX = "r:"

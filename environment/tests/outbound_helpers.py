@@ -1,4 +1,4 @@
-"""The network edge of the guarded client (arena.env.outbound) in tests: a stub resolver, and a
+"""The network edge of the guarded client (environment.outbound) in tests: a stub resolver, and a
 loopback listener that records every connection made to it."""
 
 import socket
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from arena.env.outbound import OutboundUnresolved
+from environment.outbound import OutboundUnresolved
 
 LOOPBACK_ALLOWED = {
     "ARENA_ENV_WEBHOOK_ALLOW_HOSTS": ["127.0.0.1/32"],

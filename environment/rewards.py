@@ -2,7 +2,7 @@
 
 The fit itself is the rating side's (``ratings.env_rewards``; the arena never imports ratings):
 after a vote on an environment battle, ``env_rewards_update`` reads the group
-(``arena.env.selectors.env_group``) and stores the records the fit returns.
+(``environment.selectors.env_group``) and stores the records the fit returns.
 
 Statuses: a record the trainer cancelled while pending (``env_submissions_cancel``) stays
 ``cancelled`` (no longer served; a late vote on a battle served before still counts in it);
@@ -12,11 +12,11 @@ longer served; ``env_completions_expire`` runs periodically for groups no vote t
 ``pending``.
 
 A record's ``source`` says whose ``score`` it shows: the humans' fit's once it gives one, which
-supersedes a reward model's (``arena.env.model_rewards``), else the model's, else none.
+supersedes a reward model's (``environment.model_rewards``), else the model's, else none.
 
 Every change of a record takes the next number of its run's ``reward_seq`` under the run's row
 lock, in the transaction that writes it, so a cursor over ``seq`` never skips or repeats a
-change (see ``arena.env.selectors``); a record that did not change keeps its number and is not
+change (see ``environment.selectors``); a record that did not change keeps its number and is not
 delivered again.
 """
 
@@ -32,10 +32,11 @@ from django.db import transaction
 from django.db.models import F, OuterRef, Subquery
 from django.utils import timezone
 
-from arena.env.selectors import EnvGroup, env_group
-from arena.env.webhook import webhook_enqueue
 from arena.errors import not_found
-from arena.models import EnvBattle, EnvCompletion, EnvRun, EnvSubmission, Vote
+from arena.models import Vote
+from environment.models import EnvBattle, EnvCompletion, EnvRun, EnvSubmission
+from environment.selectors import EnvGroup, env_group
+from environment.webhook import webhook_enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ def env_rewards_store(*, submission_id: uuid.UUID, records: Sequence[RewardUpdat
 
 def _source_of(completion: EnvCompletion, values: dict[str, object]) -> str:
     """Whose score the record shows: the humans' once their fit gives one (it supersedes the
-    model's), else the reward model's (``arena.env.model_rewards``), which ``values`` then
+    model's), else the reward model's (``environment.model_rewards``), which ``values`` then
     carries, else none."""
     if values["score"] is not None:
         return EnvCompletion.Source.HUMAN

@@ -1,16 +1,16 @@
-"""Reference answers to a submission's prompt (arena.env.references): copied from the pool, or
+"""Reference answers to a submission's prompt (environment.references): copied from the pool, or
 generated once through the real openai client from the loopback fake provider."""
 
 from unittest import mock
 
 import pytest
 
-from arena.env.references import ReferenceFailed, reference_answer_generate, references_request
 from arena.models import ArenaModel, Completion, Provider
-from arena.tasks import env_reference_answer
-from arena.tests.env_helpers import eager_tasks, make_run, submit
 from arena.tests.factories import ArenaModelFactory, CompletionFactory, PromptFactory
 from arena.tests.fake_openai import FakeModel
+from environment.references import ReferenceFailed, reference_answer_generate, references_request
+from environment.tasks import env_reference_answer
+from environment.tests.env_helpers import eager_tasks, make_run, submit
 
 __all__ = ["eager_tasks"]  # a fixture, used by name
 

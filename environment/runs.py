@@ -9,7 +9,7 @@ the earlier turns have no answers of both sides to show). The prompt's source is
 
 A submission of a run with ``reward_model`` sends ``arena.signals.env_submission_created``
 after it commits: the rating side's reward model scores its completions then
-(``arena.env.model_rewards``).
+(``environment.model_rewards``).
 
 Every completion of a new submission gets the next ``seq`` of its run's reward feed (status
 pending), under the run's row lock, so it is in the feed at once and the feed's order holds.
@@ -31,22 +31,15 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from answer_style.counts import style_counts
-from arena.env.model_rewards import model_rewards_check
-from arena.env.outbound import OutboundRefused, OutboundUnresolved, outbound_check
-from arena.env.payloads import Message
-from arena.env.references import references_request
 from arena.errors import ArenaError, ErrorCode
 from arena.inputs import json_too_deep, text_problem
-from arena.models import (
-    ApiToken,
-    ArenaModel,
-    Completion,
-    EnvCompletion,
-    EnvRun,
-    EnvSubmission,
-    Prompt,
-)
+from arena.models import ApiToken, ArenaModel, Completion, Prompt
 from arena.signals import env_submission_created
+from environment.model_rewards import model_rewards_check
+from environment.models import EnvCompletion, EnvRun, EnvSubmission
+from environment.outbound import OutboundRefused, OutboundUnresolved, outbound_check
+from environment.payloads import Message
+from environment.references import references_request
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +128,7 @@ def env_run_create(
     webhook secret. Each invalid field is a 400 naming it (the values are checked at run time
     too: they may come from untrusted JSON); a ``webhook_url`` the guarded client would not send
     to is one of them. ``reward_model`` asks for model rewards at once
-    (``arena.env.model_rewards``): where the reward model cannot run it is a 409 naming the
+    (``environment.model_rewards``): where the reward model cannot run it is a 409 naming the
     field, and nothing is created. A token over its caps (``ARENA_ENV_MAX_OPEN_RUNS``,
     ``ARENA_ENV_RUNS_PER_HOUR``) gets a 429 with Retry-After."""
     name = _text(name, field="name", max_chars=RUN_NAME_MAX).strip()

@@ -12,10 +12,10 @@ ratings). This module is the seam it plugs into:
   ``env_model_rewards_store``.
 
 Supersession: a record's ``score``/``score_low``/``score_high`` are the humans' as soon as the
-humans' fit gives one (``source: "human"``, ``arena.env.rewards.env_rewards_store``), else the
+humans' fit gives one (``source: "human"``, ``environment.rewards.env_rewards_store``), else the
 model's (``source: "model"``), else null (``source`` null). The model's own reward is kept apart
 (``model_score*``) so a later refit of the humans' never loses it, and its interval's width
-orders the run's pending completions for visitors (``arena.env.serve``). Every change of a
+orders the run's pending completions for visitors (``environment.serve``). Every change of a
 record takes the next number of its run's feed, under the run's row lock, as every other write
 of a record does.
 """
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from arena.env.webhook import webhook_enqueue
 from arena.errors import ArenaError, ErrorCode
-from arena.models import EnvCompletion, EnvRun
+from environment.models import EnvCompletion, EnvRun
+from environment.webhook import webhook_enqueue
 
 _unavailable: Callable[[], str | None] | None = None
 NOT_INSTALLED = "no reward model is installed in this arena"

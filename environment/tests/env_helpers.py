@@ -6,12 +6,13 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from arena.env.runs import env_run_create, env_submission_create
-from arena.env.serve import env_battle_serve
-from arena.env.tokens import token_create
-from arena.models import ArenaModel, Battle, EnvBattle, EnvCompletion, EnvRun, EnvSubmission
+from arena.models import ArenaModel, Battle
 from arena.services.terms import terms_accept
 from arena.services.votes import vote_record
+from arena.tokens import token_create
+from environment.models import EnvBattle, EnvCompletion, EnvRun, EnvSubmission
+from environment.runs import env_run_create, env_submission_create
+from environment.serve import env_battle_serve
 
 
 @pytest.fixture

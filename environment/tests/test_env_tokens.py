@@ -9,8 +9,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from arena.env.runs import env_run_create
-from arena.env.tokens import (
+from arena.errors import ArenaError
+from arena.models import ApiToken
+from arena.tokens import (
     PREFIX_CHARS,
     TOKEN_PREFIX,
     token_authenticate,
@@ -19,8 +20,8 @@ from arena.env.tokens import (
     token_require_scope,
     token_revoke,
 )
-from arena.errors import ArenaError
-from arena.models import ApiToken, EnvRun
+from environment.models import EnvRun
+from environment.runs import env_run_create
 
 pytestmark = pytest.mark.django_db
 
@@ -183,12 +184,12 @@ def test_the_admin_lists_tokens_without_their_hash_and_revokes_them(admin_client
 def test_the_admin_shows_a_run_and_closes_it(admin_client):
     token, _ = token_create(name="trainer", scopes=["env"])
     run = env_run_create(token=token, name="grpo-1")
-    listing = admin_client.get(reverse("admin:arena_envrun_changelist"))
+    listing = admin_client.get(reverse("admin:environment_envrun_changelist"))
     assert listing.status_code == 200 and "grpo-1" in listing.content.decode()
-    detail = admin_client.get(reverse("admin:arena_envrun_change", args=[run.pk]))
+    detail = admin_client.get(reverse("admin:environment_envrun_change", args=[run.pk]))
     assert detail.status_code == 200 and run.webhook_secret not in detail.content.decode()
     response = admin_client.post(
-        reverse("admin:arena_envrun_changelist"),
+        reverse("admin:environment_envrun_changelist"),
         {"action": "close", "_selected_action": [str(run.pk)]},
     )
     assert response.status_code == 302

@@ -62,18 +62,12 @@ from django.db.models import (
 from django.utils import timezone
 
 from answer_style import style_counts
-from arena.env.runs import env_run_idle_cutoff
 from arena.identity import session_hash
 from arena.inputs import text_storable
 from arena.leaks import answer_names_model
-from arena.models import (
-    Battle,
-    BattleMessage,
-    Completion,
-    EnvBattle,
-    EnvCompletion,
-    EnvRun,
-)
+from arena.models import Battle, BattleMessage, Completion
+from environment.models import EnvBattle, EnvCompletion, EnvRun
+from environment.runs import env_run_idle_cutoff
 
 
 def served_hold() -> timedelta:

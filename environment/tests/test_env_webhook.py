@@ -1,4 +1,4 @@
-"""Signed, retried webhook deliveries of changed reward records (arena.env.webhook)."""
+"""Signed, retried webhook deliveries of changed reward records (environment.webhook)."""
 
 import os
 import socket
@@ -9,15 +9,15 @@ from unittest import mock
 import pytest
 from django.core.cache import cache
 
-from arena.env import rewards, webhook
-from arena.env.rewards import RewardUpdate, env_rewards_store
-from arena.env.selectors import env_rewards_page
-from arena.env.webhook import WebhookFailed, webhook_deliver, webhook_runs_behind
-from arena.models import EnvRun
-from arena.tasks import env_webhook_deliver, env_webhook_sweep
-from arena.tests.env_helpers import eager_tasks, make_run, submit
-from arena.tests.outbound_helpers import LOOPBACK_ALLOWED
-from arena.tests.webhook_receiver import WebhookReceiver
+from environment import rewards, webhook
+from environment.models import EnvRun
+from environment.rewards import RewardUpdate, env_rewards_store
+from environment.selectors import env_rewards_page
+from environment.tasks import env_webhook_deliver, env_webhook_sweep
+from environment.tests.env_helpers import eager_tasks, make_run, submit
+from environment.tests.outbound_helpers import LOOPBACK_ALLOWED
+from environment.tests.webhook_receiver import WebhookReceiver
+from environment.webhook import WebhookFailed, webhook_deliver, webhook_runs_behind
 
 __all__ = ["eager_tasks"]  # a fixture, used by name
 

@@ -1,4 +1,4 @@
-"""The guard of requests to trainers' URLs (arena.env.outbound), at a run's creation and at
+"""The guard of requests to trainers' URLs (environment.outbound), at a run's creation and at
 each webhook delivery.
 
 Loopback forms are tried for real against a listener on loopback that must receive nothing.
@@ -15,8 +15,11 @@ import time
 import pytest
 from django.test import Client
 
-from arena.env import outbound
-from arena.env.outbound import (
+from arena.tests.cli import settings_start_refusal
+from arena.tokens import token_create
+from environment import outbound
+from environment.models import EnvRun
+from environment.outbound import (
     MAX_RESPONSE_BYTES,
     OutboundFailed,
     OutboundRefused,
@@ -26,13 +29,10 @@ from arena.env.outbound import (
     outbound_post,
     url_shown,
 )
-from arena.env.tokens import token_create
-from arena.env.webhook import WebhookFailed, webhook_deliver
-from arena.models import EnvRun
-from arena.tests.cli import settings_start_refusal
-from arena.tests.env_helpers import make_run, submit
-from arena.tests.outbound_helpers import LOOPBACK_ALLOWED, StubResolver, listening
-from arena.tests.webhook_receiver import WebhookReceiver
+from environment.tests.env_helpers import make_run, submit
+from environment.tests.outbound_helpers import LOOPBACK_ALLOWED, StubResolver, listening
+from environment.tests.webhook_receiver import WebhookReceiver
+from environment.webhook import WebhookFailed, webhook_deliver
 
 BASE = "/api/env/v1"
 PUBLIC_V4 = "93.184.215.14"
@@ -416,7 +416,7 @@ def test_a_stored_url_with_userinfo_is_masked_in_the_run_and_the_admin(trainer, 
     EnvRun.objects.filter(pk=run.pk).update(webhook_url="http://user:pw@127.0.0.1:9/hook")
     shown = trainer.get(f"{BASE}/runs/{run.pk}").json()
     assert shown["webhook_url"] == "http://***@127.0.0.1:9/hook"
-    page = admin_client.get(f"/admin/arena/envrun/{run.pk}/change/").content.decode()
+    page = admin_client.get(f"/admin/environment/envrun/{run.pk}/change/").content.decode()
     assert "***@127.0.0.1:9/hook" in page
     assert "user:pw" not in page and "pw@" not in page
 

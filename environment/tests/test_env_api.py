@@ -11,19 +11,14 @@ from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
-from arena.env import outbound
-from arena.env.runs import env_run_close, env_run_create
-from arena.env.tokens import token_create, token_revoke
 from arena.errors import ArenaError
-from arena.models import (
-    ArenaModel,
-    EnvCompletion,
-    EnvRun,
-    EnvSubmission,
-    Prompt,
-)
+from arena.models import ArenaModel, Prompt
 from arena.tests.factories import ArenaModelFactory, CompletionFactory, ProviderFactory
-from arena.tests.outbound_helpers import StubResolver
+from arena.tokens import token_create, token_revoke
+from environment import outbound
+from environment.models import EnvCompletion, EnvRun, EnvSubmission
+from environment.runs import env_run_close, env_run_create
+from environment.tests.outbound_helpers import StubResolver
 
 BASE = "/api/env/v1"
 

@@ -10,8 +10,8 @@ A run with a ``webhook_url`` gets every record whose ``seq`` is above ``EnvRun.w
 
     {"id": "<run id>:<first seq>-<last seq>", "run_id": "<run id>", "records": [...]}
 
-The records are exactly those of the rewards feed (``arena.env.selectors.reward_record``). Every
-POST goes through the guarded client of ``arena.env.outbound`` (https, a public address checked
+The records are exactly those of the rewards feed (``environment.selectors.reward_record``). Every
+POST goes through the guarded client of ``environment.outbound`` (https, a public address checked
 and pinned at each POST, no redirects, a bounded time and answer). A 2xx answer moves
 ``webhook_seq`` forward to the batch's last ``seq`` (under the run's row lock, never
 backwards); anything else (another status, a redirect, a timeout, a refused connection, the
@@ -38,9 +38,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from arena.env.outbound import OutboundFailed, OutboundRefused, Resolver, outbound_post
-from arena.env.selectors import reward_record
-from arena.models import EnvCompletion, EnvRun
+from environment.models import EnvCompletion, EnvRun
+from environment.outbound import OutboundFailed, OutboundRefused, Resolver, outbound_post
+from environment.selectors import reward_record
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def _failed(run_id: uuid.UUID, delivery_id: str, status: str, error: str) -> Web
 
 def webhook_deliver(*, run_id: uuid.UUID, resolve: Resolver | None = None) -> int:
     """POST the run's unacknowledged records, a batch at a time, through the guarded client
-    (``arena.env.outbound``: the URL and every address of its host are checked again at each
+    (``environment.outbound``: the URL and every address of its host are checked again at each
     POST); returns how many records were acknowledged. Raises ``WebhookFailed`` at the first
     batch not acknowledged (the records before it stay acknowledged). Each attempt's outcome is
     stored on the run (``webhook_status``, ``webhook_error``). A run without a webhook, or with

@@ -1,4 +1,4 @@
-"""Environment battles served in place of pool battles (arena.env.serve)."""
+"""Environment battles served in place of pool battles (environment.serve)."""
 
 import random
 from collections.abc import Callable
@@ -13,23 +13,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from arena.api import VOTER_SESSION_KEY
-from arena.env.references import references_request
-from arena.env.runs import env_run_close
-from arena.env.serve import env_battle_serve, env_work_available, served_hold
 from arena.identity import session_hash
-from arena.models import (
-    Battle,
-    BattleMessage,
-    Completion,
-    EnvBattle,
-    EnvCompletion,
-    EnvSubmission,
-    Vote,
-)
+from arena.models import Battle, BattleMessage, Completion, Vote
 from arena.services.battles import battle_start_pool
 from arena.services.terms import terms_accept
 from arena.services.votes import vote_record
-from arena.tests.env_helpers import make_run, side_text, submit
 from arena.tests.factories import (
     ArenaModelFactory,
     CompletionFactory,
@@ -37,6 +25,11 @@ from arena.tests.factories import (
     pool_of,
 )
 from arena.tests.test_settings import import_production_settings
+from environment.models import EnvBattle, EnvCompletion, EnvSubmission
+from environment.references import references_request
+from environment.runs import env_run_close
+from environment.serve import env_battle_serve, env_work_available, served_hold
+from environment.tests.env_helpers import make_run, side_text, submit
 
 pytestmark = pytest.mark.django_db
 
