@@ -1,4 +1,4 @@
-"""What the ratings app may import from the arena, as a list the build checks (import-linter's
+"""What the ratings app may import from the arena and the environment app, as a list the build checks (import-linter's
 contracts forbid; they cannot allow). ratings is downstream: it reads votes, writes back what a
 fit decides (flags, sampling statistics, environment rewards) and hears the arena's signals,
 each through the one module named below. An import outside the list fails here, so that a new
@@ -6,7 +6,7 @@ crossing is a decision written down, not an accident."""
 
 import grimp
 
-# arena module -> why ratings may import it.
+# arena or environment module -> why ratings may import it.
 ALLOWED = {
     "arena.models": "the rows a fit reads and the snapshots' foreign keys",
     "arena.selectors": "votes for the leaderboard's fit and the anomaly run (the vote selectors)",
@@ -17,20 +17,21 @@ ALLOWED = {
     "arena.sampling_stats": "the statistics' shape the sampler reads",
     "arena.transparency": "the arena's half of /transparency (counts of left-out votes)",
     "arena.recognisability": "the pool's recognisability estimate shown on /transparency",
-    "arena.env.rewards": "storing a group's refitted rewards (a write service)",
-    "arena.env.selectors": "a group's votes for its reward fit",
-    "arena.env.model_rewards": "registering the reward model's availability with the env API",
+    "environment.models": "the runs and completions the reward model scores",
+    "environment.rewards": "storing a group's refitted rewards (a write service)",
+    "environment.selectors": "a group's votes for its reward fit",
+    "environment.model_rewards": "registering the reward model's availability with the env API",
 }
 
 
-def test_ratings_imports_from_the_arena_only_what_the_list_allows():
-    graph = grimp.build_graph("ratings", "arena", include_external_packages=False)
+def test_ratings_imports_from_the_arena_and_the_environment_only_what_the_list_allows():
+    graph = grimp.build_graph("ratings", "arena", "environment", include_external_packages=False)
     crossings: dict[str, set[str]] = {}
     for module in graph.modules:
         if not module.startswith("ratings") or ".tests" in module or ".migrations" in module:
             continue
         for imported in graph.find_modules_directly_imported_by(module):
-            if imported.startswith("arena"):
+            if imported.startswith(("arena", "environment")):
                 crossings.setdefault(imported, set()).add(module)
     assert crossings, "the graph found no crossing at all: the check reads nothing"
     unlisted = {name: sorted(by) for name, by in crossings.items() if name not in ALLOWED}
