@@ -68,49 +68,65 @@ def snapshot_refresh_after_vote(**kwargs: Any) -> None:
         return
     if kwargs.get("source") == Battle.Source.ENV:
         return  # environment battles never enter the leaderboard (env_rewards_after_vote)
-    delay = settings.RATINGS_REFRESH_DEBOUNCE_SECONDS
-
-    def enqueue() -> None:
-        try:
-            # Eager mode (no broker) runs the task in this process, so the debounce would only
-            # hide the latest votes until the next one; it applies when a worker runs the task.
-            eager = bool(getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False))
-            if eager and settings.RATINGS_EAGER_REFRESH_IN_BACKGROUND:
-                _refresh_in_background()
-                return
-            if not eager and delay > 0 and not cache.add(REFRESH_PENDING_KEY, 1, timeout=delay):
-                return
-            snapshot_refresh.apply_async(countdown=0 if eager else delay)
-        except Exception:
-            logger.exception("ratings: could not enqueue a snapshot refresh after a vote")
-
-    transaction.on_commit(enqueue)
+    _SNAPSHOT_REFRESH.schedule(snapshot_refresh, delay=settings.RATINGS_REFRESH_DEBOUNCE_SECONDS)
 
 
-# Without a broker (the laptop demo) one background thread stands in for the worker, so that a
-# vote's response never waits for a fit. At most one run is queued behind the running one: a
-# queued run reads every vote committed before it starts, so further votes need no run of their own.
-_background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ratings-refresh")
-_queued = threading.Lock()
+class _DebouncedRun:
+    """One run of a refit task per debounce window, queued after the transaction commits.
+
+    The first event of a window queues a run ``delay`` seconds later, guarded by a cache key, and
+    the run reads everything committed when it starts, so events in between need no run of
+    their own. Eager mode (no broker, the laptop demo) would run the task inside the request, so
+    one background thread stands in for the worker instead, with at most one run queued behind
+    the running one. A failure to queue is logged, never raised into the request."""
+
+    def __init__(self, *, label: str, pending_key: str, thread_name: str) -> None:
+        self.label = label
+        self.pending_key = pending_key
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+        self._queued = threading.Lock()
+
+    def schedule(self, task: Any, *, delay: int) -> None:
+        def enqueue() -> None:
+            try:
+                eager = bool(getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False))
+                if eager and settings.RATINGS_EAGER_REFRESH_IN_BACKGROUND:
+                    self.in_background(task)
+                    return
+                if not eager and delay > 0 and not cache.add(self.pending_key, 1, timeout=delay):
+                    return
+                task.apply_async(countdown=0 if eager else delay)
+            except Exception:
+                logger.exception("%s: could not enqueue a %s after a vote", *self._names())
+
+        transaction.on_commit(enqueue)
+
+    def in_background(self, task: Any) -> None:
+        if not self._queued.acquire(blocking=False):
+            return
+
+        def run() -> None:
+            self._queued.release()
+            try:
+                task.apply()
+            except Exception:
+                logger.exception("%s: background %s failed", *self._names())
+            finally:
+                connections.close_all()
+
+        self.executor.submit(run)
+
+    def _names(self) -> tuple[str, str]:
+        owner, _, what = self.label.partition(": ")
+        return owner, what
 
 
-def _refresh_in_background() -> None:
-    if not _queued.acquire(blocking=False):
-        return
-
-    def run() -> None:
-        _queued.release()
-        try:
-            snapshot_refresh.apply()
-        except Exception:
-            logger.exception("ratings: background snapshot refresh failed")
-        finally:
-            connections.close_all()
-
-    _background.submit(run)
-
-
-# --- Anomalous voters (ratings.voters): flagged periodically; any flag change refits ---
+_SNAPSHOT_REFRESH = _DebouncedRun(
+    label="ratings: snapshot refresh",
+    pending_key=REFRESH_PENDING_KEY,
+    thread_name="ratings-refresh",
+)
+_background = _SNAPSHOT_REFRESH.executor  # the demo's refit thread (tests wait on it)
 
 
 @shared_task(  # type: ignore[untyped-decorator]
@@ -136,7 +152,7 @@ def snapshot_refresh_after_flags(**kwargs: Any) -> None:
     try:
         eager = bool(getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False))
         if eager and settings.RATINGS_EAGER_REFRESH_IN_BACKGROUND:
-            _refresh_in_background()  # no broker: not inside the admin's request
+            _SNAPSHOT_REFRESH.in_background(snapshot_refresh)  # not inside the admin's request
             return
         snapshot_refresh.apply_async(kwargs={"force": True})
     except Exception:
@@ -289,44 +305,13 @@ def reward_model_refit_after_vote(**kwargs: Any) -> None:
     is queued while the reward model is off; a failure to queue is logged."""
     if not settings.ARENA_REWARD_MODEL:
         return
-    delay = settings.ARENA_REWARD_MODEL_DEBOUNCE_SECONDS
-
-    def enqueue() -> None:
-        try:
-            eager = bool(getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False))
-            if eager and settings.RATINGS_EAGER_REFRESH_IN_BACKGROUND:
-                _reward_model_refit_in_background()
-                return
-            if (
-                not eager
-                and delay > 0
-                and not cache.add(REWARD_MODEL_PENDING_KEY, 1, timeout=delay)
-            ):
-                return
-            reward_model_refit.apply_async(countdown=0 if eager else delay)
-        except Exception:
-            logger.exception("reward model: could not enqueue a refit after a vote")
-
-    transaction.on_commit(enqueue)
+    _REWARD_MODEL_REFIT.schedule(
+        reward_model_refit, delay=settings.ARENA_REWARD_MODEL_DEBOUNCE_SECONDS
+    )
 
 
-# Without a broker (the laptop demo), one background thread refits, at most one queued behind
-# the running one, as for the leaderboard.
-_reward_model_background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward-model")
-_reward_model_queued = threading.Lock()
-
-
-def _reward_model_refit_in_background() -> None:
-    if not _reward_model_queued.acquire(blocking=False):
-        return
-
-    def run() -> None:
-        _reward_model_queued.release()
-        try:
-            reward_model_refit.apply()
-        except Exception:
-            logger.exception("reward model: background refit failed")
-        finally:
-            connections.close_all()
-
-    _reward_model_background.submit(run)
+_REWARD_MODEL_REFIT = _DebouncedRun(
+    label="reward model: refit",
+    pending_key=REWARD_MODEL_PENDING_KEY,
+    thread_name="reward-model",
+)
