@@ -15,9 +15,7 @@ import json
 import logging
 import sys
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ from arena_env.adapters.verifiers import (
     trace_rewards,
 )
 from chat_server import ChatServer
+from fake_arena import FakeArena
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # client/tests: the scripted server
 from arena_env_test_server import Answer, ScriptedServer  # noqa: E402
@@ -283,74 +282,6 @@ def test_a_refused_group_fails_its_episode_and_reading_its_rewards_raises(
 
 
 # --- the GRPO run ----------------------------------------------------------------------------
-class FakeArena:
-    """Runs, submissions, a reward feed and close, answering from state: each submitted member
-    is judged at once with ``judged(submission_index, member_index)`` (``None``: never)."""
-
-    def __init__(self, judged: Callable[[int, int], float | None]) -> None:
-        self.judged = judged
-        self.runs: dict[str, dict[str, Any]] = {}
-        self.submissions: list[dict[str, Any]] = []
-        self.records: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        arena = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _answer(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length)) if length else None
-                with arena.lock:
-                    status, answer = arena.handle(self.command, self.path, body)
-                payload = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            do_GET = do_POST = _answer
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def handle(self, method: str, path: str, body: Any) -> tuple[int, Any]:
-        path, _, query = path.partition("?")
-        parts = path.removeprefix("/api/env/v1").strip("/").split("/")
-        if method == "POST" and parts == ["runs"]:
-            run = {"id": str(uuid.uuid4()), "state": "open", **body}
-            self.runs[run["id"]] = run
-            return 201, run
-        run = self.runs[parts[1]]
-        if method == "POST" and parts[2:] == ["close"]:
-            run["state"] = "closed"
-            return 200, run
-        if method == "POST" and parts[2:] == ["submissions"]:
-            if any(not c["text"].strip() or "\x00" in c["text"] for c in body["completions"]):
-                return 400, {"error": {"code": "invalid", "message": "a completion's text"}}
-            index = len(self.submissions)
-            self.submissions.append(body)
-            answer: dict[str, Any] = {"id": f"s{index}", "completions": []}
-            for member in range(len(body["completions"])):
-                cid = f"s{index}-c{member}"
-                answer["completions"].append({"id": cid})
-                self.records.append(record(cid, self.judged(index, member)))
-            return 201, answer
-        if method == "GET" and parts[2:] == ["rewards"]:
-            cursor = int(dict(p.split("=") for p in query.split("&"))["cursor"])
-            page = self.records[cursor:]
-            return 200, {"records": page, "next_cursor": cursor + len(page)}
-        return 404, {"error": {"code": "not_found", "message": path}}
-
-    def __enter__(self) -> FakeArena:
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.mark.e2e
