@@ -80,8 +80,8 @@ class _DebouncedRun:
     one background thread stands in for the worker instead, with at most one run queued behind
     the running one. A failure to queue is logged, never raised into the request."""
 
-    def __init__(self, *, label: str, pending_key: str, thread_name: str) -> None:
-        self.label = label
+    def __init__(self, *, owner: str, what: str, pending_key: str, thread_name: str) -> None:
+        self.owner, self.what = owner, what  # for the log: "<owner>: could not enqueue a <what>"
         self.pending_key = pending_key
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
         self._queued = threading.Lock()
@@ -97,7 +97,7 @@ class _DebouncedRun:
                     return
                 task.apply_async(countdown=0 if eager else delay)
             except Exception:
-                logger.exception("%s: could not enqueue a %s after a vote", *self._names())
+                logger.exception("%s: could not enqueue a %s after a vote", self.owner, self.what)
 
         transaction.on_commit(enqueue)
 
@@ -110,19 +110,16 @@ class _DebouncedRun:
             try:
                 task.apply()
             except Exception:
-                logger.exception("%s: background %s failed", *self._names())
+                logger.exception("%s: background %s failed", self.owner, self.what)
             finally:
                 connections.close_all()
 
         self.executor.submit(run)
 
-    def _names(self) -> tuple[str, str]:
-        owner, _, what = self.label.partition(": ")
-        return owner, what
-
 
 _SNAPSHOT_REFRESH = _DebouncedRun(
-    label="ratings: snapshot refresh",
+    owner="ratings",
+    what="snapshot refresh",
     pending_key=REFRESH_PENDING_KEY,
     thread_name="ratings-refresh",
 )
@@ -311,7 +308,8 @@ def reward_model_refit_after_vote(**kwargs: Any) -> None:
 
 
 _REWARD_MODEL_REFIT = _DebouncedRun(
-    label="reward model: refit",
+    owner="reward model",
+    what="refit",
     pending_key=REWARD_MODEL_PENDING_KEY,
     thread_name="reward-model",
 )
