@@ -363,6 +363,29 @@ class Vote(models.Model):
         return f"{self.winner} on {self.battle_id}"
 
 
+class BattleShare(models.Model):
+    """A public page for one voted battle's outcome, made by the visitor who voted.
+
+    Opened by anyone holding its token; it names the two models and the verdict, and shows the
+    prompt only when the voter chose to (``include_prompt``). Model answers are never shown.
+    """
+
+    token = models.CharField(max_length=32, unique=True)
+    battle = models.ForeignKey(Battle, on_delete=models.CASCADE, related_name="shares")
+    include_prompt = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["battle", "include_prompt"], name="one_share_per_battle_and_choice"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"share {self.token} of {self.battle_id}"
+
+
 class TermsAcceptance(models.Model):
     """A visitor's acceptance of the terms (votes and prompts may be published)."""
 
