@@ -43,3 +43,32 @@ def csp_violations(target) -> list[str]:
     target.add_init_script(_REPORT_VIOLATIONS)
     target.on("console", on_console)
     return seen
+
+
+AXE = __import__("pathlib").Path(__file__).with_name("vendor") / "axe.min.js"
+# The impacts a page state may not have: axe-core's own scale is minor, moderate, serious,
+# critical; the last two are what keeps a screen-reader or keyboard user out.
+AXE_BLOCKING = ("serious", "critical")
+
+
+def axe_violations(page) -> list[str]:
+    """axe-core's serious and critical violations on the page as it is now, one line each.
+
+    axe-core is evaluated in the page through DevTools, which the page's Content-Security-Policy
+    does not govern, so the production policy stays in force for everything the page does."""
+    if not page.evaluate("() => typeof window.axe === 'object'"):
+        page.evaluate(AXE.read_text(encoding="utf-8"))
+    found = page.evaluate(
+        """async () => {
+          const result = await window.axe.run(document, {resultTypes: ["violations"]});
+          return result.violations.map((v) => ({
+            id: v.id, impact: v.impact, help: v.help,
+            targets: v.nodes.slice(0, 3).map((n) => n.target.join(" ")),
+          }));
+        }"""
+    )
+    return [
+        f"{v['impact']}: {v['id']} ({v['help']}) at {', '.join(v['targets'])}"
+        for v in found
+        if v["impact"] in AXE_BLOCKING
+    ]
