@@ -20,6 +20,8 @@ from arena.models import (
     LiveLimits,
     Prompt,
     Provider,
+    Reaction,
+    ReactionTag,
     RefusedPrompt,
     TermsAcceptance,
     Vote,
@@ -257,6 +259,29 @@ class RefusedPromptAdmin(ReadOnlyAdmin):
     list_filter = ["checker"]
     search_fields = ["prompt_sha256", "session_hash", "ip_hash", "reason"]
     date_hierarchy = "created_at"
+
+
+# --- Reactions: the reason tags staff edit, and what visitors said --------------------------
+
+
+@admin.register(ReactionTag)
+class ReactionTagAdmin(admin.ModelAdmin[ReactionTag]):
+    """The reasons offered with a thumbs up or down. Retire a tag (untick *Is active*) rather
+    than delete it: reactions that carry it keep their meaning in exports."""
+
+    list_display = ["label", "slug", "polarity", "position", "is_active"]
+    list_editable = ["position", "is_active"]
+    list_filter = ["polarity", "is_active"]
+    prepopulated_fields = {"slug": ["label"]}
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Reaction)
+class ReactionAdmin(ReadOnlyAdmin):
+    list_display = ["battle", "side", "liked", "tags", "after_reveal", "updated_at"]
+    list_filter = ["liked", "after_reveal"]
 
 
 # --- API tokens (arena.tokens: the environment API's and the exports') ----------------------

@@ -386,6 +386,57 @@ class BattleShare(models.Model):
         return f"share {self.token} of {self.battle_id}"
 
 
+class ReactionTag(models.Model):
+    """A reason a visitor may give with a thumbs up or down on an answer; staff edit the list.
+
+    A tag belongs to one polarity: an "up" tag (useful, complete...) goes with a liked answer,
+    a "down" tag (incorrect, superficial...) with a disliked one. A retired tag is made
+    inactive, not deleted: reactions that carry it keep their meaning in exports.
+    """
+
+    class Polarity(models.TextChoices):
+        UP = "up", "With a thumbs up"
+        DOWN = "down", "With a thumbs down"
+
+    slug = models.SlugField(max_length=40, unique=True, help_text="Stored with reactions.")
+    label = models.CharField(max_length=80, help_text="What visitors read.")
+    polarity = models.CharField(max_length=4, choices=Polarity.choices)
+    position = models.PositiveSmallIntegerField(default=0, help_text="Order on the page.")
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["polarity", "position", "slug"]
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.polarity})"
+
+
+class Reaction(models.Model):
+    """A visitor's thumbs up or down on one side's answers in a battle, with reason tags.
+
+    One per battle and side, changed in place while the visitor changes their mind.
+    ``after_reveal`` says the visitor already knew the names (the reaction came after the
+    vote), so that whatever ranks by reactions can leave those out.
+    """
+
+    battle = models.ForeignKey(Battle, on_delete=models.CASCADE, related_name="reactions")
+    side = models.CharField(max_length=1, choices=BattleMessage.Side.choices)
+    liked = models.BooleanField()
+    tags = models.JSONField(default=list, blank=True, help_text="ReactionTag slugs.")
+    after_reveal = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["battle", "side"], name="one_reaction_per_side"),
+            models.CheckConstraint(condition=Q(side__in=["a", "b"]), name="reaction_side_a_or_b"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{'up' if self.liked else 'down'} on {self.side} of {self.battle_id}"
+
+
 class TermsAcceptance(models.Model):
     """A visitor's acceptance of the terms (votes and prompts may be published)."""
 

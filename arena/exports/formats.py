@@ -1,4 +1,4 @@
-"""The five formats: each shapes a ``VotedBattle`` into its rows, or names why it cannot."""
+"""The six formats: each shapes a ``VotedBattle`` into its rows, or names why it cannot."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from answer_style.schema import CONV_METADATA_KEYS
-from arena.exports.records import ExportStats, VotedBattle, first_turn
+from arena.exports.records import ExportStats, ReactionValue, VotedBattle, first_turn
 from arena.payloads import Side, Winner
 
 if TYPE_CHECKING:
@@ -39,6 +39,14 @@ class ArenaRow(TypedDict):
     tstamp: float
     conv_metadata: dict[str, Any] | None  # answer_style.conv_metadata's counts
     source: str  # the battle's kind: pool, live, mixed or import
+    # The visitor's thumbs up or down on each side's answers, with reason tags (None: no
+    # reaction on that side; the column is None when neither side has one).
+    reactions: ArenaReactions | None
+
+
+class ArenaReactions(TypedDict):
+    a: ReactionValue | None
+    b: ReactionValue | None
 
 
 class TrlRow(TypedDict):
@@ -68,7 +76,15 @@ class KtoRow(TypedDict):
     label: bool
 
 
-ExportRow = ArenaRow | TrlRow | OpenAIRow | HhRlhfRow | KtoRow
+class KtoReactionRow(KtoRow):
+    """A ``kto`` row whose label is the visitor's own thumbs up or down on that answer."""
+
+    model: str
+    tags: list[str]
+    after_reveal: bool
+
+
+ExportRow = ArenaRow | TrlRow | OpenAIRow | HhRlhfRow | KtoRow | KtoReactionRow
 
 
 def _conversation(user_turns: list[str], answers: list[str]) -> list[Message]:
@@ -95,6 +111,11 @@ def to_arena(record: VotedBattle) -> ArenaRow | str:
         "tstamp": record.tstamp,
         "conv_metadata": record.style or None,
         "source": record.source,
+        "reactions": (
+            {"a": record.reactions.get("a"), "b": record.reactions.get("b")}
+            if record.reactions
+            else None
+        ),
     }
 
 
@@ -177,13 +198,33 @@ def to_kto(record: VotedBattle) -> list[KtoRow] | str:
     ]
 
 
-Shaper = Callable[[VotedBattle], ExportRow | list[KtoRow] | str]
+def to_kto_reactions(record: VotedBattle) -> list[KtoReactionRow] | str:
+    """One row per reaction: that side's answers labelled by the visitor's own thumbs (up
+    true, down false), with the model, the reason tags and whether the names were known."""
+    if not record.reactions:
+        return "votes without a reaction"
+    models = {"a": record.model_a, "b": record.model_b}
+    return [
+        {
+            "prompt": _prompt(record),
+            "completion": _conversation(record.user_turns, record.answers[side])[1:],
+            "label": reaction["liked"],
+            "model": models[side],
+            "tags": reaction["tags"],
+            "after_reveal": reaction["after_reveal"],
+        }
+        for side, reaction in sorted(record.reactions.items())
+    ]
+
+
+Shaper = Callable[[VotedBattle], ExportRow | list[KtoRow] | list[KtoReactionRow] | str]
 SHAPERS: dict[str, Shaper] = {
     "arena": to_arena,
     "trl": to_trl,
     "openai": to_openai,
     "hh-rlhf": to_hh_rlhf,
     "kto": to_kto,
+    "kto-reactions": to_kto_reactions,
 }
 FORMATS = tuple(SHAPERS)  # what --format and ?format= accept
 
@@ -216,6 +257,13 @@ FORMAT_CARDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "were bad)",
         "TRL's `KTOTrainer`",
         ("kto",),
+    ),
+    "kto-reactions": (
+        "the visitors' own thumbs up or down on single answers: `prompt`, `completion` and a "
+        "boolean `label` as in `kto`, with the `model`, the reason `tags` and `after_reveal` "
+        "(the reaction came once the names were known)",
+        "TRL's `KTOTrainer` (the extra columns are ignored); per-answer quality analysis",
+        ("kto", "human-feedback"),
     ),
 }
 assert set(FORMAT_CARDS) == set(SHAPERS)
@@ -253,6 +301,9 @@ def arrow_schema(fmt: str) -> pa.Schema:
 
     message = pa.struct([("role", pa.string()), ("content", pa.string())])
     messages = pa.list_(message)
+    reaction = pa.struct(
+        [("liked", pa.bool_()), ("tags", pa.list_(pa.string())), ("after_reveal", pa.bool_())]
+    )
     counts = [
         (key, pa.int64() if parts is None else pa.struct([(p, pa.int64()) for p in parts]))
         for key, parts in CONV_METADATA_KEYS.items()
@@ -273,6 +324,7 @@ def arrow_schema(fmt: str) -> pa.Schema:
             ("tstamp", pa.float64()),
             ("conv_metadata", pa.struct(counts)),
             ("source", pa.string()),
+            ("reactions", pa.struct([("a", reaction), ("b", reaction)])),
         ],
         "trl": [("prompt", messages), ("chosen", messages), ("rejected", messages)],
         "openai": [
@@ -282,5 +334,13 @@ def arrow_schema(fmt: str) -> pa.Schema:
         ],
         "hh-rlhf": [("chosen", pa.string()), ("rejected", pa.string())],
         "kto": [("prompt", messages), ("completion", messages), ("label", pa.bool_())],
+        "kto-reactions": [
+            ("prompt", messages),
+            ("completion", messages),
+            ("label", pa.bool_()),
+            ("model", pa.string()),
+            ("tags", pa.list_(pa.string())),
+            ("after_reveal", pa.bool_()),
+        ],
     }
     return pa.schema(fields[fmt])

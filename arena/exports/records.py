@@ -11,16 +11,22 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from itertools import islice
-from typing import Any, TypeVar, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 from django.conf import settings
 from django.db.models import Value
 
-from arena.models import Battle, BattleMessage
+from arena.models import Battle, BattleMessage, Reaction
 from arena.payloads import Side, Winner
 from arena.selectors import votes_for_export
 
 T = TypeVar("T")
+
+
+class ReactionValue(TypedDict):
+    liked: bool
+    tags: list[str]
+    after_reveal: bool  # given once the names were known
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,8 @@ class VotedBattle:
     answers: dict[Side, list[str]]  # side -> assistant turns, in order
     style: dict[str, Any]
     source: str = ""  # the battle's source (``Battle.Source``)
+    # side -> the visitor's reaction on that side's answers, for the sides they reacted to
+    reactions: dict[Side, ReactionValue] = field(default_factory=dict)
 
 
 @dataclass
@@ -88,11 +96,17 @@ _VOTE_COLUMNS = (
 _MESSAGE_COLUMNS = ("battle_id", "turn", "side", "user_content", "content")
 VoteValues = tuple[uuid.UUID, str, str, datetime, Any, str, str, str, str | None, str | None, str]
 MessageValues = tuple[uuid.UUID, int, str, str, str]
+_REACTION_COLUMNS = ("battle_id", "side", "liked", "tags", "after_reveal")
+ReactionValues = tuple[uuid.UUID, str, bool, list[str], bool]
 #: Votes read (and their messages fetched) per query.
 CHUNK_SIZE = 2000
 
 
-def voted_battle(vote: VoteValues, messages: Iterable[MessageValues]) -> VotedBattle:
+def voted_battle(
+    vote: VoteValues,
+    messages: Iterable[MessageValues],
+    reactions: Iterable[ReactionValues] = (),
+) -> VotedBattle:
     """The record of one vote; ``messages`` are the battle's current (not superseded) ones.
     A vote read without its details has an empty ``judge`` and no style counts."""
     (battle_id, winner, voter_id, created_at, style, mode, slug_a, slug_b, language, category) = (
@@ -119,6 +133,10 @@ def voted_battle(vote: VoteValues, messages: Iterable[MessageValues]) -> VotedBa
         answers={side: [by_turn.get(t, "") for t in order] for side, by_turn in answers.items()},
         style=style or {},
         source=source,
+        reactions={
+            cast(Side, side): {"liked": liked, "tags": list(tags or []), "after_reveal": late}
+            for _, side, liked, tags, late in reactions
+        },
     )
 
 
@@ -133,8 +151,8 @@ def voted_battles(
 ) -> Iterator[VotedBattle]:
     """Every vote that ``selectors.votes_for_export(**filters)`` selects, oldest first.
 
-    Two queries per ``chunk_size`` votes: the votes' values (from one server-side cursor on
-    PostgreSQL) and the current messages of their battles. ``details=False`` leaves out what
+    Three queries per ``chunk_size`` votes: the votes' values (from one server-side cursor on
+    PostgreSQL), the current messages of their battles and the visitors' reactions. ``details=False`` leaves out what
     only the ``arena`` format writes (the judge and the style counts), which costs a JSON
     decoding and a hash a vote.
     """
@@ -154,8 +172,18 @@ def voted_battles(
         )
         for message in current:
             by_battle.setdefault(message[0], []).append(message)
+        reacted: dict[uuid.UUID, list[ReactionValues]] = {}
+        reactions = (
+            Reaction.objects.filter(battle_id__in=[vote[0] for vote in chunk])
+            .order_by()
+            .values_list(*_REACTION_COLUMNS)
+        )
+        for reaction in reactions:
+            reacted.setdefault(reaction[0], []).append(cast(ReactionValues, reaction))
         for vote in chunk:
-            yield voted_battle(cast(VoteValues, vote), by_battle.get(vote[0], ()))
+            yield voted_battle(
+                cast(VoteValues, vote), by_battle.get(vote[0], ()), reacted.get(vote[0], ())
+            )
 
 
 def first_turn(record: VotedBattle) -> VotedBattle:

@@ -20,7 +20,7 @@ from arena.exports import (
     voted_battles,
     write_parquet,
 )
-from arena.models import BattleMessage, Vote
+from arena.models import BattleMessage, Reaction, Vote
 from arena.tests.factories import ArenaModelFactory
 from ratings.engine.api import rate
 from ratings.engine.data import flatten_conv_metadata
@@ -391,6 +391,11 @@ def trl_features(datasets, fmt):
     string, message = datasets.Value("string"), {"role": datasets.Value("string")}
     message["content"] = string
     messages = datasets.List(message)
+    reaction = {
+        "liked": datasets.Value("bool"),
+        "tags": datasets.List(string),
+        "after_reveal": datasets.Value("bool"),
+    }
     counts = lambda *parts: {p: datasets.Value("int64") for p in parts}  # noqa: E731
     side_counts = {}
     for side in ("a", "b"):
@@ -411,6 +416,7 @@ def trl_features(datasets, fmt):
                 "tstamp": datasets.Value("float64"),
                 "conv_metadata": side_counts,
                 "source": string,
+                "reactions": {"a": reaction, "b": reaction},
             },
             "trl": {"prompt": messages, "chosen": messages, "rejected": messages},
             "openai": {
@@ -420,18 +426,28 @@ def trl_features(datasets, fmt):
             },
             "hh-rlhf": {"chosen": string, "rejected": string},
             "kto": {"prompt": messages, "completion": messages, "label": datasets.Value("bool")},
+            "kto-reactions": {
+                "prompt": messages,
+                "completion": messages,
+                "label": datasets.Value("bool"),
+                "model": string,
+                "tags": datasets.List(string),
+                "after_reveal": datasets.Value("bool"),
+            },
         }[fmt]
     )
 
 
 @pytest.mark.parametrize("parquet", [False, True], ids=["jsonl", "parquet"])
-@pytest.mark.parametrize("fmt", ["arena", "trl", "openai", "hh-rlhf", "kto"])
+@pytest.mark.parametrize("fmt", ["arena", "trl", "openai", "hh-rlhf", "kto", "kto-reactions"])
 def test_every_format_written_to_a_folder_loads_with_datasets_in_trls_layout(
     hf_datasets, make_vote, pair, tmp_path, fmt, parquet
 ):
-    make_vote(*pair, "model_a", answers=("good", "bad"))
+    first = make_vote(*pair, "model_a", answers=("good", "bad"))
     make_vote(*pair, "tie (bothbad)", answers=("meh a", "meh b"))
     make_vote(*pair, "model_b", answers=("worse", "better"))
+    Reaction.objects.create(battle=first.battle, side="a", liked=True, tags=["useful"])
+    Reaction.objects.create(battle=first.battle, side="b", liked=False, after_reveal=True)
     Vote.objects.filter(winner="model_a").update(style={})  # an arena row with no style counts
     folder = tmp_path / "export"
     err = StringIO()
@@ -451,12 +467,22 @@ def test_every_format_written_to_a_folder_loads_with_datasets_in_trls_layout(
         ),
         "hh-rlhf": (2, "rejected", ["\n\nHuman: Question 1?\n\nAssistant: bad"]),
         "kto": (6, "label", [True, False, False, False, True, False]),
+        "kto-reactions": (2, "label", [True, False]),
     }[fmt]
     rows_, column, values = expected
     assert train.num_rows == rows_
     assert train[column][: len(values)] == values
     if fmt == "arena":
         assert train["conv_metadata"][0] is None and train["conv_metadata"][1]["bold_count_a"]
+        assert train["reactions"][0] == {
+            "a": {"liked": True, "tags": ["useful"], "after_reveal": False},
+            "b": {"liked": False, "tags": [], "after_reveal": True},
+        }
+        assert train["reactions"][1] is None
+    if fmt == "kto-reactions":
+        assert train["tags"] == [["useful"], []] and train["after_reveal"] == [False, True]
+        assert train["completion"][0] == [{"role": "assistant", "content": "good"}]
+        assert train["model"] == [first.battle.model_a.slug, first.battle.model_b.slug]
     if fmt == "openai":
         assert train[0]["input"] == {"messages": [{"role": "user", "content": "Question 1?"}]}
     assert f"to {folder}" in err.getvalue()
