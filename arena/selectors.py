@@ -35,6 +35,8 @@ from arena.models import (
     LiveLimits,
     Prompt,
     Provider,
+    Reaction,
+    ReactionTag,
     TermsAcceptance,
     Vote,
 )
@@ -515,3 +517,49 @@ def votes_for_anomaly() -> QuerySet[Any, Any]:
             "created_at",
         )
     )
+
+
+@dataclass(frozen=True)
+class ReactionSummary:
+    """What visitors said of one model's answers: thumbs up and down, and each reason's count
+    (by tag label, most given first)."""
+
+    up: int
+    down: int
+    reasons_up: list[tuple[str, int]]
+    reasons_down: list[tuple[str, int]]
+
+
+def model_reactions(*, slug: str) -> ReactionSummary:
+    """The reactions on a model's answers in anonymous battles, given before the names were
+    known (a reaction after the reveal may say more about the name than the answer)."""
+    rows = Reaction.objects.filter(after_reveal=False, battle__mode=Battle.Mode.ANONYMOUS).filter(
+        Q(side="a", battle__model_a__slug=slug) | Q(side="b", battle__model_b__slug=slug)
+    )
+    counts = {liked: n for liked, n in rows.values_list("liked").annotate(n=Count("id")).order_by()}
+    labels = dict(ReactionTag.objects.values_list("slug", "label"))
+    tallies: dict[bool, dict[str, int]] = {True: {}, False: {}}
+    for liked, tags in rows.values_list("liked", "tags").iterator():
+        for tag in tags or []:
+            label = labels.get(tag, tag)
+            tallies[liked][label] = tallies[liked].get(label, 0) + 1
+
+    def ranked(tally: dict[str, int]) -> list[tuple[str, int]]:
+        return sorted(tally.items(), key=lambda item: (-item[1], item[0]))
+
+    return ReactionSummary(
+        up=counts.get(True, 0),
+        down=counts.get(False, 0),
+        reasons_up=ranked(tallies[True]),
+        reasons_down=ranked(tallies[False]),
+    )
+
+
+def reaction_tags_active() -> dict[str, list[dict[str, str]]]:
+    """The reasons offered with a thumbs up and with a thumbs down, in the staff's order."""
+    offered: dict[str, list[dict[str, str]]] = {"up": [], "down": []}
+    for slug, label, polarity in ReactionTag.objects.filter(is_active=True).values_list(
+        "slug", "label", "polarity"
+    ):
+        offered[polarity].append({"slug": slug, "label": label})
+    return offered

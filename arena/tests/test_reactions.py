@@ -4,6 +4,7 @@ import pytest
 
 from arena.errors import ArenaError
 from arena.models import Battle, Reaction, ReactionTag
+from arena.selectors import model_reactions, reaction_tags_active
 from arena.services.reactions import reaction_set
 from arena.services.terms import terms_accept
 from arena.services.votes import vote_record
@@ -118,3 +119,34 @@ def test_staff_cannot_delete_a_tag_reactions_carry(admin_client):
     response = admin_client.post(f"/admin/arena/reactiontag/{tag.pk}/delete/", {"post": "yes"})
     assert response.status_code == 403
     assert ReactionTag.objects.filter(slug="useful").exists()
+
+
+def test_a_models_reactions_count_its_side_only_and_leave_out_those_after_the_reveal():
+    battle = BattleFactory()
+    other = BattleFactory(model_b=battle.model_a)  # the same model on side B
+    react(battle, side="a", liked=True, tags=["useful", "complete"])
+    react(battle, side="b", liked=False, tags=["incorrect"])  # the opponent's answer
+    react(other, side="b", liked=True, tags=["useful"])
+    react(other, side="a", liked=False)
+    Reaction.objects.create(
+        battle=BattleFactory(model_a=battle.model_a),
+        side="a",
+        liked=False,
+        tags=["superficial"],
+        after_reveal=True,
+    )
+
+    summary = model_reactions(slug=battle.model_a.slug)
+    assert (summary.up, summary.down) == (2, 0)
+    assert summary.reasons_up == [("Useful", 2), ("Complete", 1)]
+    assert summary.reasons_down == []
+    opponent = model_reactions(slug=battle.model_b.slug)
+    assert (opponent.up, opponent.down, opponent.reasons_down) == (0, 1, [("Incorrect", 1)])
+
+
+def test_the_offered_tags_follow_the_staffs_order_and_leave_out_retired_ones():
+    ReactionTag.objects.filter(slug="useful").update(position=50)
+    ReactionTag.objects.filter(slug="creative").update(is_active=False)
+    offered = reaction_tags_active()
+    assert [t["slug"] for t in offered["up"]] == ["complete", "clear-formatting", "useful"]
+    assert offered["down"][0] == {"slug": "incorrect", "label": "Incorrect"}
