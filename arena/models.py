@@ -18,6 +18,7 @@ ENV_VAR_NAME = RegexValidator(
 # A model's slug: letters (any script), digits, "-", "_" and ".", as the pool import keeps a
 # model's name (``vicuna-13b-v1.3``); Django's slug rule would refuse the dot.
 MODEL_SLUG_MAX = 100
+INTERFACE_LANGUAGE_MAX = 15  # a BCP 47 tag as Django's LANGUAGES name them (``pt-br``)
 MODEL_SLUG = RegexValidator(
     r"^[-\w.]+\Z", "A model slug: letters, digits, hyphens, underscores and dots."
 )
@@ -348,6 +349,8 @@ class Vote(models.Model):
         blank=True,
         help_text="Style counts of both sides at vote time, as public-arena conv_metadata.",
     )
+    # The language the visitor's page was in (``fr``, ``en``...), not the prompt's language.
+    interface_language = models.CharField(max_length=INTERFACE_LANGUAGE_MAX, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

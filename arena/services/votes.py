@@ -15,7 +15,7 @@ from arena.errors import ALREADY_VOTED_MESSAGE, ArenaError, ErrorCode, not_found
 from arena.identity import ip_hash, session_hash_matches, user_agent_class
 from arena.leaks import IDENTITY_LEAK
 from arena.live.sweep import orphan_check, settling_orphans
-from arena.models import Battle, BattleMessage, TermsAcceptance, Vote
+from arena.models import INTERFACE_LANGUAGE_MAX, Battle, BattleMessage, TermsAcceptance, Vote
 from arena.payloads import WINNERS, Winner, is_winner
 from arena.selectors import battle_current_messages, battle_pk
 from arena.signals import vote_recorded
@@ -38,13 +38,15 @@ def vote_record(
     winner: object,
     ip: str | None = None,
     user_agent: str | None = None,
+    interface_language: str = "",
 ) -> RecordedVote:
     """Record the one vote a battle gets, from the session it was served to.
 
     The battle row is locked for the duration, so a double submission sees the first vote; the
     one-vote-per-battle constraint backs this up. The vote keeps the style counts of both sides,
     summed from those their answers got when saved, and downstream listeners hear of the vote
-    only after commit.
+    only after commit. ``interface_language`` is the language the page was shown in (Django's
+    active language), kept apart from the prompt's language.
 
     Five statements in the transaction: the battle locked (its models, whether it has a vote row
     and whether the voter accepted the terms read in the same statement), its messages, the
@@ -67,6 +69,7 @@ def vote_record(
             winner=winner,
             ip=ip,
             user_agent=user_agent,
+            interface_language=interface_language[:INTERFACE_LANGUAGE_MAX],
         )
     )
 
@@ -79,6 +82,7 @@ def _vote_record(
     winner: Winner,
     ip: str | None,
     user_agent: str | None,
+    interface_language: str,
 ) -> RecordedVote:
     try:
         with transaction.atomic():
@@ -137,6 +141,7 @@ def _vote_record(
                 flagged=bool(flags),
                 flags=flags,
                 style=style,
+                interface_language=interface_language,
             )
             battle.state = Battle.State.VOTED
             battle.save(update_fields=["state", "updated_at"])

@@ -254,3 +254,11 @@ def test_concurrent_votes_on_one_battle_record_exactly_one():
         t.join()
     assert sorted(outcomes, key=str) == [409] * 5 + ["ok"]
     assert Vote.objects.filter(battle=battle).count() == 1
+
+
+def test_the_vote_keeps_the_pages_language_apart_from_the_prompts(voter):
+    battle = BattleFactory(prompt__language="en")
+    vote = record(battle, voter, interface_language="fr")
+    vote.refresh_from_db()
+    assert (vote.interface_language, vote.battle.prompt.language) == ("fr", "en")
+    assert record(BattleFactory(), voter).interface_language == ""
