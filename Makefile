@@ -19,7 +19,7 @@ REWARD_MODEL_TESTS := ratings/tests/test_reward_model_torch.py ratings/tests/tes
 ENGINE_TESTS := ratings/tests/test_engine_*.py ratings/tests/test_style.py \
 	ratings/tests/test_cli_rate.py arena/tests/test_services_*.py arena/tests/test_live_services.py
 
-.PHONY: install install-trainers install-reward-model demo test test-main test-engine test-trainers test-reward-model lint format serve worker webhook-worker beat admin bench clean FORCE
+.PHONY: install install-trainers install-reward-model demo test test-main test-engine test-trainers test-reward-model lint format serve worker webhook-worker beat admin bench bench-record clean FORCE
 
 install: $(VENV)/.installed
 
@@ -129,6 +129,22 @@ admin: install
 bench: install
 	$(BIN)/python bench/ratings.py
 	$(BIN)/python bench/streaming.py
+
+# One run of bench/<BENCH>.py recorded: a header (the command, the date, the machine's cores and
+# load, the commit, NOTE) and the run's output, appended to bench/results/<today>-<BENCH>.txt.
+# make bench-record BENCH=ratings ARGS='--quick --skip-arena-rank' NOTE='shared machine'
+BENCH_PYTHON ?= $(BIN)/python
+bench-record: SHELL := /bin/bash
+bench-record: .SHELLFLAGS := -o pipefail -c
+bench-record:
+	@test -n "$(BENCH)" || { echo "usage: make bench-record BENCH=<name> [ARGS=...] [NOTE=...]" >&2; exit 2; }
+	@test -f "bench/$(BENCH).py" || { echo "no such benchmark: bench/$(BENCH).py" >&2; exit 2; }
+	@out="bench/results/$$(date -u +%F)-$(BENCH).txt"; \
+	{ echo "# command: $(BENCH_PYTHON) bench/$(BENCH).py $(ARGS)"; \
+	  echo "# date: $$(date -u '+%F %H:%M UTC'); machine: $$(nproc) cores, load average $$(cut -d' ' -f1-3 /proc/loadavg); commit: $$(git rev-parse --short HEAD)$$(git diff --quiet HEAD -- . || echo ' plus uncommitted changes')"; \
+	  if [ -n "$(NOTE)" ]; then echo "# note: $(NOTE)"; fi; echo; } >> "$$out"; \
+	$(BENCH_PYTHON) bench/$(BENCH).py $(ARGS) 2>&1 | tee -a "$$out"; \
+	echo "recorded in $$out"
 
 clean:
 	rm -rf $(VENV) var staticfiles
