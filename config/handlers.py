@@ -16,7 +16,7 @@ class SyncChainASGIHandler(ASGIHandler):
     sync-only) hands back to the event loop at its end, and CSRF's ``process_view``, the view
     and a template's rendering each cross into the thread again: 6 crossings per request, 3
     here (the request-started signal, the chain, the response's close), ~0.7 ms of CPU less per
-    pool battle+vote (bench/README.md). Every crossing is ``thread_sensitive``: the same
+    pool battle+vote (bench/results/2026-12-01-votes.md). Every crossing is ``thread_sensitive``: the same
     per-request thread as before, so a request's database connection is borrowed, used and
     returned in one thread as before. An async-capable middleware runs in its sync mode; an
     async-only middleware or an async view would be run through ``async_to_sync`` in the

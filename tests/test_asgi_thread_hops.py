@@ -9,7 +9,7 @@ view in one crossing: 3 per request (the request-started signal, the chain, the 
 close), whatever the middlewares' async capability. Django's own handler crosses 6 times with
 the arena's middleware (the chain, then back to the loop for the view's dispatch: CSRF's
 ``process_view``, the view), and 18 if the chain runs async (every ``MiddlewareMixin``
-middleware crossing for ``process_request`` and for ``process_response``): bench/README.md,
+middleware crossing for ``process_request`` and for ``process_response``): bench/results/2026-12-01-votes.md,
 "Where the time goes".
 """
 
