@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import render
 from django.template import loader
+from django.utils.translation import gettext
 
 from arena.api import error_json, error_response, errors_as_json, not_json
 from arena.errors import ErrorCode
@@ -20,7 +21,9 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     if errors_as_json(request):
         if isinstance(exception, RequestDataTooBig):
             return error_response(
-                400, code=ErrorCode.REQUEST_TOO_LARGE, message="The request body is too large."
+                400,
+                code=ErrorCode.REQUEST_TOO_LARGE,
+                message=gettext("The request body is too large."),
             )
         if isinstance(exception, MultiPartParserError):  # a form Django could not even parse
             return error_json(not_json(request.content_type or "multipart"))
@@ -54,6 +57,7 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponseBase:
         return error_response(
             403,
             code=ErrorCode.CSRF_FAILED,
-            message=f"CSRF check failed: {reason} Reload the page and try again.",
+            message=gettext("CSRF check failed: %(reason)s Reload the page and try again.")
+            % {"reason": reason},
         )
     return render(request, "403_csrf.html", {"reason": reason}, status=403)
