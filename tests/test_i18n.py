@@ -3,8 +3,12 @@ English or French for the pages, the scripts' catalogue, the API's error message
 battle socket's; codes and fields stay English identifiers."""
 
 import json
+import os
 import re
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from channels.db import database_sync_to_async
@@ -22,6 +26,17 @@ from config.settings import base
 pytestmark = pytest.mark.django_db
 
 FRENCH = {"HTTP_ACCEPT_LANGUAGE": "fr-FR,fr;q=0.9,en;q=0.5"}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def base_settings_with(languages: str) -> subprocess.CompletedProcess[str]:
+    """config.settings.base read in a fresh interpreter with ARENA_LANGUAGES set."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")}
+    env["ARENA_LANGUAGES"] = languages
+    code = "from config.settings import base as b; print(b.LANGUAGE_CODE, b.LANGUAGES)"
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def html_lang(response) -> str:
@@ -51,6 +66,18 @@ def test_the_languages_are_english_and_french_with_english_the_default():
     locale = middleware.index("django.middleware.locale.LocaleMiddleware")
     assert locale < middleware.index("arena.api.ApiErrorMiddleware")
     assert locale < middleware.index("django.middleware.common.CommonMiddleware")
+
+
+def test_arena_languages_sets_the_languages_and_the_first_is_the_default():
+    result = base_settings_with("fr, en")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "fr [('fr', 'French'), ('en', 'English')]"
+
+
+def test_arena_languages_with_a_code_django_does_not_know_stops_the_start_naming_it():
+    result = base_settings_with("en,klingon")
+    assert result.returncode != 0
+    assert "ARENA_LANGUAGES holds 'klingon'" in result.stderr
 
 
 def test_a_visitor_without_a_preference_gets_english():
