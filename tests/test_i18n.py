@@ -201,6 +201,17 @@ def test_the_scripts_catalogue_is_a_french_script_under_the_policy(settings):
     )
 
 
+def test_the_scripts_catalogue_is_revalidated_per_language():
+    french = Client().get("/i18n/js/", **FRENCH)
+    english = Client().get("/i18n/js/")
+    assert "no-cache" in french["Cache-Control"]
+    assert french["ETag"] != english["ETag"]
+    again = Client().get("/i18n/js/", HTTP_IF_NONE_MATCH=french["ETag"], **FRENCH)
+    assert again.status_code == 304
+    switched = Client().get("/i18n/js/", HTTP_IF_NONE_MATCH=french["ETag"])
+    assert switched.status_code == 200 and b"Tour %(number)s" not in switched.content
+
+
 def test_every_page_loads_the_catalogue_before_its_scripts():
     page = Client().get("/").content.decode()
     scripts = re.findall(r'<script[^>]*src="([^"]+)"', page)
