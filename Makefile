@@ -19,7 +19,7 @@ REWARD_MODEL_TESTS := ratings/tests/test_reward_model_torch.py ratings/tests/tes
 ENGINE_TESTS := ratings/tests/test_engine_*.py ratings/tests/test_style.py \
 	ratings/tests/test_cli_rate.py arena/tests/test_services_*.py arena/tests/test_live_services.py
 
-.PHONY: install install-trainers install-reward-model demo test test-main test-engine test-trainers test-reward-model lint format serve worker webhook-worker beat admin bench bench-record clean FORCE
+.PHONY: install install-trainers install-reward-model demo test test-main test-engine test-trainers test-reward-model lint format messages compilemessages serve worker webhook-worker beat admin bench bench-record clean FORCE
 
 install: $(VENV)/.installed
 
@@ -108,6 +108,16 @@ lint: install
 format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# The catalogues (docs/i18n.md): every language under locale/, both domains (the templates' and
+# Python's, and the scripts'); needs GNU gettext's xgettext, msgmerge and msgfmt.
+MESSAGES_IGNORE := -i '.venv*' -i var -i staticfiles -i static/vendor -i '*/tests/*' -i tests -i bench -i client
+messages: install
+	$(BIN)/python manage.py makemessages --all --no-obsolete $(MESSAGES_IGNORE)
+	$(BIN)/python manage.py makemessages --all --no-obsolete -d djangojs $(MESSAGES_IGNORE)
+
+compilemessages: install
+	$(BIN)/python manage.py compilemessages -i '.venv*' -i var
 
 serve: install
 	ARENA_PYTHON=$(BIN)/python ARENA_HOST=$(HOST) ARENA_PORT=$(PORT) ARENA_WEB_WORKERS=1 bin/serve

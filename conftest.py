@@ -90,6 +90,18 @@ def _fresh_cache() -> None:
 
 
 @pytest.fixture(autouse=True)
+def _default_language() -> Iterator[None]:
+    """Each test starts in the default language: LocaleMiddleware activates a request's
+    language in the test client's thread and leaves it there, so a French request would word
+    the messages of the next test's direct service calls in French."""
+    from django.utils import translation
+
+    translation.deactivate()
+    yield
+    translation.deactivate()
+
+
+@pytest.fixture(autouse=True)
 def _no_dns(monkeypatch: pytest.MonkeyPatch) -> None:
     """The webhook guard resolves host names through a stub: only ``localhost`` resolves, so no
     test sends a DNS query off the machine; a test that needs a name gives its own resolver."""

@@ -9,6 +9,9 @@ body) and ``ArenaError.as_frame`` (a websocket frame) are the only builders of e
 
 from enum import StrEnum, unique
 
+from django.utils.translation import gettext, gettext_lazy, gettext_noop
+from django_stubs_ext import StrPromise
+
 from arena.payloads import ErrorBody, ErrorDetail, ErrorFrame
 
 
@@ -68,9 +71,10 @@ class ErrorCode(StrEnum):
 
 
 # Messages said in more than one place.
-STILL_STREAMING_MESSAGE = "Wait for both answers (or stop them) first."
-SERVER_ERROR_MESSAGE = "Something went wrong on our side; the error has been logged."
-ALREADY_VOTED_MESSAGE = "This battle already has a vote."
+STILL_STREAMING_MESSAGE = gettext_lazy("Wait for both answers (or stop them) first.")
+# Plain text, marked for the catalogue: arena.api's table of default messages holds it as a str.
+SERVER_ERROR_MESSAGE = gettext_noop("Something went wrong on our side; the error has been logged.")
+ALREADY_VOTED_MESSAGE = gettext_lazy("This battle already has a vote.")
 
 
 class ArenaError(Exception):
@@ -79,12 +83,13 @@ class ArenaError(Exception):
     ``code`` is an ``ErrorCode`` (anything else is a programming error, refused at once),
     ``status`` the HTTP status it maps to, ``field`` names the offending input field when
     there is one, and ``retry_after`` (seconds) is sent as ``Retry-After`` with an HTTP answer.
+    ``message`` is text, or a lazy translation read in the language active when it is used.
     """
 
     def __init__(
         self,
         code: ErrorCode,
-        message: str,
+        message: str | StrPromise,
         *,
         status: int = 400,
         field: str | None = None,
@@ -94,10 +99,18 @@ class ArenaError(Exception):
             raise TypeError(f"ArenaError codes are ErrorCode members, not {code!r}")
         super().__init__(message)
         self.code = code
-        self.message = message
+        self._message = message
         self.status = status
         self.field = field
         self.retry_after = retry_after
+
+    @property
+    def message(self) -> str:
+        """The message as text, in the active language when it was given lazily."""
+        return str(self._message)
+
+    def __str__(self) -> str:
+        return self.message
 
     def as_dict(self) -> ErrorBody:
         """The HTTP body: ``{"error": {code, message, field?}}``."""
@@ -117,7 +130,11 @@ class ArenaError(Exception):
 
 
 def not_found(what: str) -> ArenaError:
-    return ArenaError(ErrorCode.NOT_FOUND, f"{what} not found.", status=404)
+    """``what`` (such as ``gettext("Battle")``) was not found; "%(what)s not found." is the
+    translated sentence around it."""
+    return ArenaError(
+        ErrorCode.NOT_FOUND, gettext("%(what)s not found.") % {"what": what}, status=404
+    )
 
 
 def still_streaming(status: int = 409) -> ArenaError:
@@ -126,4 +143,4 @@ def still_streaming(status: int = 409) -> ArenaError:
 
 def server_error() -> ArenaError:
     """The generic answer to an unexpected exception (which is logged, never shown)."""
-    return ArenaError(ErrorCode.SERVER_ERROR, SERVER_ERROR_MESSAGE, status=500)
+    return ArenaError(ErrorCode.SERVER_ERROR, gettext(SERVER_ERROR_MESSAGE), status=500)

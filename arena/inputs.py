@@ -13,12 +13,17 @@ import json
 import re
 from typing import Any
 
+from django.utils.translation import gettext, gettext_noop
+
 from arena.errors import ArenaError, ErrorCode
 
 MAX_JSON_DEPTH = 20  # frames and bodies are flat objects; pool lines nest two or three deep
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# The phrases callers pass to ``json_parse`` as ``what``: marked here for the catalogue, and
+# translated when a message is built, whoever passed them.
+PARSED_WHATS = (gettext_noop("The request body"), gettext_noop("The frame"))
 
 
 def json_too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
@@ -40,10 +45,13 @@ def json_too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
 
 def json_parse(data: str | bytes, *, what: str, field: str) -> Any:
     """``data`` parsed, or an ``ArenaError`` naming ``field`` (``what`` is the phrase for it,
-    e.g. "The frame") when it is not JSON or nests more than ``MAX_JSON_DEPTH`` deep."""
+    e.g. "The frame", one of ``PARSED_WHATS``) when it is not JSON or nests more than
+    ``MAX_JSON_DEPTH`` deep."""
+    what = gettext(what)
     too_deep = ArenaError(
         ErrorCode.INVALID_JSON,
-        f"{what} is nested more than {MAX_JSON_DEPTH} levels deep.",
+        gettext("%(what)s is nested more than %(depth)s levels deep.")
+        % {"what": what, "depth": MAX_JSON_DEPTH},
         field=field,
     )
     try:
@@ -52,7 +60,9 @@ def json_parse(data: str | bytes, *, what: str, field: str) -> Any:
         raise too_deep from None
     except ValueError:  # UnicodeDecodeError included
         raise ArenaError(
-            ErrorCode.INVALID_JSON, f"{what} is not valid JSON.", field=field
+            ErrorCode.INVALID_JSON,
+            gettext("%(what)s is not valid JSON.") % {"what": what},
+            field=field,
         ) from None
     if json_too_deep(value):
         raise too_deep
@@ -60,7 +70,11 @@ def json_parse(data: str | bytes, *, what: str, field: str) -> Any:
     if bad is not None:
         path, problem = bad
         named = path or field
-        raise ArenaError(ErrorCode.INVALID, f"{named} {problem}.", field=named)
+        raise ArenaError(
+            ErrorCode.INVALID,
+            gettext("%(field)s %(problem)s.") % {"field": named, "problem": problem},
+            field=named,
+        )
     return value
 
 
@@ -80,7 +94,9 @@ def json_unstorable_text(value: Any) -> tuple[str, str] | None:
         if isinstance(item, str):
             problem = text_problem(item)
             if problem is not None:
-                return path, f"has a key that {problem}" if is_key else problem
+                if is_key:
+                    problem = gettext("has a key that %(problem)s") % {"problem": problem}
+                return path, problem
         elif isinstance(item, dict):
             entries: list[tuple[Any, str, bool]] = []
             for key, child in item.items():
@@ -97,9 +113,9 @@ def json_unstorable_text(value: Any) -> tuple[str, str] | None:
 def text_problem(value: str) -> str | None:
     """What makes ``value`` unstorable as text, phrased for a message, or None."""
     if "\x00" in value:
-        return "holds a NUL character"
+        return gettext("holds a NUL character")
     if _SURROGATE.search(value):
-        return "holds an unpaired surrogate (not a Unicode character)"
+        return gettext("holds an unpaired surrogate (not a Unicode character)")
     return None
 
 

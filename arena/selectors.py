@@ -23,6 +23,7 @@ from django.db.models import (
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce, Length, RowNumber
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from arena.errors import not_found
 from arena.identity import session_hash
@@ -59,7 +60,7 @@ def battle_pk(battle_id: object) -> uuid.UUID:
     try:
         return uuid.UUID(str(battle_id))
     except ValueError:
-        raise not_found("Battle") from None
+        raise not_found(gettext("Battle")) from None
 
 
 def battle_for_session(*, battle_id: object, session_key: str) -> Battle:
@@ -69,14 +70,14 @@ def battle_for_session(*, battle_id: object, session_key: str) -> Battle:
     """
     pk = battle_pk(battle_id)
     if not session_key:
-        raise not_found("Battle")
+        raise not_found(gettext("Battle"))
     battle = (
         Battle.objects.select_related("model_a", "model_b")
         .filter(pk=pk, session_hash=session_hash(session_key))
         .first()
     )
     if battle is None:
-        raise not_found("Battle")
+        raise not_found(gettext("Battle"))
     return battle
 
 

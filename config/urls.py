@@ -5,7 +5,9 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
+from django.views.i18n import set_language
 
+from config.views import javascript_catalog
 from environment.api import api as env_api
 
 admin.site.site_header = "Arena administration"
@@ -22,6 +24,11 @@ urlpatterns = [
     path("leaderboard/", _canonical("ratings:leaderboard")),
     path("about/", _canonical("arena:about")),
     path("transparency/", _canonical("ratings:transparency")),
+    # The language switcher's form posts here; the choice is kept in Django's language cookie.
+    path("i18n/setlang/", set_language, name="set_language"),
+    # The scripts' translations (the djangojs catalogue) as a script from 'self', which the CSP
+    # allows; base.html loads it before the pages' own scripts.
+    path("i18n/js/", javascript_catalog, name="javascript-catalog"),
     # The environment API (django-ninja), before the arena's /api/ patterns.
     path("api/env/v1/", env_api.urls),
     path("", include("ratings.urls")),

@@ -66,6 +66,8 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
         "js/challenge.js",
         "js/render.js",
         "js/leaderboard.js",
+        "js/i18n.js",
+        "js/language.js",
     ):
         text = (tmp_path / "static" / manifest[name]).read_text(encoding="utf-8")
         imports[name] = MODULE_IMPORT.findall(text)
@@ -80,7 +82,9 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
             "./" + Path(manifest["js/render.js"]).name,
         ],
         "js/mixed.js": [],
-        "js/challenge.js": [],
-        "js/render.js": [],
+        "js/challenge.js": ["./" + Path(manifest["js/i18n.js"]).name],
+        "js/render.js": ["./" + Path(manifest["js/i18n.js"]).name],
         "js/leaderboard.js": [],
+        "js/i18n.js": [],
+        "js/language.js": [],
     }

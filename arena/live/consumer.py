@@ -47,6 +47,9 @@ from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.http import HttpRequest
+from django.utils import translation
+from django.utils.translation import gettext
 
 from arena.errors import ArenaError, ErrorCode, server_error, still_streaming
 from arena.identity import session_hash
@@ -71,7 +74,7 @@ from arena.live.turns import (
 )
 from arena.live.upstream import Answer, stream_answer
 from arena.models import Battle
-from arena.payloads import Frame, Side
+from arena.payloads import ErrorFrame, Frame, Side
 from arena.selectors import live_models_public, prompt_suggestion
 
 log = logging.getLogger(__name__)
@@ -107,21 +110,47 @@ CLOSE_TOO_MANY_SOCKETS = 4429
 CLOSE_IDLE = 4408
 CLOSE_TOO_BIG = 1009
 
-SERVER_ERROR_FRAME = server_error().as_frame()
-FRAME_TOO_LARGE_FRAME = ArenaError(
-    ErrorCode.REQUEST_TOO_LARGE, "The frame is too large.", status=413, field="frame"
-).as_frame()
-TOO_MANY_SOCKETS_FRAME = ArenaError(
-    ErrorCode.TOO_MANY_SOCKETS,
-    "Too many arena pages are open from your network; close some and reload this one.",
-    status=429,
-).as_frame()
-TURN_LOST_FRAME = ArenaError(
-    ErrorCode.TURN_LOST,
-    "The answers could not be saved yet (they will be once the database is back). "
-    "Regenerate them, or start a new battle.",
-    status=503,
-).as_frame()
+
+# The socket's fixed error frames, built when sent so that they are in the socket's language.
+def server_error_frame() -> ErrorFrame:
+    return server_error().as_frame()
+
+
+def frame_too_large_frame() -> ErrorFrame:
+    return ArenaError(
+        ErrorCode.REQUEST_TOO_LARGE, gettext("The frame is too large."), status=413, field="frame"
+    ).as_frame()
+
+
+def too_many_sockets_frame() -> ErrorFrame:
+    return ArenaError(
+        ErrorCode.TOO_MANY_SOCKETS,
+        gettext("Too many arena pages are open from your network; close some and reload this one."),
+        status=429,
+    ).as_frame()
+
+
+def turn_lost_frame() -> ErrorFrame:
+    return ArenaError(
+        ErrorCode.TURN_LOST,
+        gettext(
+            "The answers could not be saved yet (they will be once the database is back). "
+            "Regenerate them, or start a new battle."
+        ),
+        status=503,
+    ).as_frame()
+
+
+def scope_language(scope: dict[str, Any]) -> str:
+    """The language a page's socket speaks: as LocaleMiddleware chooses it for a request (the
+    language cookie, else Accept-Language, else LANGUAGE_CODE), from the handshake's cookies
+    (channels' CookieMiddleware, in the session stack) and headers."""
+    request = HttpRequest()
+    request.COOKIES = dict(scope.get("cookies") or {})
+    for name, value in scope.get("headers") or []:
+        if name == b"accept-language":
+            request.META["HTTP_ACCEPT_LANGUAGE"] = value.decode("latin-1")
+    return translation.get_language_from_request(request)
 
 
 class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
@@ -130,6 +159,9 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
     channel_layer_alias = None
 
     async def connect(self) -> None:
+        # Every frame this socket sends (error messages) is in the page's language: activated
+        # in the consumer's own task, whose context its turn tasks and database threads copy.
+        translation.activate(scope_language(self.scope))
         # The peer's address as the ASGI server reports it (behind a proxy, the server's
         # --forwarded-allow-ips makes it the visitor's): the key of the live-call rate limit
         # and of the socket cap.
@@ -156,7 +188,7 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
         await self.accept()
         if self.ticket is None:
             # Accepted first so that the page reads why before the close.
-            await self._send(TOO_MANY_SOCKETS_FRAME)
+            await self._send(too_many_sockets_frame())
             await self.close(code=CLOSE_TOO_MANY_SOCKETS)
             return
         socket_counts().add(self.ticket)
@@ -218,13 +250,15 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
         if self._too_big(text_data, bytes_data):
             # Refused unread: the largest frame the page sends is far smaller (a start with the
             # longest prompt allowed), and parsing megabytes of JSON would hold the event loop.
-            await self._send(FRAME_TOO_LARGE_FRAME)
+            await self._send(frame_too_large_frame())
             await self.close(code=CLOSE_TOO_BIG)
             return
         try:
             if text_data is None:
                 raise ArenaError(
-                    ErrorCode.INVALID_FRAME, "Frames are JSON text, not binary.", field="frame"
+                    ErrorCode.INVALID_FRAME,
+                    gettext("Frames are JSON text, not binary."),
+                    field="frame",
                 )
             content = json_parse(text_data, what="The frame", field="frame")
             await self._dispatch(content)
@@ -232,11 +266,11 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             await self._send(exc.as_frame())
         except Exception:
             log.exception("a websocket frame failed")
-            await self._send(SERVER_ERROR_FRAME)
+            await self._send(server_error_frame())
 
     async def _dispatch(self, content: Any) -> None:
         if not isinstance(content, dict):
-            raise ArenaError(ErrorCode.INVALID, "Frames are JSON objects with a type.")
+            raise ArenaError(ErrorCode.INVALID, gettext("Frames are JSON objects with a type."))
         kind = content.get("type")
         if kind == "start":
             await self._stop_turn()  # a new battle replaces one still streaming here
@@ -291,8 +325,11 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             prompt = await db(prompt_suggestion)()
             await self._send({"type": "suggestion", "prompt": prompt})
         else:
-            shown = repr(kind) if isinstance(kind, str) and len(kind) <= 40 else "this"
-            raise ArenaError(ErrorCode.INVALID, f"Unknown frame type {shown}.", field="type")
+            if isinstance(kind, str) and len(kind) <= 40:
+                message = gettext("Unknown frame type %(type)s.") % {"type": repr(kind)}
+            else:
+                message = gettext("Unknown frame type.")
+            raise ArenaError(ErrorCode.INVALID, message, field="type")
 
     def _too_big(self, text: str | None, data: bytes | None) -> bool:
         """Whether a frame is over ``ARENA_WS_MAX_FRAME_BYTES`` (UTF-8 bytes, as on the wire)."""
@@ -428,7 +465,7 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                 await asyncio.sleep(_FINISH_RETRY_SECONDS)
         retry_until_saved(save, self)
         self.lost.add(plan.battle_id)
-        await self._send(TURN_LOST_FRAME)
+        await self._send(turn_lost_frame())
 
     async def _run_side(self, plan: TurnPlan, side: Side, answer: Answer) -> None:
         side_plan = plan.sides[side]

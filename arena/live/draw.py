@@ -15,6 +15,7 @@ import copy
 import random
 
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from arena import sampling
 from arena.errors import ArenaError, ErrorCode
@@ -51,7 +52,7 @@ def draw_pair(rng: random.Random, kept: PoolCache | None = None) -> tuple[ArenaM
     if len(candidates) < 2:
         raise ArenaError(
             ErrorCode.NO_LIVE_MODELS,
-            "Fewer than two live models are available right now; try again shortly.",
+            gettext("Fewer than two live models are available right now; try again shortly."),
             status=503,
         )
     if sampling_active():
@@ -73,13 +74,17 @@ def named_pair(model_slugs: object, kept: PoolCache | None = None) -> tuple[Aren
         or len(model_slugs) != 2
         or not all(isinstance(s, str) for s in model_slugs)
     ):
-        raise ArenaError(ErrorCode.INVALID, "Pick two models.", field="models")
+        raise ArenaError(ErrorCode.INVALID, gettext("Pick two models."), field="models")
     for slug in model_slugs:
         problem = text_problem(slug)
         if problem is not None:  # the database refuses it even as a query parameter
-            raise ArenaError(ErrorCode.INVALID, f"A model's name {problem}.", field="models")
+            raise ArenaError(
+                ErrorCode.INVALID,
+                gettext("A model's name %(problem)s.") % {"problem": problem},
+                field="models",
+            )
     if model_slugs[0] == model_slugs[1]:
-        raise ArenaError(ErrorCode.INVALID, "Pick two different models.", field="models")
+        raise ArenaError(ErrorCode.INVALID, gettext("Pick two different models."), field="models")
     found = {
         m.slug: m
         for m in (kept or pool_cache()).live_models()
@@ -89,7 +94,7 @@ def named_pair(model_slugs: object, kept: PoolCache | None = None) -> tuple[Aren
     if missing:
         raise ArenaError(
             ErrorCode.INVALID,
-            f"Unknown or unavailable model: {', '.join(missing)}.",
+            gettext("Unknown or unavailable model: %(models)s.") % {"models": ", ".join(missing)},
             field="models",
         )
     return _own(found[model_slugs[0]], found[model_slugs[1]])

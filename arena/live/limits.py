@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from arena.errors import ArenaError, ErrorCode
 from arena.identity import ip_hash, session_hash
@@ -24,17 +25,22 @@ from arena.selectors import Limits
 
 def clean_prompt(prompt: object, limits: Limits) -> str:
     if not isinstance(prompt, str) or not prompt.strip():
-        raise ArenaError(ErrorCode.EMPTY_PROMPT, "Type a prompt first.", field="prompt")
+        raise ArenaError(ErrorCode.EMPTY_PROMPT, gettext("Type a prompt first."), field="prompt")
     text = prompt.strip()
     if len(text) > limits.max_prompt_chars:
         raise ArenaError(
             ErrorCode.PROMPT_TOO_LONG,
-            f"The prompt is {len(text)} characters long; the limit is {limits.max_prompt_chars}.",
+            gettext("The prompt is %(length)s characters long; the limit is %(limit)s.")
+            % {"length": len(text), "limit": limits.max_prompt_chars},
             field="prompt",
         )
     problem = text_problem(text)
     if problem is not None:
-        raise ArenaError(ErrorCode.INVALID, f"The prompt {problem}.", field="prompt")
+        raise ArenaError(
+            ErrorCode.INVALID,
+            gettext("The prompt %(problem)s.") % {"problem": problem},
+            field="prompt",
+        )
     return text
 
 
@@ -55,7 +61,9 @@ def check_call_rate(client_ip: str | None) -> None:
     if used > int(count):
         raise ArenaError(
             ErrorCode.RATE_LIMITED,
-            "Too many battles from your network in a short time; wait a minute and try again.",
+            gettext(
+                "Too many battles from your network in a short time; wait a minute and try again."
+            ),
             status=429,
         )
 
@@ -88,7 +96,9 @@ def check_concurrency(*, session_key: str, limits: Limits, exclude: uuid.UUID | 
     if running.count() >= limits.max_concurrent_battles:
         raise ArenaError(
             ErrorCode.TOO_MANY_BATTLES,
-            f"You already have {limits.max_concurrent_battles} battles streaming; "
-            "let one finish or stop it first.",
+            gettext(
+                "You already have %(count)s battles streaming; let one finish or stop it first."
+            )
+            % {"count": limits.max_concurrent_battles},
             status=429,
         )

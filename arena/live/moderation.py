@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from django.conf import settings
+from django.utils.translation import gettext_lazy
 
 from arena.errors import ArenaError, ErrorCode
 from arena.identity import ip_hash, session_hash
@@ -29,11 +30,13 @@ from arena.models import Provider, RefusedPrompt
 
 log = logging.getLogger(__name__)
 
-REFUSED_MESSAGE = (
+REFUSED_MESSAGE = gettext_lazy(
     "This prompt was refused by the arena's content rules, so no model was asked. "
     "Try a different prompt."
 )
-UNAVAILABLE_MESSAGE = "Prompts cannot be checked right now, so none is sent; try again in a moment."
+UNAVAILABLE_MESSAGE = gettext_lazy(
+    "Prompts cannot be checked right now, so none is sent; try again in a moment."
+)
 
 
 @dataclass(frozen=True)

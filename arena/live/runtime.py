@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import connections
+from django.utils.translation import gettext
 
 from arena.errors import ArenaError, ErrorCode
 from arena.live.owners import owners_mark
@@ -215,7 +216,7 @@ async def save_unsaved(battle_id: object) -> None:
     if await save.attempt() is None:
         raise ArenaError(
             ErrorCode.NOT_SAVED_YET,
-            "The last answers of this battle are not saved yet; try again in a moment.",
+            gettext("The last answers of this battle are not saved yet; try again in a moment."),
             status=503,
         )
     unsaved_turns().pop(key, None)

@@ -15,6 +15,7 @@ from typing import cast
 from django.db import connection, transaction
 from django.db.models import Field
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from answer_style import AnswerStyle, style_counts
 from arena.errors import ArenaError, ErrorCode, not_found, still_streaming
@@ -79,7 +80,7 @@ def battle_start_live(
     sides A and B in random order; named mode takes the two the visitor picked, in that order.
     """
     if not session_key:
-        raise ArenaError(ErrorCode.NO_SESSION, "Open the battle page first.", status=403)
+        raise ArenaError(ErrorCode.NO_SESSION, gettext("Open the battle page first."), status=403)
     # The models and limits as this process keeps them (arena.pool_cache: one cache round trip).
     kept = pool_cache()
     limits = kept.live_limits()
@@ -87,7 +88,7 @@ def battle_start_live(
     check_call_rate(client_ip)  # counted first, so a refused prompt costs a call too
     prompt_moderate(text=text, session_key=session_key, client_ip=client_ip)
     if mode not in Battle.Mode.values:
-        raise ArenaError(ErrorCode.INVALID, "Unknown battle mode.", field="mode")
+        raise ArenaError(ErrorCode.INVALID, gettext("Unknown battle mode."), field="mode")
     if mode == Battle.Mode.NAMED:
         model_a, model_b = named_pair(model_slugs, kept)
     else:
@@ -122,7 +123,7 @@ def _locked_battle(
     )
     if battle is None or not session_hash_matches(battle.session_hash, session_key):
         # another session's battle is as good as unknown to this one
-        raise not_found("Battle")
+        raise not_found(gettext("Battle"))
     return battle
 
 
@@ -141,13 +142,16 @@ def _refuse_unless_ready(battle: Battle, action: str) -> None:
     if battle.state == Battle.State.VOTED:
         raise ArenaError(
             ErrorCode.ALREADY_VOTED,
-            f"This battle has a vote; start a new battle to {action}.",
+            gettext("This battle has a vote; start a new battle to %(action)s.")
+            % {"action": action},
             status=409,
         )
     raise ArenaError(
         ErrorCode.NOT_CONTINUABLE,
-        "An answer in this battle failed or was stopped, so it cannot go on; "
-        "regenerate the answers or start a new battle.",
+        gettext(
+            "An answer in this battle failed or was stopped, so it cannot go on; "
+            "regenerate the answers or start a new battle."
+        ),
         status=409,
     )
 
@@ -168,13 +172,14 @@ def battle_turn_add(
 def _turn_add(*, battle_id: object, session_key: str, text: str, limits: Limits) -> TurnPlan:
     with transaction.atomic():
         battle = _locked_battle(battle_id=battle_id, session_key=session_key)
-        _refuse_unless_ready(battle, "ask more")
+        _refuse_unless_ready(battle, gettext("ask more"))
         assert battle.prompt is not None
         turns = list(battle.prompt.turns)
         if len(turns) >= limits.max_turns:
             raise ArenaError(
                 ErrorCode.TURN_LIMIT,
-                f"A battle has at most {limits.max_turns} turns; vote, or start a new battle.",
+                gettext("A battle has at most %(turns)s turns; vote, or start a new battle.")
+                % {"turns": limits.max_turns},
                 status=409,
             )
         check_concurrency(session_key=session_key, limits=limits, exclude=battle.pk)
@@ -207,13 +212,15 @@ def _regenerate(*, battle_id: object, session_key: str, limits: Limits) -> TurnP
         battle = _locked_battle(battle_id=battle_id, session_key=session_key)
         if battle.state == Battle.State.VOTED:
             raise ArenaError(
-                ErrorCode.ALREADY_VOTED, "Answers cannot be regenerated after the vote.", status=409
+                ErrorCode.ALREADY_VOTED,
+                gettext("Answers cannot be regenerated after the vote."),
+                status=409,
             )
         _refuse_while_streaming(battle)
         check_concurrency(session_key=session_key, limits=limits, exclude=battle.pk)
         current = list(battle.messages.filter(superseded_at__isnull=True).order_by("-turn"))
         if not current:
-            raise ArenaError(ErrorCode.INVALID, "Nothing to regenerate yet.")
+            raise ArenaError(ErrorCode.INVALID, gettext("Nothing to regenerate yet."))
         turn = current[0].turn
         text = current[0].user_content
         battle.messages.filter(turn=turn, superseded_at__isnull=True).update(
@@ -271,7 +278,7 @@ def _mixed_next_text(*, battle_id: object, session_key: str) -> str | None:
         .first()
     )
     if battle is None or not session_hash_matches(battle.session_hash, session_key):
-        raise not_found("Battle")
+        raise not_found(gettext("Battle"))
     live, stored = _mixed_turns(battle)
     turn = _mixed_next_turn(live)
     return next((m.user_content for m in stored if m.turn == turn), None)
@@ -284,7 +291,9 @@ def _mixed_stream(*, battle_id: object, session_key: str, limits: Limits) -> Tur
         )
         if battle.state == Battle.State.VOTED:
             raise ArenaError(
-                ErrorCode.ALREADY_VOTED, "This battle has a vote; start a new battle.", status=409
+                ErrorCode.ALREADY_VOTED,
+                gettext("This battle has a vote; start a new battle."),
+                status=409,
             )
         live, stored = _mixed_turns(battle)
         if any(m.status == BattleMessage.Status.STREAMING for m in live):
@@ -294,7 +303,7 @@ def _mixed_stream(*, battle_id: object, session_key: str, limits: Limits) -> Tur
         if user_turn is None or battle.state == Battle.State.READY:
             raise ArenaError(
                 ErrorCode.NOT_CONTINUABLE,
-                "Both sides have answered every turn; vote, or start a new battle.",
+                gettext("Both sides have answered every turn; vote, or start a new battle."),
                 status=409,
             )
         check_concurrency(session_key=session_key, limits=limits, exclude=battle.pk)

@@ -5,6 +5,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.utils.translation import gettext
 
 from arena.battle_sources import battle_sources_serve
 from arena.errors import ArenaError, ErrorCode
@@ -74,7 +75,7 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
     if len(candidates) < 2:
         raise ArenaError(
             ErrorCode.NO_BATTLE_AVAILABLE,
-            "The arena needs at least two active models with pool answers.",
+            gettext("The arena needs at least two active models with pool answers."),
             status=503,
         )
     # The pair by the active rule (arena.sampling), unless it is switched off.
@@ -100,7 +101,7 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
     if prompt_id is None or first is None or second is None:
         raise ArenaError(
             ErrorCode.NO_BATTLE_AVAILABLE,
-            "No prompt in the pool was answered by two active models.",
+            gettext("No prompt in the pool was answered by two active models."),
             status=503,
         )
     side_a, side_b = (first, second) if rng.random() < 0.5 else (second, first)

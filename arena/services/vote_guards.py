@@ -26,6 +26,7 @@ import altcha.v1 as altcha
 from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from arena.cache import counters_take
 from arena.errors import ArenaError, ErrorCode
@@ -89,21 +90,23 @@ def challenge_verify(*, payload: object) -> None:
     challenge without an expiry (none of the server's) and one already used.
     """
     if not isinstance(payload, str) or not payload:
-        raise _refused("payload must be the solved challenge (base64 JSON), as a string.")
+        raise _refused(gettext("payload must be the solved challenge (base64 JSON), as a string."))
     try:
         fields = json.loads(base64.b64decode(payload, validate=True))
     except (binascii.Error, ValueError):
-        raise _refused("payload is not base64 JSON.") from None
+        raise _refused(gettext("payload is not base64 JSON.")) from None
     if not isinstance(fields, dict) or not all(
         isinstance(fields.get(name), str)
         for name in ("algorithm", "challenge", "salt", "signature")
     ):
-        raise _refused("payload is not a solved challenge.")
+        raise _refused(gettext("payload is not a solved challenge."))
     number = fields.get("number")
     if not isinstance(number, int) or isinstance(number, bool) or number < 0:
-        raise _refused("payload's number must be a non-negative integer.")
+        raise _refused(gettext("payload's number must be a non-negative integer."))
     if fields["algorithm"] != _ALGORITHM:
-        raise _refused(f"payload's algorithm must be {_ALGORITHM}.")
+        raise _refused(
+            gettext("payload's algorithm must be %(algorithm)s.") % {"algorithm": _ALGORITHM}
+        )
     solved = altcha.Payload(
         algorithm=_ALGORITHM,
         challenge=fields["challenge"],
@@ -115,24 +118,26 @@ def challenge_verify(*, payload: object) -> None:
     if not ok:
         expired = problem is not None and "expired" in problem
         raise _refused(
-            "The challenge has expired; fetch a new one."
+            gettext("The challenge has expired; fetch a new one.")
             if expired
-            else "The challenge is not solved (wrong number or signature)."
+            else gettext("The challenge is not solved (wrong number or signature).")
         )
     _, expires_at, _ = solved.parse_salt()
     if expires_at is None:
-        raise _refused("The challenge has no expiry, so it is none of this server's.")
+        raise _refused(gettext("The challenge has no expiry, so it is none of this server's."))
     # Remembered until it expires (after that, verify_solution refuses it by itself).
     seconds_left = max(1, int(expires_at - timezone.now().timestamp()) + 1)
     if not cache.add(f"arena:challenge-used:{solved.challenge}", 1, timeout=seconds_left):
-        raise _refused("This challenge has been used already; fetch a new one.")
+        raise _refused(gettext("This challenge has been used already; fetch a new one."))
 
 
 def challenge_required_error() -> ArenaError:
     return ArenaError(
         ErrorCode.CHALLENGE_REQUIRED,
-        "Solve the challenge first (GET /api/challenge, then POST the solution to "
-        "/api/challenge/verify); the battle page does this by itself.",
+        gettext(
+            "Solve the challenge first (GET /api/challenge, then POST the solution to "
+            "/api/challenge/verify); the battle page does this by itself."
+        ),
         status=403,
     )
 
@@ -173,14 +178,14 @@ def vote_caps_take(*, session_key: str, ip: str | None) -> list[str]:
         if used > cap:
             vote_caps_release(taken)
             if what == "session":
-                message = (
-                    f"This session has cast its {cap} votes for today (UTC); come back tomorrow."
-                )
+                message = gettext(
+                    "This session has cast its %(cap)s votes for today (UTC); come back tomorrow."
+                ) % {"cap": cap}
                 setting = "ARENA_VOTES_PER_SESSION_PER_DAY"
             else:
-                message = (
-                    f"Your network has cast its {cap} votes for today (UTC); come back tomorrow."
-                )
+                message = gettext(
+                    "Your network has cast its %(cap)s votes for today (UTC); come back tomorrow."
+                ) % {"cap": cap}
                 setting = "ARENA_VOTES_PER_IP_PER_DAY"
             raise ArenaError(ErrorCode.VOTE_CAP, f"{message} ({setting})", status=429)
     return taken

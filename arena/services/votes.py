@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from answer_style import AnswerStyle, conv_metadata, style_counts
 from arena.errors import ALREADY_VOTED_MESSAGE, ArenaError, ErrorCode, not_found
@@ -55,7 +56,7 @@ def vote_record(
     if not is_winner(winner):
         raise ArenaError(
             ErrorCode.INVALID,
-            f"winner must be one of {', '.join(sorted(WINNERS))}.",
+            gettext("winner must be one of %(winners)s.") % {"winners": ", ".join(sorted(WINNERS))},
             field="winner",
         )
     pk = battle_pk(battle_id)
@@ -105,7 +106,7 @@ def _vote_record(
             # Another session's battle is as unknown as a missing one (as when it is read), so
             # the answer tells no one which ids exist.
             if battle is None or not session_hash_matches(battle.session_hash, session_key):
-                raise not_found("Battle")
+                raise not_found(gettext("Battle"))
             if battle.state == Battle.State.VOTED or battle.has_vote:
                 raise ArenaError(ErrorCode.ALREADY_VOTED, ALREADY_VOTED_MESSAGE, status=409)
             if battle.state == Battle.State.STREAMING:
@@ -113,13 +114,14 @@ def _vote_record(
             if battle.state != Battle.State.READY:
                 raise ArenaError(
                     ErrorCode.NOT_VOTABLE,
-                    f"This battle cannot be voted on (it is {battle.get_state_display().lower()}).",
+                    gettext("This battle cannot be voted on (it is %(state)s).")
+                    % {"state": battle.get_state_display().lower()},
                     status=409,
                 )
             if not battle.terms_accepted:
                 raise ArenaError(
                     ErrorCode.TERMS_REQUIRED,
-                    "Accept the terms before voting.",
+                    gettext("Accept the terms before voting."),
                     status=403,
                     field="terms",
                 )

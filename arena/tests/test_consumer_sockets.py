@@ -41,7 +41,7 @@ async def test_the_socket_past_the_cap_of_one_address_is_told_and_closed_another
         held.append(comm)
     refused, accept = await socket_from("203.0.113.7")
     assert accept["type"] == "websocket.accept"  # accepted only to say why
-    assert await refused.receive_json_from(FRAME_TIMEOUT) == consumer.TOO_MANY_SOCKETS_FRAME
+    assert await refused.receive_json_from(FRAME_TIMEOUT) == consumer.too_many_sockets_frame()
     closed = await refused.receive_output(FRAME_TIMEOUT)
     assert closed == {"type": "websocket.close", "code": consumer.CLOSE_TOO_MANY_SOCKETS}
     await refused.send_input({"type": "websocket.disconnect", "code": closed["code"]})

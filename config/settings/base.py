@@ -15,6 +15,7 @@ from pathlib import Path
 import django_stubs_ext
 import environ
 from csp.constants import NONE, SELF
+from django.conf.locale import LANG_INFO
 from django.core.exceptions import ImproperlyConfigured
 
 from config.queues import TASK_ROUTES
@@ -76,6 +77,10 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # The visitor's language (the language cookie, else Accept-Language), before everything that
+    # answers: the API's error shapes (below) and the CSRF failure view are worded in it too. It
+    # reads no session (Django 4+), and it precedes CommonMiddleware as Django asks.
+    "django.middleware.locale.LocaleMiddleware",
     # Every error under /api/ leaves as the JSON error shape, whatever produced it (a 405 from a
     # method decorator, a 404 for an unknown path, a debug page): see arena/api.py.
     "arena.api.ApiErrorMiddleware",
@@ -251,9 +256,32 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
-LANGUAGE_CODE = "en-us"
+# --- Languages (docs/i18n.md) -----------------------------------------------------------------
+# The interface's languages, as codes with a catalogue under locale/ (English needs none); the
+# first is the default, for a visitor whose cookie and Accept-Language name none of them.
+_LANGUAGE_CODES = [
+    c.strip().lower() for c in env.list("ARENA_LANGUAGES", default=["en", "fr"]) if c.strip()
+]
+LANGUAGES = []
+for _code in _LANGUAGE_CODES:
+    if _code not in LANG_INFO or "name" not in LANG_INFO[_code]:
+        raise ImproperlyConfigured(
+            f"ARENA_LANGUAGES holds {_code!r}, which is no language code Django knows "
+            "(such as en, fr, da, lt or sv)."
+        )
+    LANGUAGES.append((_code, LANG_INFO[_code]["name"]))
+if not LANGUAGES:
+    raise ImproperlyConfigured("ARENA_LANGUAGES must name at least one language, such as en.")
+LANGUAGE_CODE = LANGUAGES[0][0]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+# The visitor's choice from the language switcher (Django's set_language), kept for a year.
+LANGUAGE_COOKIE_AGE = 365 * 24 * 3600
+LANGUAGE_COOKIE_SAMESITE = "Lax"
 TIME_ZONE = "UTC"
 USE_I18N = True
+# Numbers and dates shown in pages follow the visitor's language (a French page writes 0,5);
+# thousands are not grouped, since templates also write counts into attributes and links.
+USE_THOUSAND_SEPARATOR = False
 USE_TZ = True
 
 # --- Static files (vendored, served by whitenoise) ------------------------------------------

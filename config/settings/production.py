@@ -60,6 +60,7 @@ ARENA_CHALLENGE = env.bool("ARENA_CHALLENGE", default=True)
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
 SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=True)
 CSRF_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=True)
+LANGUAGE_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=True)
 SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=60 * 60 * 24 * 365)
 # Both off by default: they bind every subdomain of the site's domain (and, once preloaded,
 # every browser for months) to HTTPS, which only the domain's owner can decide for the whole

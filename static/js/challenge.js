@@ -10,6 +10,8 @@
    none) and costs a promise per hash; batches of hashes alternate with yields to the event loop,
    so the page stays responsive. */
 
+import { gettext } from "./i18n.js";
+
 const BATCH = 2000;
 const encoder = new TextEncoder();
 // The first 32 bits of the fractional parts of the cube roots of the first 64 primes.
@@ -75,9 +77,9 @@ const nextTask = () => new Promise((resolve) => setTimeout(resolve, 0));
    numbers are ASCII (the server's salt is hex and a query string), so each candidate's bytes are
    its char codes, padded into one reused buffer and compared with the target word by word. */
 export async function solveNumber(challenge) {
-  if (challenge.algorithm !== "SHA-256") throw new Error("Unsupported challenge algorithm.");
+  if (challenge.algorithm !== "SHA-256") throw new Error(gettext("Unsupported challenge algorithm."));
   if (!/^[0-9a-f]{64}$/.test(challenge.challenge) || /[^\x00-\x7f]/.test(challenge.salt)) {
-    throw new Error("Not a challenge of this arena.");
+    throw new Error(gettext("Not a challenge of this arena."));
   }
   const target = new Int32Array(8);
   for (let i = 0; i < 8; i++) target[i] = parseInt(challenge.challenge.slice(i * 8, i * 8 + 8), 16) | 0;
@@ -94,7 +96,7 @@ export async function solveNumber(challenge) {
 /* ALTCHA's payload for a solved challenge (what POST /api/challenge/verify takes). */
 export async function solveChallenge(challenge) {
   const number = await solveNumber(challenge);
-  if (number === null) throw new Error("The challenge could not be solved; reload the page.");
+  if (number === null) throw new Error(gettext("The challenge could not be solved; reload the page."));
   return btoa(JSON.stringify({
     algorithm: challenge.algorithm,
     challenge: challenge.challenge,

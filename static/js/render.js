@@ -3,14 +3,17 @@
    An ES module. The vendored markdown-it and DOMPurify are UMD files that the page loads as
    classic scripts before any module (module scripts run after them); this is the one module
    that reads their globals. */
+import { gettext, interpolate } from "./i18n.js";
+
 const md = window.markdownit({ html: false, linkify: false, breaks: false });
 /* A markdown image becomes a link to it: an <img> would make the voter's browser fetch any
    URL a model (or a prompt injected into it) names, before the vote, with no click. */
 md.renderer.rules.image = function (tokens, idx, options, env, self) {
   const token = tokens[idx];
-  const alt = self.renderInlineAsText(token.children, options, env) || "image";
+  const alt = self.renderInlineAsText(token.children, options, env) || gettext("image");
   const src = md.utils.escapeHtml(token.attrGet("src") || "");
-  return '<a href="' + src + '">[image: ' + md.utils.escapeHtml(alt) + "]</a>";
+  const shown = interpolate(gettext("[image: %(alt)s]"), { alt: alt }, true);
+  return '<a href="' + src + '">' + md.utils.escapeHtml(shown) + "</a>";
 };
 /* Table column alignment as a class, not the style attribute markdown-it writes: the
    Content-Security-Policy (style-src 'self') blocks inline styles, even in DOMPurify's parse. */
@@ -44,7 +47,7 @@ export function turnLabel(index, count) {
   if (count <= 1) return null;
   const label = document.createElement("div");
   label.className = "turn-label";
-  label.textContent = "Turn " + (index + 1);
+  label.textContent = interpolate(gettext("Turn %(number)s"), { number: index + 1 }, true);
   return label;
 }
 /* One side's answer to one turn: a labelled block whose body receives markdown. */
