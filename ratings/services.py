@@ -72,8 +72,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils.translation import get_language_info
 
-from arena.sampling_stats import sampling_stats_snapshot_id
-from arena.services.sampling import sampling_stats_store
+from arena.sampling.stats import sampling_stats_snapshot_id
+from arena.sampling.store import sampling_stats_store
 from arena.transparency import votes_excluded_counts
 from ratings import engine
 from ratings.cli import parse_anchor
@@ -678,7 +678,7 @@ def _pair_counts(battles: pd.DataFrame) -> list[tuple[str, str, int]]:
 
 
 def sampling_publish(snapshot: LeaderboardSnapshot) -> None:
-    """Hand the snapshot's sampling inputs to the arena (``arena.services.sampling``).
+    """Hand the snapshot's sampling inputs to the arena (``arena.sampling.store``).
 
     Called after the snapshot commits, and by a refresh that finds nothing new when the arena's
     copy is missing or older (a cache flush), so the draw never stays on weights alone for long.
