@@ -1,5 +1,10 @@
 """The rated votes, read from their sources: the one place the ratings side reads votes for a fit.
 
+Why one module: the Parquet writer and its reader share the file's schema and columns, and
+both must select exactly the votes and columns that ``rating_battles`` does; in one module a
+change to the battle table's columns is one edit that the row-for-row tests check. The
+categories the readers apply are ``ratings.categories``; the fits, ``ratings.fits``.
+
 Arena's votes are read only through ``arena.selectors.votes_for_rating`` (``rated_votes``):
 with repeated visitors' prompts capped at ``RATINGS_DUPLICATE_PROMPT_CAP`` and each source's
 votes on a model bounded (``source_cap``). A refit reads them one of two ways, both here:
@@ -9,11 +14,6 @@ votes on a model bounded (``source_cap``). A refit reads them one of two ways, b
   the same rows to a Parquet file through one streamed ``COPY`` and ``ParquetVotes`` reads the
   file back a batch at a time. (The engine's own "spill", ``ratings.engine.stream_spill``, is
   its binary scratch file of a streamed fit; this module's file is the votes themselves.)
-
-Why one module: the Parquet writer and its reader share the file's schema and columns, and
-both must select exactly the votes and columns that ``rating_battles`` does; in one module a
-change to the battle table's columns is one edit that the row-for-row tests check. The
-categories the readers apply are ``ratings.categories``; the fits, ``ratings.fits``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Settings shared by every environment.
 
+Why one module: cookiecutter-django's layout, one base module that every environment's settings
+import; each setting sits beside its default, its bounds check and the comment that explains it.
+
 Everything configurable is read from the environment through one django-environ reader. With
 nothing set, the embedded defaults run on a laptop with no services: SQLite under ``var/``, an
 in-memory channel layer, a local-memory cache and Celery tasks run eagerly. ``DATABASE_URL`` and
