@@ -1,4 +1,9 @@
-"""Reads. Everything a view or a downstream app needs to know about battles and votes."""
+"""Reads. Everything a view or a downstream app needs to know about battles and votes.
+
+Why one module: the vote filters (the deduplication, the repeated-prompt cap, the source cap)
+compose into the vote reads the ratings side and the exports share, and must stay one query
+shape for all of them; the battle reads beside them are the views' and the live battle's.
+"""
 
 import uuid
 from collections.abc import Sequence

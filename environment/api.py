@@ -3,6 +3,10 @@ selectors. The request schemas below validate bodies and generate the OpenAPI do
 ``/api/env/v1/openapi.json``; the services check everything again (they are also called from
 Python), with the settings' limits.
 
+Why one module: django-ninja builds the router and its OpenAPI document from the schemas and
+views declared here; the request schemas, the error shaping and the views are the API's one
+contract, read and reviewed together.
+
 Every request sends ``Authorization: Bearer <token>``: a missing, unknown or revoked token is a
 401, a token without the ``env`` scope a 403, more than ``ARENA_ENV_RATE`` requests of one token
 a 429, a body over ``ARENA_ENV_MAX_BODY_BYTES`` a 413; every error leaves as the arena's error

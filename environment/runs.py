@@ -1,5 +1,9 @@
 """Writes of the environment API: runs (create, close) and submissions (idempotent).
 
+Why one module: runs and submissions are written under the same run row and the same caps; a
+submission's checks read the run state that the run writes keep, so the writes of both sit
+together.
+
 A submission's prompt is stored twice: as submitted, every message in
 ``EnvSubmission.messages`` (system and earlier turns included, for the trainer's record and for
 whatever shows context), and as a ``Prompt`` whose one turn is the final user message, which is

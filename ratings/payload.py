@@ -104,7 +104,7 @@ class ExcludedCounts(TypedDict):
 
 
 class SamplingInputs(TypedDict):
-    """What active pair sampling reads (``arena.sampling``), from the overall view without
+    """What active pair sampling reads (``arena.sampling.rule``), from the overall view without
     style control, every model included (private variants too): standard errors in rating
     points by slug, and battles per pair ``[slug, slug, n]``."""
 

@@ -1,6 +1,6 @@
 """What the public ``/transparency`` page shows, gathered from the data in a fixed number of queries.
 
-- The sampling policy in force (``arena.sampling_stats``): active or not, the floor, the snapshot
+- The sampling policy in force (``arena.sampling.stats``): active or not, the floor, the snapshot
   its statistics come from, and for each model that can be drawn now its sampling weight and its
   share of the draws under the policy (the sum of its pairs' probabilities, so shares add to 2).
 - Every model the arena has served (``arena.transparency.models_served``), deactivated ones and
@@ -23,7 +23,7 @@ from django.conf import settings
 
 from arena.models import ArenaModel
 from arena.recognisability import ModelRecognisability
-from arena.sampling_stats import SamplingPolicy, pair_probabilities_now, sampling_policy
+from arena.sampling.stats import SamplingPolicy, pair_probabilities_now, sampling_policy
 from arena.transparency import (
     Bridging,
     ServedSummary,

@@ -2,7 +2,7 @@
 
 Anonymous mode draws two different available models (``arena.selectors.live_models_available``:
 active, live, positive weight, provider's breaker not open) by the active pair rule
-(``arena.sampling_stats``; by sampling weight when it is off) and places them in random
+(``arena.sampling.stats``; by sampling weight when it is off) and places them in random
 order; named mode takes the two the visitor picked, in that order.
 
 Both read the live models from the process's copy (``arena.pool_cache``: one cache round trip,
@@ -17,12 +17,12 @@ import random
 from django.utils import timezone
 from django.utils.translation import gettext
 
-from arena import sampling
 from arena.errors import ArenaError, ErrorCode
 from arena.inputs import text_problem
 from arena.models import ArenaModel
 from arena.pool_cache import PoolCache, pool_cache
-from arena.sampling_stats import pair_probabilities_active, sampling_active
+from arena.sampling import rule
+from arena.sampling.stats import pair_probabilities_active, sampling_active
 
 
 def _available(kept: PoolCache) -> list[ArenaModel]:
@@ -56,11 +56,11 @@ def draw_pair(rng: random.Random, kept: PoolCache | None = None) -> tuple[ArenaM
             status=503,
         )
     if sampling_active():
-        # The active pair rule (arena.sampling): from the latest snapshot, weights and a floor.
+        # The active pair rule (arena.sampling.rule): from the latest snapshot, weights and a floor.
         by_id = {m.pk: m for m in candidates}
         probabilities = pair_probabilities_active({m.pk: m.sampling_weight for m in candidates})
         if probabilities:
-            a, b = sampling.draw_pair(probabilities, rng)
+            a, b = rule.draw_pair(probabilities, rng)
             return _own(by_id[a], by_id[b])
     first = rng.choices(candidates, weights=[m.sampling_weight for m in candidates], k=1)[0]
     rest = [m for m in candidates if m.pk != first.pk]

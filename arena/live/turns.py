@@ -1,5 +1,9 @@
 """The turns of a live battle: planned, then finished.
 
+Why one module: a turn's plan and its finish share the battle's row lock, the refusals and the
+message bookkeeping; live and mixed turns differ only in where an answer comes from, so they
+stay side by side.
+
 The services here do the bookkeeping around a turn; the streaming itself happens in the
 websocket consumer (``arena.live.consumer``) through ``arena.live.upstream``. A turn is planned
 (``battle_start_live``, ``battle_turn_add``, ``battle_regenerate``: the messages are created as

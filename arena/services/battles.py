@@ -12,8 +12,8 @@ from arena.errors import ArenaError, ErrorCode
 from arena.identity import session_hash
 from arena.models import Battle, BattleMessage
 from arena.pool_cache import pool_cache
-from arena.sampling import draw_pair
-from arena.sampling_stats import pair_probabilities_active, sampling_active
+from arena.sampling.rule import draw_pair
+from arena.sampling.stats import pair_probabilities_active, sampling_active
 from arena.services.bridge import bridge_battle_serve
 
 _PAIR_ATTEMPTS = 20
@@ -40,7 +40,7 @@ class StartedBattle:
 def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> StartedBattle:
     """Serve a pool battle: a prompt and the answers of two different active models.
 
-    The two models are drawn by the active pair rule (``arena.sampling``, from the latest
+    The two models are drawn by the active pair rule (``arena.sampling.rule``, from the latest
     snapshot, mixed with the sampling weights and a floor) or, with ``ARENA_ACTIVE_SAMPLING``
     off, by sampling weight (the second among the rest); then a prompt both answered is drawn
     uniformly; the two are placed on sides A and B in random order, and each side shows one of
@@ -78,7 +78,7 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
             gettext("The arena needs at least two active models with pool answers."),
             status=503,
         )
-    # The pair by the active rule (arena.sampling), unless it is switched off.
+    # The pair by the active rule (arena.sampling.rule), unless it is switched off.
     probabilities = pair_probabilities_active(dict(candidates)) if sampling_active() else None
     first: int | None
     second: int | None

@@ -12,7 +12,7 @@ While a live model is *preliminary* in the latest snapshot (fewer than
 ``ARENA_BRIDGE_SHARE`` of the pool draws serve a mixed battle for one such model (by sampling
 weight); its opponent is an established model with pool answers when there is one, any model
 with pool answers otherwise. Which models are established is read from the statistics the
-ratings side hands over after each snapshot (``arena.sampling_stats.established_models``);
+ratings side hands over after each snapshot (``arena.sampling.stats.established_models``);
 before any snapshot every live model counts as preliminary.
 """
 
@@ -27,7 +27,7 @@ from arena.identity import session_hash
 from arena.live.draw import live_models_ready
 from arena.models import ArenaModel, Battle, BattleMessage
 from arena.pool_cache import PoolCache
-from arena.sampling_stats import established_models
+from arena.sampling.stats import established_models
 
 
 def bridge_models(kept: PoolCache) -> list[ArenaModel]:

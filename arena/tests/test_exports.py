@@ -25,7 +25,7 @@ from arena.tests.factories import ArenaModelFactory
 from ratings.engine.api import rate
 from ratings.engine.data import flatten_conv_metadata
 from ratings.engine.io import read_battles
-from ratings.selectors import rating_battles
+from ratings.vote_sources import rating_battles
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 from arena.models import Battle, BattleMessage
 from arena.payloads import BattlePayload
+from arena.sampling.store import sampling_stats_store
 from arena.selectors import battle_payload, votes_for_rating
 from arena.services.battles import battle_start_pool
-from arena.services.sampling import sampling_stats_store
 from arena.services.votes import vote_record
 from arena.tests.factories import pool_of
 from arena.tests.fake_openai import FakeModel

@@ -1,4 +1,4 @@
-"""Active pair sampling: the rule (arena.sampling), the stored statistics and the draws."""
+"""Active pair sampling: the rule (arena.sampling.rule), the stored statistics and the draws."""
 
 import math
 import random
@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from arena.sampling import SamplingStats, pair_probabilities, variance_reduction
-from arena.sampling_stats import pair_probabilities_now, sampling_policy
+from arena.sampling.rule import SamplingStats, pair_probabilities, variance_reduction
+from arena.sampling.stats import pair_probabilities_now, sampling_policy
+from arena.sampling.store import sampling_stats_store
 from arena.services.battles import battle_start_pool
-from arena.services.sampling import sampling_stats_store
 from arena.tests.factories import pool_of
 
 

@@ -1,5 +1,10 @@
 """The environment API's client: runs, submissions and the reward feed, over plain HTTP.
 
+Why one module: the transport, the retry rule and the error mapping serve every call of
+``ArenaEnv`` and ``RunSession``, and the value types are what those calls return; the package
+re-exports them from here, and a trainer reads the whole client, standard library only, in one
+file.
+
 Standard library only. Every call sends ``Authorization: Bearer <token>`` and reads the API's
 JSON; an error answer (``{"error": {"code", "message", "field"?}}``) becomes an
 ``ArenaEnvError`` carrying the same code, message and field.

@@ -1,5 +1,8 @@
 """Settings shared by every environment.
 
+Why one module: cookiecutter-django's layout, one base module that every environment's settings
+import; each setting sits beside its default, its bounds check and the comment that explains it.
+
 Everything configurable is read from the environment through one django-environ reader. With
 nothing set, the embedded defaults run on a laptop with no services: SQLite under ``var/``, an
 in-memory channel layer, a local-memory cache and Celery tasks run eagerly. ``DATABASE_URL`` and
@@ -389,8 +392,9 @@ ARENA_BRIDGE_SHARE = env_float("ARENA_BRIDGE_SHARE", default=0.25)
 _bounded("ARENA_BRIDGE_SHARE", ARENA_BRIDGE_SHARE, 0, 1)
 
 # --- Ratings --------------------------------------------------------------------------------
-# How the leaderboard snapshot is fitted (see ratings/services.py). Changing any of these makes
-# the next run write a new snapshot even when no vote has arrived.
+# How the leaderboard snapshot is fitted (see ratings/services.py, ratings/categories.py and
+# ratings/fits.py). Changing any of these makes the next run write a new snapshot even when no
+# vote has arrived.
 RATINGS_CI = env("RATINGS_CI", default="sandwich")  # "sandwich" or "bootstrap"
 RATINGS_BOOTSTRAP_ROUNDS = env.int("RATINGS_BOOTSTRAP_ROUNDS", default=100)
 RATINGS_SEED = env.int("RATINGS_SEED", default=0)
@@ -406,7 +410,7 @@ RATINGS_REFRESH_ON_VOTE = env.bool("RATINGS_REFRESH_ON_VOTE", default=True)
 # With eager tasks (no broker), refit in a background thread rather than inside the vote request.
 RATINGS_EAGER_REFRESH_IN_BACKGROUND = env.bool("RATINGS_EAGER_REFRESH_IN_BACKGROUND", default=True)
 # More rated votes than this are not loaded into memory at once (the in-memory refit holds about
-# 4.3 KB per vote: 430 MB at 100,000): the refit spills them to a temporary Parquet file (in
+# 4.3 KB per vote: 430 MB at 100,000): the refit writes them to a temporary Parquet file (in
 # RATINGS_SPILL_DIR; unset: the system's temporary directory) from one streamed COPY of the
 # votes' flat columns (the style counts' parts extracted by PostgreSQL), one Parquet row group per
 # RATINGS_STREAM_BATCH_ROWS votes (a few hundred bytes each while parsed), and fits each view

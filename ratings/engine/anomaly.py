@@ -1,5 +1,9 @@
 """Anomalous voters, after the Chatbot Arena paper (Chiang et al. 2024, section 5.1).
 
+Why one module: the per-vote test, Fisher's combination and the per-model and fitted variants
+share the outcome encoding and the expectations; each is a few functions over the same arrays,
+following one section of one paper.
+
 Each vote is tested against what everybody else said about the same pair of models. For a vote
 by voter ``u`` on the pair {m1, m2}, the three outcomes (the first model of the pair in
 alphabetical order wins, the second wins, a tie; "both bad" counts as a tie) have rates estimated

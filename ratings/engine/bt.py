@@ -1,5 +1,9 @@
 """Bradley-Terry with style covariates, fitted by Newton's method to exact convergence.
 
+Why one module: the fit, its sandwich covariance and its bootstrap share the private pieces of
+the likelihood below (logits, gradient, Hessian, the per-pair blocks), defined once; split, those
+pieces would become public across modules for no reader's benefit.
+
 Model (Bradley & Terry 1952; LMArena's style control, blog post of 2024-08-29): battle ``i``
 between models ``a`` and ``b`` with style features ``f_i`` (k z-scored differences) has
 

@@ -1,5 +1,9 @@
 """From a battle table to the arrays the fit works on.
 
+Why one module: every way into the fit (a DataFrame, a Parquet batch, counts) ends in the same
+encoding; the column checks, the models' encoding and the style differences run in one order, so
+one module holds the one way in.
+
 The public arena schema is one row per battle: ``model_a``, ``model_b``, ``winner`` in
 ``{"model_a", "model_b", "tie", "tie (bothbad)"}`` and, for style control, the summed style counts
 of each side as flat integer columns (see ``STYLE_COLUMNS``) or as one ``conv_metadata`` object per

@@ -9,7 +9,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from arena.models import Battle, Completion
-from arena.sampling_stats import established_models
+from arena.sampling.stats import established_models
 from arena.services.battles import battle_start_pool
 from arena.services.votes import vote_record
 from arena.tests.factories import CompletionFactory, PromptFactory

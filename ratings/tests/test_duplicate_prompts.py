@@ -7,7 +7,7 @@ import pytest
 from arena.models import USER_PROMPT_SOURCE, Battle, Prompt, Vote
 from arena.prompt_text import prompt_text_hash
 from arena.tests.cli import settings_start_refusal
-from ratings import selectors, services
+from ratings import services, vote_sources
 from ratings.tests.test_services_stream import assert_same, refresh_both
 
 # 40 copies of one greeting as visitors type it: case, spacing and end punctuation differ.
@@ -49,7 +49,7 @@ def test_a_prompt_typed_40_times_contributes_25_votes_to_the_fit(greetings):
 
     assert snapshot.n_votes == 60 + 25
     assert overall_off(snapshot)["n_battles"] == 60 + 25
-    rated = set(selectors.rating_battles()["vote_id"])
+    rated = set(vote_sources.rating_battles()["vote_id"])
     assert rated & set(greetings) == set(sorted(greetings)[:25])  # the first 25 by vote id
     assert snapshot.payload["excluded"]["duplicate_prompts"] == {
         "votes": 15,
@@ -66,7 +66,7 @@ def test_copies_are_counted_among_the_rated_votes_only(greetings):
     snapshot = services.snapshot_refresh().snapshot
 
     assert snapshot.n_votes == 60 + 25
-    rated = set(selectors.rating_battles()["vote_id"])
+    rated = set(vote_sources.rating_battles()["vote_id"])
     assert rated & set(greetings) == set(sorted(greetings[10:])[:25])
     assert snapshot.payload["excluded"]["duplicate_prompts"]["votes"] == 5
 

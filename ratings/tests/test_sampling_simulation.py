@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from arena.sampling import SamplingStats, draw_pair, pair_probabilities, se_from_interval
-from arena.sampling_stats import sampling_stats, sampling_stats_snapshot_id
+from arena.sampling.rule import SamplingStats, draw_pair, pair_probabilities, se_from_interval
+from arena.sampling.stats import sampling_stats, sampling_stats_snapshot_id
 from arena.tests.factories import ArenaModelFactory
 from ratings import services
 from ratings.engine import rate

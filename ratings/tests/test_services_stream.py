@@ -1,4 +1,4 @@
-"""The streamed snapshot refresh: past ``RATINGS_STREAM_THRESHOLD`` votes the refit spills them
+"""The streamed snapshot refresh: past ``RATINGS_STREAM_THRESHOLD`` votes the refit writes them
 to Parquet through one streamed COPY and fits each view from the file a batch at a time."""
 
 import math
@@ -11,17 +11,17 @@ from django.db import connection, transaction
 
 from arena.models import Battle, Vote
 from arena.selectors import votes_for_rating
-from ratings import engine, selectors, services, tasks
+from ratings import engine, services, tasks, vote_sources
 from ratings.models import LeaderboardSnapshot
 
-pytestmark = pytest.mark.postgres  # the spill is PostgreSQL's COPY
+pytestmark = pytest.mark.postgres  # the Parquet path is PostgreSQL's COPY
 
 BATCH_ROWS = 40
 
 
 @pytest.fixture(autouse=True)
 def stream_settings(settings, tmp_path, monkeypatch):
-    monkeypatch.setattr(services, "SPILL_READ_ROWS", 25)  # several batches per pass
+    monkeypatch.setattr(vote_sources, "PARQUET_READ_ROWS", 25)  # several batches per pass
     settings.RATINGS_MIN_CATEGORY_VOTES = 10
     settings.RATINGS_LONG_PROMPT_CHARS = 200
     settings.RATINGS_CI = "sandwich"
@@ -137,16 +137,16 @@ def test_streamed_refresh_writes_the_same_payload_as_the_in_memory_one(votes, se
     assert category(streamed, "coding")["n_votes"] == 12 + 3
     assert category(streamed, "lang-fr")["status"] == "insufficient"
     assert streamed.payload["sampling"]["counts"] and streamed.payload["sampling"]["se"]
-    # Every fit read the whole file in batches of at most SPILL_READ_ROWS (25) rows.
+    # Every fit read the whole file in batches of at most PARQUET_READ_ROWS (25) rows.
     fits = 2 * len(keys)
     assert sum(masks) == 123 * fits and max(masks) == 25 and len(masks) >= 5 * fits
 
 
 def test_a_refresh_from_plain_style_counts_writes_the_in_memory_payload(votes, settings):
-    # Without the votes holding one count and not the others the spill is read once.
+    # Without the votes holding one count and not the others the votes are read once.
     Vote.objects.filter(style={"sum_assistant_a_tokens": 3}).update(style={})
     with mock.patch.object(
-        selectors, "_exact_counts", side_effect=AssertionError("read again")
+        vote_sources, "_exact_counts", side_effect=AssertionError("read again")
     ) as exact:
         memory, streamed = refresh_both(settings)
 
@@ -155,70 +155,72 @@ def test_a_refresh_from_plain_style_counts_writes_the_in_memory_payload(votes, s
     assert_same(memory.payload, streamed.payload)
 
 
-def test_excluded_votes_stay_out_of_the_spill(votes, tmp_path):
+def test_excluded_votes_stay_out_of_the_parquet_file(votes, tmp_path):
     with transaction.atomic():
-        spill = selectors.rating_battles_spill(tmp_path / "v.parquet", batch_rows=BATCH_ROWS)
+        written = vote_sources.rating_battles_parquet(tmp_path / "v.parquet", batch_rows=BATCH_ROWS)
     table = pq.read_table(tmp_path / "v.parquet")
 
     rated = list(votes_for_rating().values_list("id", flat=True))
     assert table.column("vote_id").to_pylist() == rated
-    assert spill.rows == len(rated) and spill.high_water == max(rated)
+    assert written.rows == len(rated) and written.high_water == max(rated)
     excluded = Vote.objects.exclude(pk__in=rated)
     assert excluded.count() == 3  # named, flagged, environment
 
 
-def spill_and_compare(path, batch_rows=BATCH_ROWS, observe=None):
-    """Spill the votes and check the file against ``rating_battles()`` row for row."""
+def write_and_compare(path, batch_rows=BATCH_ROWS, observe=None):
+    """Write the votes to Parquet and check the file against ``rating_battles()`` row for row."""
     with transaction.atomic():
-        spill = selectors.rating_battles_spill(
+        written = vote_sources.rating_battles_parquet(
             path, batch_rows=batch_rows, observe=observe, restart=lambda: None
         )
-    battles = selectors.rating_battles()
+    battles = vote_sources.rating_battles()
     frame = pq.read_table(path).to_pandas()
 
-    assert spill.rows == len(battles) == len(frame)
+    assert written.rows == len(battles) == len(frame)
     for column in ("model_a", "model_b", "winner", "prompt_category", "language"):
         assert frame[column].astype(str).tolist() == battles[column].tolist()
     for column in ("vote_id", "turns", "prompt_chars", "prompt_has_code"):
         assert frame[column].tolist() == battles[column].tolist()
-    complete = battles["conv_metadata"].map(selectors.style_complete)
+    complete = battles["conv_metadata"].map(vote_sources.style_complete)
     assert frame["style_complete"].tolist() == complete.tolist()
     flat = engine.flatten_conv_metadata(battles.loc[complete, ["conv_metadata"]])
-    for column in selectors.SPILL_STYLE_COLUMNS:
+    for column in vote_sources.PARQUET_STYLE_COLUMNS:
         assert frame.loc[complete.to_numpy(), column].tolist() == flat[column].tolist()
         assert (frame.loc[~complete.to_numpy(), column] == 0).all()
     # The engine reads the file as it is.
     read = engine.read_battles(path)
-    assert len(read) == len(battles) and set(selectors.SPILL_STYLE_COLUMNS) <= set(read.columns)
-    return spill
+    assert len(read) == len(battles) and set(vote_sources.PARQUET_STYLE_COLUMNS) <= set(
+        read.columns
+    )
+    return written
 
 
-def test_the_spill_matches_rating_battles_row_for_row(votes, tmp_path):
-    spill = spill_and_compare(tmp_path / "v.parquet")
+def test_the_parquet_file_matches_rating_battles_row_for_row(votes, tmp_path):
+    written = write_and_compare(tmp_path / "v.parquet")
 
-    assert spill.rows == 123
+    assert written.rows == 123
     # Six votes hold one style count and not the others: read again with the JSON.
-    assert spill.exact
+    assert written.exact
 
 
-def test_plain_style_counts_are_spilled_from_their_parts(votes, tmp_path):
+def test_plain_style_counts_are_written_from_their_parts(votes, tmp_path):
     Vote.objects.filter(style={"sum_assistant_a_tokens": 3}).update(style={})
     seen = []
-    spill = spill_and_compare(tmp_path / "v.parquet", observe=lambda b: seen.append(b.num_rows))
+    written = write_and_compare(tmp_path / "v.parquet", observe=lambda b: seen.append(b.num_rows))
 
-    assert not spill.exact and spill.rows == 123
+    assert not written.exact and written.rows == 123
     assert seen == [BATCH_ROWS, BATCH_ROWS, BATCH_ROWS, 3]
 
 
-def test_a_battle_without_prompt_is_spilled_with_empty_category_and_language(votes, tmp_path):
+def test_a_battle_without_prompt_is_written_with_empty_category_and_language(votes, tmp_path):
     Vote.objects.filter(style={"sum_assistant_a_tokens": 3}).update(style={})
     vote = Vote.objects.filter(battle__mode="anonymous", flagged=False).order_by("id").first()
     Battle.objects.filter(pk=vote.battle_id).update(prompt=None)
 
-    spill = spill_and_compare(tmp_path / "v.parquet")
+    written = write_and_compare(tmp_path / "v.parquet")
     frame = pq.read_table(tmp_path / "v.parquet").to_pandas().set_index("vote_id")
 
-    assert not spill.exact
+    assert not written.exact
     assert (frame.loc[vote.pk, "prompt_category"], frame.loc[vote.pk, "language"]) == ("", "")
 
 
@@ -230,7 +232,7 @@ def test_a_battle_without_prompt_is_spilled_with_empty_category_and_language(vot
         {"header_count_b": {"h1": 2, "h2": 0, "h3": 0, "h4": 0, "h5": 0, "h6": 3, "h7": "x"}},
     ],
 )
-def test_style_counts_python_reads_differently_are_spilled_as_python_reads_them(
+def test_style_counts_python_reads_differently_are_written_as_python_reads_them(
     votes, tmp_path, style
 ):
     Vote.objects.filter(style={"sum_assistant_a_tokens": 3}).update(style={})
@@ -239,10 +241,10 @@ def test_style_counts_python_reads_differently_are_spilled_as_python_reads_them(
     vote.style = {**vote.style, **style}
     vote.save(update_fields=["style"])
 
-    spill = spill_and_compare(tmp_path / "v.parquet")
+    written = write_and_compare(tmp_path / "v.parquet")
 
     # An extra part is ignored either way; a string or a boolean takes the exact path.
-    assert spill.exact == ("header_count_b" not in style)
+    assert written.exact == ("header_count_b" not in style)
 
 
 @pytest.mark.parametrize(
@@ -254,7 +256,7 @@ def test_style_counts_python_reads_differently_are_spilled_as_python_reads_them(
         ({"header_count_a": [1, 2]}, "header_count_a"),
     ],
 )
-def test_a_bad_style_count_fails_the_spill_naming_it(votes, tmp_path, style, key):
+def test_a_bad_style_count_fails_the_parquet_write_naming_it(votes, tmp_path, style, key):
     Vote.objects.filter(style={"sum_assistant_a_tokens": 3}).update(style={})
     rated = votes_for_rating().exclude(style={}).values_list("id", flat=True)
     vote = Vote.objects.get(pk=list(rated)[-1])
@@ -262,30 +264,32 @@ def test_a_bad_style_count_fails_the_spill_naming_it(votes, tmp_path, style, key
     vote.save(update_fields=["style"])
 
     with transaction.atomic(), pytest.raises(engine.EngineError, match=f"conv_metadata.{key} "):
-        selectors.rating_battles_spill(tmp_path / "v.parquet", batch_rows=BATCH_ROWS)
+        vote_sources.rating_battles_parquet(tmp_path / "v.parquet", batch_rows=BATCH_ROWS)
     # The in-memory path refuses the same vote.
-    battles = selectors.rating_battles()
-    complete = battles["conv_metadata"].map(selectors.style_complete)
+    battles = vote_sources.rating_battles()
+    complete = battles["conv_metadata"].map(vote_sources.style_complete)
     with pytest.raises(engine.EngineError, match=f"conv_metadata.{key} "):
         engine.flatten_conv_metadata(battles.loc[complete, ["conv_metadata"]])
 
 
-def test_the_spill_is_one_row_group_per_batch_with_dictionary_encoded_models(votes, tmp_path):
+def test_the_parquet_file_is_one_row_group_per_batch_with_dictionary_encoded_models(
+    votes, tmp_path
+):
     path = tmp_path / "v.parquet"
     with transaction.atomic():
-        spill = selectors.rating_battles_spill(path, batch_rows=BATCH_ROWS)
+        written = vote_sources.rating_battles_parquet(path, batch_rows=BATCH_ROWS)
     parquet = pq.ParquetFile(path)
 
-    assert spill.row_groups == parquet.num_row_groups == math.ceil(123 / BATCH_ROWS) == 4
+    assert written.row_groups == parquet.num_row_groups == math.ceil(123 / BATCH_ROWS) == 4
     sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
     assert sizes == [BATCH_ROWS, BATCH_ROWS, BATCH_ROWS, 3]
     for column in ("model_a", "model_b", "winner"):
         assert pa.types.is_dictionary(parquet.schema_arrow.field(column).type)
 
 
-def test_the_spill_holds_the_connection_only_while_it_runs(votes, tmp_path):
+def test_the_parquet_write_holds_the_connection_only_while_it_runs(votes, tmp_path):
     with transaction.atomic():
-        selectors.rating_battles_spill(tmp_path / "v.parquet", batch_rows=25)
+        vote_sources.rating_battles_parquet(tmp_path / "v.parquet", batch_rows=25)
         # The COPY is over: the same transaction goes on.
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
@@ -295,41 +299,43 @@ def test_the_spill_holds_the_connection_only_while_it_runs(votes, tmp_path):
 
 def test_a_batch_size_below_one_is_refused(db, tmp_path):
     with pytest.raises(ValueError, match="batch_rows must be at least 1"):
-        selectors.rating_battles_spill(tmp_path / "v.parquet", batch_rows=0)
+        vote_sources.rating_battles_parquet(tmp_path / "v.parquet", batch_rows=0)
     assert not (tmp_path / "v.parquet").exists()
 
 
-def test_a_spill_read_again_shows_every_vote_once_after_the_restart(votes, tmp_path):
+def test_votes_read_again_show_every_vote_once_after_the_restart(votes, tmp_path):
     # Six votes hold one style count and not the others: the plain read gives up on them.
     seen = []
     with transaction.atomic():
-        spill = selectors.rating_battles_spill(
+        written = vote_sources.rating_battles_parquet(
             tmp_path / "v.parquet",
             batch_rows=BATCH_ROWS,
             observe=lambda batch: seen.extend(batch.column("vote_id").to_pylist()),
             restart=seen.clear,
         )
         with pytest.raises(ValueError, match="observe needs restart"):
-            selectors.rating_battles_spill(
+            vote_sources.rating_battles_parquet(
                 tmp_path / "w.parquet", batch_rows=BATCH_ROWS, observe=seen.append
             )
 
-    assert spill.exact
+    assert written.exact
     assert seen == list(votes_for_rating().values_list("id", flat=True))
 
 
-def test_the_spill_file_is_deleted_after_the_refresh(votes, settings, tmp_path):
+def test_the_parquet_file_is_deleted_after_the_refresh(votes, settings, tmp_path):
     settings.RATINGS_STREAM_THRESHOLD = 0
     with mock.patch.object(pq, "ParquetWriter", wraps=pq.ParquetWriter) as writer:
         snapshot = services.snapshot_refresh().snapshot
 
-    spilled = writer.call_args.args[0]
-    assert spilled.parent.parent == tmp_path / "spill"
+    written = writer.call_args.args[0]
+    assert written.parent.parent == tmp_path / "spill"
     assert snapshot.params["streamed"] is True
-    assert not spilled.exists() and list((tmp_path / "spill").iterdir()) == []
+    assert not written.exists() and list((tmp_path / "spill").iterdir()) == []
 
 
-def test_a_failing_streamed_fit_deletes_the_spill_and_writes_no_snapshot(votes, settings, tmp_path):
+def test_a_failing_streamed_fit_deletes_the_parquet_file_and_writes_no_snapshot(
+    votes, settings, tmp_path
+):
     settings.RATINGS_STREAM_THRESHOLD = 0
     with (
         mock.patch.object(engine, "rate_parquet", side_effect=RuntimeError("boom")),

@@ -7,7 +7,7 @@ import pytest
 
 from arena.models import Vote
 from arena.tests.cli import settings_start_refusal
-from ratings import selectors, services
+from ratings import services, vote_sources
 from ratings.tests.test_services_stream import assert_same, refresh_both
 
 
@@ -49,7 +49,7 @@ def test_one_address_counts_at_most_its_share_of_a_models_votes(rated_models, ma
     rigged = cast(make_vote, gamma, alpha, 60, ip_hash="a" * 64, voters=6)
 
     capped = services.snapshot_refresh().snapshot
-    rated = set(selectors.rating_battles()["vote_id"])
+    rated = set(vote_sources.rating_battles()["vote_id"])
     settings.RATINGS_SOURCE_MAX_SHARE = 0
     uncapped = services.snapshot_refresh().snapshot
 
@@ -75,7 +75,7 @@ def test_the_bound_grows_with_the_models_votes_from_other_sources(
     rigged = cast(make_vote, gamma, alpha, 30, ip_hash="b" * 64)
 
     services.snapshot_refresh()
-    rated = set(selectors.rating_battles()["vote_id"])
+    rated = set(vote_sources.rating_battles()["vote_id"])
 
     # The smaller of the two models' bounds binds.
     assert len(rated & set(rigged)) == int(0.15 * others) > 1
@@ -87,7 +87,7 @@ def test_sessions_without_an_address_are_each_their_own_source(rated_models, mak
 
     snapshot = services.snapshot_refresh().snapshot
 
-    assert set(selectors.rating_battles()["vote_id"]) >= set(rigged)
+    assert set(vote_sources.rating_battles()["vote_id"]) >= set(rigged)
     assert snapshot.payload["excluded"]["source_cap"]["votes"] == 0
 
 
@@ -98,7 +98,7 @@ def test_flagged_votes_do_not_use_up_a_sources_bound(rated_models, make_vote):
 
     services.snapshot_refresh()
 
-    assert set(selectors.rating_battles()["vote_id"]) & set(rigged) == set(rigged[10:])
+    assert set(vote_sources.rating_battles()["vote_id"]) & set(rigged) == set(rigged[10:])
 
 
 @pytest.mark.postgres  # the streamed path is PostgreSQL's COPY

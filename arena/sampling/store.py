@@ -1,4 +1,4 @@
-"""Writing the active pair sampling's statistics (read by ``arena.sampling_stats``).
+"""Writing the active pair sampling's statistics (read by ``arena.sampling.stats``).
 
 Called by the ratings side after each snapshot (``ratings.services.sampling_publish``): the
 arena owns the format and the place, the ratings app only hands over the figures.
@@ -12,7 +12,7 @@ from datetime import datetime
 from django.core.cache import cache
 
 from arena.models import ArenaModel
-from arena.sampling_stats import SAMPLING_STATS_KEY, StoredStats
+from arena.sampling.stats import SAMPLING_STATS_KEY, StoredStats
 
 
 def sampling_stats_store(

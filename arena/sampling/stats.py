@@ -1,10 +1,10 @@
 """The active pair sampling in force: its switch, its floor, the stored statistics it reads.
 
-The rule itself is ``arena.sampling`` (plain Python). It needs, from the latest leaderboard
+The rule itself is ``arena.sampling.rule`` (plain Python). It needs, from the latest leaderboard
 snapshot, each model's standard error and each pair's battle count. The arena never imports the
 ratings app, so the ratings side hands them over: after a snapshot commits (and on each sweep,
 should the entry be gone) ``ratings.services.sampling_publish`` calls
-``arena.services.sampling.sampling_stats_store`` with the snapshot's figures, keyed by model
+``arena.sampling.store.sampling_stats_store`` with the snapshot's figures, keyed by model
 slug (and the models established in that view, which mixed battles stop bridging:
 ``arena.services.bridge``); that service maps slugs to ids and keeps one JSON entry in the
 shared cache (Redis in production) under ``SAMPLING_STATS_KEY``, with no expiry. A cache is enough: the entry is a pure
@@ -30,7 +30,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils.dateparse import parse_datetime
 
-from arena.sampling import SamplingStats, pair_probabilities
+from arena.sampling.rule import SamplingStats, pair_probabilities
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,9 @@ The active part is mixed with the models' sampling weights and a floor::
 so every pair of available models keeps at least ``floor / n_pairs`` of the draws whatever the
 snapshot says (the estimate of ``v`` is stale between snapshots, and a pair must never starve).
 
-This module is plain Python (no Django, no I/O): ``arena.services.sampling`` reads the stored
-statistics and draws; the ratings side computes them after each snapshot.
+This module is plain Python (no Django, no I/O): ``arena.sampling.stats`` reads the stored
+statistics the rule draws from, and the ratings side computes them after each snapshot and hands
+them over through ``arena.sampling.store``.
 """
 
 from __future__ import annotations

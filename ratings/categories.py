@@ -1,0 +1,109 @@
+"""The leaderboard's categories: which battles each one holds, and its label.
+
+A battle belongs to every category whose rule it meets:
+
+- ``overall``: every rated vote.
+- ``coding``: the prompt's category is ``coding``, or a user turn holds a fenced code block.
+- ``long_prompts``: the user turns shown hold ``RATINGS_LONG_PROMPT_CHARS`` characters or more
+  in total (500 by default).
+- ``multi_turn``: the battle showed more than one user turn.
+- ``lang-<code>``, one per language present: the prompt's ``language`` field, lowercased and
+  without its region (``en-US`` counts as ``en``); ``lang-en`` is "English".
+
+A rule reads the battle table's columns (``ratings.vote_sources.BATTLE_COLUMNS``), in memory or
+a Parquet batch at a time, so both refit paths select the same votes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+from django.utils.translation import get_language_info
+
+CODING_CATEGORY = "coding"
+
+
+@dataclass(frozen=True)
+class Category:
+    key: str
+    label: str
+    description: str
+    select: Callable[[pd.DataFrame], pd.Series]
+
+
+def language_code(value: str) -> str:
+    return value.strip().lower().replace("_", "-").split("-")[0]
+
+
+def _language_label(code: str) -> str:
+    try:
+        return str(get_language_info(code)["name"])
+    except KeyError:
+        return code.upper()
+
+
+def _language_selector(code: str) -> Callable[[pd.DataFrame], pd.Series]:
+    def select(df: pd.DataFrame) -> pd.Series:
+        return df["language"].map(language_code) == code
+
+    return select
+
+
+def language_counts(languages: pd.Series) -> dict[str, int]:
+    """Votes per language code (``""`` left out), in order of first appearance."""
+    codes = languages.map(language_code)
+    return {str(code): int(n) for code, n in codes[codes != ""].value_counts(sort=False).items()}
+
+
+def snapshot_categories(battles: pd.DataFrame, *, long_prompt_chars: int) -> list[Category]:
+    """The fixed categories, then one per language present (most votes first)."""
+    languages = language_counts(battles["language"]) if len(battles) else {}
+    return categories_from_languages(languages, long_prompt_chars=long_prompt_chars)
+
+
+def categories_from_languages(
+    languages: dict[str, int], *, long_prompt_chars: int
+) -> list[Category]:
+    """The fixed categories, then one per language of ``languages`` (votes per code, in order
+    of first appearance): most votes first, ties in order of first appearance."""
+    categories = [
+        Category(
+            "overall",
+            "Overall",
+            "Every anonymous, unflagged vote.",
+            lambda df: df["winner"].notna(),
+        ),
+        Category(
+            "coding",
+            "Coding",
+            "Prompts in the coding category or holding a fenced code block.",
+            lambda df: (
+                (df["prompt_category"].str.lower() == CODING_CATEGORY)
+                | df["prompt_has_code"].astype(bool)
+            ),
+        ),
+        Category(
+            "long_prompts",
+            "Long prompts",
+            f"User turns of {long_prompt_chars} characters or more in total.",
+            lambda df: df["prompt_chars"] >= long_prompt_chars,
+        ),
+        Category(
+            "multi_turn",
+            "Multi-turn",
+            "Battles over more than one user turn.",
+            lambda df: df["turns"] > 1,
+        ),
+    ]
+    for code in sorted(languages, key=lambda c: -languages[c]):  # stable: ties keep their order
+        categories.append(
+            Category(
+                f"lang-{code}",
+                _language_label(code),
+                f"Prompts whose language is {code!r}.",
+                _language_selector(code),
+            )
+        )
+    return categories
