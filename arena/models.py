@@ -1,10 +1,10 @@
 """The battle side's data: providers and models, the prompt pool, battles, their messages, votes.
 
-Business rules live in ``arena.services``; these classes hold data and database constraints only.
-
 Why one module: the tables hang off each other (a battle's messages, its vote, the reactions and
 shares on it, the models and providers it names), their constraints refer across them, and
 Django looks for an app's models here; a package would spread the foreign keys, not the concepts.
+
+Business rules live in ``arena.services``; these classes hold data and database constraints only.
 """
 
 import hashlib
