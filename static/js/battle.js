@@ -111,13 +111,22 @@ export function resetNames() {
     const el = $("model-name-" + side);
     el.textContent = "Model " + side.toUpperCase();
     el.classList.remove("revealed");
+    $("response-" + side).setAttribute("aria-label", "Answer of model " + side.toUpperCase());
   });
+}
+
+/* A model's page: /models/<its public name>, the name URL-encoded. */
+function modelLink(model) {
+  const link = document.createElement("a");
+  link.href = "/models/" + encodeURIComponent(model.name);
+  link.textContent = model.name;
+  return link;
 }
 
 export function revealNames(models) {
   ["a", "b"].forEach((side) => {
     const el = $("model-name-" + side);
-    el.textContent = models[side].name;
+    el.replaceChildren(modelLink(models[side]));
     if (models[side].organization) {
       const org = document.createElement("span");
       org.className = "org";
@@ -125,13 +134,35 @@ export function revealNames(models) {
       el.appendChild(org);
     }
     el.classList.add("revealed");
+    $("response-" + side).setAttribute("aria-label", "Answer of model " + side.toUpperCase() + ", " + models[side].name);
   });
 }
 
-const VERDICTS = {
-  model_a: "You preferred A.", model_b: "You preferred B.",
-  tie: "You called it a tie.", "tie (bothbad)": "You found both bad.",
-};
+/* The verdict after a vote, naming the models, in #verdict (a polite live region, so that screen
+   readers hear the names): the sentence, then which side was which and the leaderboard. */
+function showVerdict(winner, models) {
+  const main = document.createElement("p");
+  main.className = "verdict-main";
+  const parts = {
+    model_a: ["You preferred ", modelLink(models.a), "."],
+    model_b: ["You preferred ", modelLink(models.b), "."],
+    tie: ["You called it a tie between ", modelLink(models.a), " and ", modelLink(models.b), "."],
+    "tie (bothbad)": ["You found both ", modelLink(models.a), " and ", modelLink(models.b), " bad."],
+  }[winner];
+  main.append(...parts, " Thanks for voting!");
+  const sides = document.createElement("p");
+  sides.className = "verdict-links";
+  const leaderboard = document.createElement("a");
+  leaderboard.href = "/leaderboard";
+  leaderboard.textContent = "See the leaderboard";
+  sides.append("A was " + models.a.name + ", B was " + models.b.name + ". ", leaderboard);
+  verdictEl.replaceChildren(main, sides);
+}
+
+function clearVerdict() { verdictEl.replaceChildren(); }
+
+/* A battle on the page: the vote dock sticks to the bottom of the viewport (arena.css). */
+function setShown(shown) { root.dataset.shown = shown ? "true" : "false"; }
 
 function renderTurns(turns) {
   renderPrompt(turns);
@@ -143,8 +174,9 @@ function showBattle(data) {
   battle = data;
   renderTurns(data.turns);
   resetNames();
+  setShown(true);
   voteButtons.forEach((b) => b.classList.remove("chosen"));
-  verdictEl.hidden = true;
+  clearVerdict();
   nextButton.hidden = true;
   if (data.source === "mixed" && data.state === "streaming") {
     setVotingEnabled(false);
@@ -171,7 +203,7 @@ function mixedDone(data) {
   nextButton.hidden = false;
 }
 
-async function newBattle() {
+async function newBattle(scrollUp) {
   if (busy) return;
   if (mixedStream) { mixedStream.cancel(); mixedStream = null; }
   busy = true;
@@ -179,8 +211,8 @@ async function newBattle() {
   setStatus("Loading a new battle…");
   try {
     showBattle(await api("POST", "/api/battles"));
-    $("response-a").scrollTop = 0;
-    $("response-b").scrollTop = 0;
+    // The next battle starts at its prompt, not where the last one's vote left the page.
+    if (scrollUp) root.scrollIntoView({ block: "start" });
   } catch (error) {
     setStatus(error.message, true);
   } finally {
@@ -254,8 +286,7 @@ async function vote(winner) {
     battle = data;
     voteButtons.forEach((b) => b.classList.toggle("chosen", b.dataset.winner === winner));
     revealNames(data.models);
-    verdictEl.textContent = VERDICTS[winner] + " Thanks for voting!";
-    verdictEl.hidden = false;
+    showVerdict(winner, data.models);
     nextButton.hidden = false;
     setStatus("");
     root.dispatchEvent(new CustomEvent("arena:voted", { detail: data }));
@@ -272,15 +303,16 @@ async function vote(winner) {
 voteButtons.forEach((b) => b.addEventListener("click", () => vote(b.dataset.winner)));
 function next() {
   if (liveMode) root.dispatchEvent(new CustomEvent("arena:next"));
-  else newBattle();
+  else newBattle(true);
 }
 nextButton.addEventListener("click", next);
 
 /* Live battles: the battle being voted on, and whether voting is open. */
 export function setBattle(data) {
   battle = data;
+  setShown(Boolean(data));
   voteButtons.forEach((b) => b.classList.remove("chosen"));
-  verdictEl.hidden = true;
+  clearVerdict();
   nextButton.hidden = true;
   setVotingEnabled(Boolean(data && data.votable));
 }

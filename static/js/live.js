@@ -108,6 +108,16 @@ function startLive() {
     setStatus(frame.regenerated ? "Regenerating both answers…" : "Both models are answering…");
     input.value = "";
     updateButtons();
+    showAnswers(frame.turn);
+  }
+
+  /* The answers come into view as they start (on a phone the form fills the screen): the
+     first turn from the top of the answers, a follow-up from its own block in side A. */
+  function showAnswers(index) {
+    const block = $("response-a").querySelector('.turn[data-turn="' + index + '"]');
+    const target = index > 0 && block ? block : $("sides");
+    const still = window.matchMedia("(prefers-reduced-motion: reduce)").matches;
+    target.scrollIntoView({ block: "start", behavior: still ? "auto" : "smooth" });
   }
 
   function current() { return turns[turns.length - 1]; }
@@ -229,10 +239,8 @@ function startLive() {
     const container = $("response-" + side);
     const block = container.querySelector('.turn[data-turn="' + turn.index + '"] .markdown');
     if (!block) { renderSide(side); return; }
-    const atBottom = container.scrollHeight - container.scrollTop - container.clientHeight < 40;
     setMarkdown(block, turn[side].text);
     block.classList.toggle("streaming", turn[side].status === "streaming");
-    if (atBottom) container.scrollTop = container.scrollHeight;
   }
 
   function updateButtons() {
