@@ -13,6 +13,8 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.db.models import (
+    Case,
+    CharField,
     Count,
     Exists,
     F,
@@ -23,6 +25,7 @@ from django.db.models import (
     Subquery,
     Sum,
     Value,
+    When,
     Window,
 )
 from django.db.models.expressions import RawSQL
@@ -332,6 +335,7 @@ def votes_for_rating(
     include_flagged: bool = False,
     duplicate_cap: int = 0,
     source_cap: SourceCap | None = None,
+    reactions_decide_ties: bool = False,
 ) -> QuerySet[Any, Any]:
     """The votes the leaderboard is computed from: anonymous, unflagged by default, never an
     environment battle's.
@@ -354,6 +358,10 @@ def votes_for_rating(
     ``max(min_votes, share * n)`` are left out, ``n`` the model's votes from the other sources,
     counted among the votes the rules above keep (``_source_capped_votes``;
     ``source_capped_counts`` counts what is left out).
+
+    ``rated_winner`` is the verdict the fit reads: the vote's ``winner``, except with
+    ``reactions_decide_ties`` a tie or both-bad vote whose answers got opposite reactions
+    before the reveal (one thumbs up, the other thumbs down) is rated a win of the liked side.
     """
     qs = _votes_deduplicated(
         anonymous_only=anonymous_only, include_flagged=include_flagged, duplicate_cap=duplicate_cap
@@ -368,6 +376,7 @@ def votes_for_rating(
     return (
         qs.order_by("id")
         .annotate(
+            rated_winner=_tie_decided_by_reactions() if reactions_decide_ties else F("winner"),
             turns=Coalesce(Subquery(per_battle.annotate(n=Count("id")).values("n")[:1]), Value(0)),
             prompt_chars=Coalesce(
                 Subquery(per_battle.annotate(n=Sum(Length("user_content"))).values("n")[:1]),
@@ -387,7 +396,25 @@ def votes_for_rating(
             "turns",
             "prompt_chars",
             "prompt_has_code",
+            "rated_winner",
         )
+    )
+
+
+def _tie_decided_by_reactions() -> Case:
+    """The vote's winner, or for a tie or both-bad vote the side the visitor liked when the
+    other side's answer got a thumbs down, both before the names were shown."""
+    before = Reaction.objects.filter(battle_id=OuterRef("battle_id"), after_reveal=False)
+
+    def reacted(side: str, liked: bool) -> Exists:
+        return Exists(before.filter(side=side, liked=liked))
+
+    undecided = Q(winner__in=[Vote.Winner.TIE, Vote.Winner.BOTH_BAD])
+    return Case(
+        When(undecided & reacted("a", True) & reacted("b", False), then=Value("model_a")),
+        When(undecided & reacted("b", True) & reacted("a", False), then=Value("model_b")),
+        default=F("winner"),
+        output_field=CharField(),
     )
 
 

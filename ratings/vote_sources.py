@@ -60,7 +60,7 @@ BATTLE_COLUMNS = {
     "id": "vote_id",
     "battle__model_a__slug": "model_a",
     "battle__model_b__slug": "model_b",
-    "winner": "winner",
+    "rated_winner": "winner",  # the vote's, or a tie decided by reactions (RATINGS_COUNT_REACTIONS)
     "style": "conv_metadata",
     "battle__prompt__category": "prompt_category",
     "battle__prompt__language": "language",
@@ -83,7 +83,9 @@ def rated_votes() -> QuerySet[Any, Any]:
     (``source_cap``), the same for both refit paths (the caps are windows in the query, so the
     in-memory read and the Parquet path's COPY leave out the same votes)."""
     return votes_for_rating(
-        duplicate_cap=settings.RATINGS_DUPLICATE_PROMPT_CAP, source_cap=source_cap()
+        duplicate_cap=settings.RATINGS_DUPLICATE_PROMPT_CAP,
+        source_cap=source_cap(),
+        reactions_decide_ties=settings.RATINGS_COUNT_REACTIONS,
     )
 
 
@@ -157,8 +159,9 @@ def _copy_sql(*, exact: bool) -> tuple[str, list[Any], tuple[str, ...]]:
     else is quoted or ``null``; a missing part is empty), or, ``exact``, as the JSON text.
     """
     query = rated_votes().values_list(*BATTLE_COLUMNS).query
-    # The SELECT's column order (ValuesListIterable reorders rows into BATTLE_COLUMNS' order).
-    names = [*query.extra_select, *query.values_select, *query.annotation_select]
+    # The SELECT's column order: values_list's, fields and annotations mixed (``selected``).
+    assert query.selected is not None
+    names = list(query.selected)
     inner, params = query.sql_with_params()
     aliases = ", ".join(f'"{BATTLE_COLUMNS[name]}"' for name in names)
     select = [

@@ -424,6 +424,9 @@ RATINGS_SPILL_DIR = env("RATINGS_SPILL_DIR", default=None)
 # never capped. 0: no cap.
 RATINGS_DUPLICATE_PROMPT_CAP = env.int("RATINGS_DUPLICATE_PROMPT_CAP", default=25)
 _bounded("RATINGS_DUPLICATE_PROMPT_CAP", RATINGS_DUPLICATE_PROMPT_CAP, 0, 1_000_000)
+# Whether visitors' reactions count in the ranking: a tie or both-bad vote whose two answers got
+# opposite reactions before the reveal is rated a win of the liked one. Off: votes alone.
+RATINGS_COUNT_REACTIONS = env.bool("RATINGS_COUNT_REACTIONS", default=False)
 # One source's influence (its address hash; its session where no address was kept): its rated
 # votes on a model count at most max(RATINGS_SOURCE_MIN_VOTES, RATINGS_SOURCE_MAX_SHARE x the
 # model's votes from every other source), the first by vote id; the rest are left out of the fit

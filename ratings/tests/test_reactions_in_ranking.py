@@ -1,0 +1,68 @@
+"""RATINGS_COUNT_REACTIONS: reactions given before the reveal decide a tie, in both refit paths."""
+
+import pyarrow.parquet as pq
+import pytest
+from django.db import transaction
+
+from arena.models import Reaction
+from arena.tests.factories import ArenaModelFactory
+from ratings import vote_sources
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def ties(make_vote):
+    """Four votes: a tie and a both-bad the reactions decide, a tie whose liked reaction came
+    after the reveal, and a decisive vote the reactions contradict."""
+    a, b = ArenaModelFactory(slug="north"), ArenaModelFactory(slug="south")
+    tie = make_vote(a, b, "tie")
+    bad = make_vote(a, b, "tie (bothbad)")
+    late = make_vote(a, b, "tie")
+    decisive = make_vote(a, b, "model_a")
+    for vote, liked_side, after_reveal in (
+        (tie, "a", False),
+        (bad, "b", False),
+        (late, "a", True),
+        (decisive, "b", False),
+    ):
+        other = "b" if liked_side == "a" else "a"
+        Reaction.objects.create(
+            battle=vote.battle, side=liked_side, liked=True, after_reveal=after_reveal
+        )
+        Reaction.objects.create(battle=vote.battle, side=other, liked=False)
+    return [tie, bad, late, decisive]
+
+
+def winners_in_memory() -> list[str]:
+    return vote_sources.rating_battles()["winner"].tolist()
+
+
+def winners_in_parquet(tmp_path) -> list[str]:
+    with transaction.atomic():
+        vote_sources.rating_battles_parquet(tmp_path / "v.parquet", batch_rows=2)
+    return [str(w) for w in pq.read_table(tmp_path / "v.parquet").column("winner").to_pylist()]
+
+
+def test_off_by_default_every_vote_is_rated_as_cast(ties, settings, tmp_path):
+    assert settings.RATINGS_COUNT_REACTIONS is False
+    cast = ["tie", "tie (bothbad)", "tie", "model_a"]
+    assert winners_in_memory() == cast
+    assert winners_in_parquet(tmp_path) == cast
+
+
+def test_on_opposite_reactions_before_the_reveal_decide_ties_and_nothing_else(
+    ties, settings, tmp_path
+):
+    settings.RATINGS_COUNT_REACTIONS = True
+    decided = ["model_a", "model_b", "tie", "model_a"]
+    assert winners_in_memory() == decided
+    assert winners_in_parquet(tmp_path) == decided
+
+
+def test_a_single_thumbs_up_without_a_thumbs_down_leaves_the_tie(make_vote, settings):
+    settings.RATINGS_COUNT_REACTIONS = True
+    vote = make_vote(ArenaModelFactory(), ArenaModelFactory(), "tie")
+    Reaction.objects.create(battle=vote.battle, side="a", liked=True)
+    Reaction.objects.create(battle=vote.battle, side="b", liked=True)
+    assert winners_in_memory() == ["tie"]
