@@ -6,6 +6,7 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from config.api import urls as api_urls
 from environment.api import api as env_api
 
 admin.site.site_header = "Arena administration"
@@ -26,6 +27,9 @@ urlpatterns = [
     path("api/env/v1/", env_api.urls),
     path("", include("ratings.urls")),
     path("", include("arena.urls")),
+    # The visitor API and the leaderboard downloads (django-ninja), after the pages: its root
+    # pattern, which ninja keeps to find its own prefix, would otherwise answer "/".
+    path("", api_urls),
 ]
 
 handler400 = "config.views.bad_request"
