@@ -369,7 +369,7 @@ def terms_accept_view(request: HttpRequest, payload: TermsIn) -> TermsOut:
     openapi_extra={
         "security": [{"session": []}, {"bearer": []}],
         "responses": {
-            "200": {
+            200: {
                 "description": "One JSON object a line (the format's record), oldest vote first.",
                 "headers": {
                     "Content-Disposition": {
@@ -381,7 +381,7 @@ def terms_accept_view(request: HttpRequest, payload: TermsIn) -> TermsOut:
                 },
                 "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
             },
-            "401": {
+            401: {
                 "headers": {
                     "WWW-Authenticate": {
                         "schema": {"type": "string", "const": 'Bearer realm="arena"'}

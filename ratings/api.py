@@ -183,7 +183,7 @@ def leaderboard_json(
     url_name="leaderboard-csv",
     openapi_extra={
         "responses": {
-            "200": {
+            200: {
                 "description": "Rated models, then provisional ones (formula-like cells "
                 "neutralised). Columns: " + ", ".join(views.CSV_FIELDS) + ".",
                 "content": {"text/csv": {"schema": {"type": "string"}}},
