@@ -1,17 +1,18 @@
-"""The JSON API's plumbing: request parsing and the one place domain errors become responses."""
+"""The JSON API's plumbing that django-ninja does not do: the one place domain errors become
+responses (``error_json``, and ``ApiErrorMiddleware`` for the errors no operation answered), the
+visitor's session identity, and the URL inputs no text may carry. The operations are
+``arena.visitor_api``'s; ``config.api`` mounts them."""
 
-import functools
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
-from django.http.request import RawPostDataException
 
 from arena.errors import SERVER_ERROR_MESSAGE, ArenaError, ErrorCode
 from arena.identity import voter_id_new
-from arena.inputs import json_parse, text_problem
+from arena.inputs import text_problem
 
 VOTER_SESSION_KEY = "arena_voter_id"
 API_PREFIX = "/api/"
@@ -28,7 +29,8 @@ _STATUS_ERRORS: dict[int, tuple[ErrorCode, str]] = {
 
 
 # Form encodings: the API takes JSON only. Django parses a multipart body before the view runs
-# (the CSRF check reads ``request.POST``), after which the raw body cannot be read any more.
+# (the CSRF check reads ``request.POST``), after which the raw body cannot be read any more, so a
+# form is refused by its content type.
 FORM_CONTENT_TYPES = ("multipart/", "application/x-www-form-urlencoded")
 
 
@@ -40,31 +42,6 @@ def not_json(content_type: str) -> ArenaError:
         status=415,
         field="body",
     )
-
-
-def json_body(request: HttpRequest) -> dict[str, Any]:
-    """The request's JSON object ({} for an empty body).
-
-    A form (multipart or urlencoded) is a 415, JSON that is not an object, nests too deep or
-    holds a NUL or a lone surrogate in any string is a 400 naming the field (``json_parse``:
-    the dotted path of the string, such as ``note.0.deep``).
-    """
-    content_type = (request.content_type or "").lower()
-    if content_type.startswith(FORM_CONTENT_TYPES):
-        raise not_json(content_type)
-    try:
-        raw = request.body
-    except RawPostDataException:  # read as a stream already
-        raise not_json(content_type or "a stream") from None
-    if not raw:
-        return {}
-    # Not JSON, nested past the parser's recursion limit or holding unstorable text: a 400.
-    data = json_parse(raw, what="The request body", field="body")
-    if not isinstance(data, dict):
-        raise ArenaError(
-            ErrorCode.INVALID_JSON, "The request body must be a JSON object.", field="body"
-        )
-    return data
 
 
 def text_inputs_problem(request: HttpRequest, url_args: dict[str, Any]) -> ArenaError | None:
@@ -104,28 +81,6 @@ def client_ip(request: HttpRequest) -> str | None:
     its ``X-Forwarded-For`` names. None when the server reports no peer.
     """
     return request.META.get("REMOTE_ADDR")
-
-
-def api_view(func: Callable[..., Any]) -> Callable[..., HttpResponseBase]:
-    """Turn a view returning (payload, status) or payload into JSON, and ArenaError into 4xx."""
-
-    @functools.wraps(func)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        try:
-            problem = text_inputs_problem(request, kwargs)
-            if problem is not None:
-                raise problem
-            result = func(request, *args, **kwargs)
-        except ArenaError as exc:
-            return error_json(exc)
-        if isinstance(result, HttpResponseBase):  # a page, a file, a stream
-            return result
-        status = 200
-        if isinstance(result, tuple):
-            result, status = result
-        return JsonResponse(result, status=status)
-
-    return wrapper
 
 
 def is_api_request(request: HttpRequest) -> bool:
@@ -181,8 +136,8 @@ class ApiErrorMiddleware:
     """Give every error response under /api/ and on a download (``errors_as_json``) the JSON
     error shape, and every response under /api/ ``Cache-Control: no-store``.
 
-    Views decorated with ``api_view`` already answer in it; this catches the rest: a 405 from
-    ``require_POST``, a 404 for an unknown path, a 400 for a request Django refused, and with
+    The API's operations already answer in it; this catches the rest: a 405 for a method an
+    operation does not take, a 404 for an unknown path, a 400 for a request Django refused, and with
     DEBUG on, the debug pages (the exception itself is still logged by Django).
     """
 

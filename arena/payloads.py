@@ -1,7 +1,8 @@
 """The arena's JSON contracts: what a battle looks like to a client, and the vocabularies in it.
 
 ``BattlePayload`` is the body of ``GET/POST /api/battles/…`` and the ``battle`` of the live
-``turn_start``/``turn_end`` frames (``arena/openapi.json`` describes the same shape). The
+``turn_start``/``turn_end`` frames (the API's generated document, ``/api/openapi.json``, has
+its schema). The
 ``Literal``s are the values of the models' ``TextChoices`` (``Vote.Winner``, ``Battle.State``,
 …), spelled once here for the type checker; a test holds the two equal.
 """

@@ -7,6 +7,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from django.views.i18n import set_language
 
+from config.api import urls as api_urls
 from config.views import javascript_catalog
 from environment.api import api as env_api
 
@@ -33,6 +34,9 @@ urlpatterns = [
     path("api/env/v1/", env_api.urls),
     path("", include("ratings.urls")),
     path("", include("arena.urls")),
+    # The visitor API and the leaderboard downloads (django-ninja), after the pages: its root
+    # pattern, which ninja keeps to find its own prefix, would otherwise answer "/".
+    path("", api_urls),
 ]
 
 handler400 = "config.views.bad_request"

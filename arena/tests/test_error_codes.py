@@ -77,9 +77,9 @@ def test_codes_keep_their_strings_on_the_wire():
     assert not_found("Battle").as_frame()["field"] is None
 
 
-def test_the_codes_the_api_document_names_are_error_codes():
-    document = json.loads((ROOT / "arena" / "openapi.json").read_text())
-    described = document["components"]["schemas"]["Error"]["properties"]["error"]["properties"]
+def test_the_codes_the_api_document_names_are_error_codes(client):
+    document = client.get("/api/openapi.json").json()
+    described = document["components"]["schemas"]["ErrorDetailOut"]["properties"]
     text = described["code"]["description"]
     named = text.split("e.g.", 1)[1].strip(" .").split(", ")
     assert len(named) > 5
