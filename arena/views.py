@@ -1,17 +1,26 @@
-"""The pages (the battle page, the about page) and the 429 of the rate limits; the JSON API's
-operations are in ``arena.visitor_api``."""
+"""The pages (the battle page, the about page, a shared outcome and its card) and the 429 of
+the rate limits; the JSON API's operations are in ``arena.visitor_api``."""
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
+from django.utils.translation import gettext
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET
 
 from arena.api import error_json, session_identity
 from arena.battle_sources import battle_sources_have_work
 from arena.errors import ArenaError, ErrorCode
-from arena.selectors import live_battles_enabled, pool_available, terms_accepted
+from arena.selectors import (
+    live_battles_enabled,
+    pool_available,
+    reaction_tags_active,
+    terms_accepted,
+)
 from arena.services.vote_guards import CHALLENGE_SESSION_KEY
+from arena.share_card import card_png
+from arena.shares import SharedOutcome, share_headline, share_outcome
 
 
 def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
@@ -55,6 +64,7 @@ def battle_page(request: HttpRequest) -> HttpResponse:
             "mode": mode,
             "kinds": kinds if len(kinds) > 1 else [],
             "terms_version": settings.ARENA_TERMS_VERSION,
+            "reaction_tags": reaction_tags_active(),
             # The page solves the challenge in the background before the first vote.
             "challenge": settings.ARENA_CHALLENGE
             and not request.session.get(CHALLENGE_SESSION_KEY),
@@ -65,3 +75,46 @@ def battle_page(request: HttpRequest) -> HttpResponse:
 @require_GET
 def about_page(request: HttpRequest) -> HttpResponse:
     return render(request, "arena/about.html")
+
+
+def _shared(token: str) -> SharedOutcome:
+    outcome = share_outcome(token=token)
+    if outcome is None:
+        raise Http404("No such shared battle.")
+    return outcome
+
+
+@require_GET
+def share_page(request: HttpRequest, token: str) -> HttpResponse:
+    """A voted battle's outcome as its voter shared it: open to anyone with the link."""
+    outcome = _shared(token)
+    headline = share_headline(outcome)
+    card_url = request.build_absolute_uri(reverse("arena:share-card", args=[token]))
+    description = outcome.prompt_excerpt or headline
+    return render(
+        request,
+        "arena/share.html",
+        {
+            "outcome": outcome,
+            "headline": headline,
+            "description": description,
+            "models": [outcome.model_a, outcome.model_b],
+            "page_url": request.build_absolute_uri(),
+            "card_url": card_url,
+        },
+    )
+
+
+@require_GET
+def share_card(request: HttpRequest, token: str) -> HttpResponse:
+    """The outcome's 1200x630 PNG, drawn on request; the same token always draws the same card,
+    so caches keep it for a day."""
+    outcome = _shared(token)
+    png = card_png(
+        headline=share_headline(outcome),
+        prompt=outcome.prompt_excerpt,
+        footer=gettext("Vote blind: %(host)s") % {"host": request.get_host()},
+    )
+    response = HttpResponse(png, content_type="image/png")
+    response["Cache-Control"] = "public, max-age=86400"
+    return response

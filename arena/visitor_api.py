@@ -21,6 +21,7 @@ from typing import Any, Literal, TypedDict
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.urls import reverse
 from django_ratelimit.decorators import ratelimit
 from ninja import Field, Query, Router, Schema, Status
 from ninja.decorators import decorate_view
@@ -36,6 +37,7 @@ from arena.api import (
 )
 from arena.errors import ArenaError, ErrorCode
 from arena.exports import (
+    FORMATS,
     ExportRow,
     ExportStats,
     export_options,
@@ -48,6 +50,8 @@ from arena.models import ApiToken
 from arena.payloads import WINNERS, BattlePayload
 from arena.selectors import battle_for_session, battle_payload
 from arena.services.battles import battle_start_pool
+from arena.services.reactions import reaction_set
+from arena.services.shares import share_create
 from arena.services.terms import terms_accept
 from arena.services.vote_guards import (
     CHALLENGE_SESSION_KEY,
@@ -156,8 +160,10 @@ class ExportQuery(Schema):
         "",
         description="arena (the public Chatbot Arena schema), trl (prompt/chosen/rejected "
         "message lists), openai (preference fine-tuning), hh-rlhf (Human/Assistant "
-        "transcripts) or kto (prompt/completion message lists and a boolean label).",
-        json_schema_extra={"enum": ["arena", "trl", "openai", "hh-rlhf", "kto"]},
+        "transcripts), kto (prompt/completion message lists and a boolean label) or "
+        "kto-reactions (the visitors' own thumbs up or down on single answers, with their "
+        "reasons).",
+        json_schema_extra={"enum": list(FORMATS)},
     )
     include_named: str = Field(
         "",
@@ -202,6 +208,43 @@ class ExportQuery(Schema):
         "at most 20 characters (anything else is a 400 naming language); empty: any language.",
         json_schema_extra={"maxLength": 20, "pattern": "^([A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*)?$"},
     )
+
+
+class ReactionIn(_Body):
+    model_config = ConfigDict(json_schema_extra={"required": ["liked"]})
+    liked: Any = Field(
+        None,
+        description="true (a thumbs up), false (a thumbs down) or null (no reaction: clears it).",
+        json_schema_extra={"type": ["boolean", "null"]},
+    )
+    tags: Any = Field(
+        None,
+        description="Reasons: active tag slugs of the reaction's polarity (at most 8); "
+        "absent or null: none.",
+        json_schema_extra={"type": ["array", "null"], "items": {"type": "string"}, "maxItems": 8},
+    )
+
+
+class ReactionOut(TypedDict):
+    side: str
+    liked: bool | None  # null once cleared
+    tags: list[str]
+    after_reveal: bool  # given once the names were known
+
+
+class ShareIn(_Body):
+    model_config = ConfigDict(json_schema_extra={"required": ["include_prompt"]})
+    include_prompt: Any = Field(
+        None,
+        description="Whether the shared page shows the prompt (the visitor's own text).",
+        json_schema_extra={"type": "boolean"},
+    )
+
+
+class ShareOut(TypedDict):
+    url: str  # the public page of the outcome
+    card_url: str  # its 1200x630 PNG card
+    include_prompt: bool
 
 
 class VerifiedOut(TypedDict):
@@ -298,6 +341,7 @@ def vote_create(request: HttpRequest, battle_id: str, payload: VoteIn) -> Status
             winner=payload.winner,
             ip=ip,
             user_agent=request.META.get("HTTP_USER_AGENT"),
+            interface_language=getattr(request, "LANGUAGE_CODE", ""),
         )
     except Exception:
         vote_caps_release(counted)
@@ -307,6 +351,67 @@ def vote_create(request: HttpRequest, battle_id: str, payload: VoteIn) -> Status
         battle_payload(
             battle=recorded.vote.battle, new_messages=recorded.messages, vote=recorded.vote
         ),
+    )
+
+
+@router.put(
+    "/battles/{battle_id}/reactions/{side}",
+    response={200: ReactionOut, **BODY_ERRORS, 404: ErrorOut, 409: ErrorOut, 429: ErrorOut},
+    summary="React to one side's answers: a thumbs up or down, with reasons",
+    operation_id="reactionSet",
+    openapi_extra=CSRF,
+)
+@decorate_view(checked(body=True), limited("arena.reaction_set", "ARENA_RATELIMIT_VOTES"))
+def reaction_put(
+    request: HttpRequest, battle_id: str, side: Literal["a", "b"], payload: ReactionIn
+) -> ReactionOut:
+    """side is a or b. On a ready or voted battle served to this session (another's is a 404;
+    one still streaming a 409 not_votable); a reaction after the vote is kept with
+    after_reveal true. A bad value is a 400 naming it (side, liked, tags or tags.N)."""
+    if "liked" not in payload.model_fields_set:  # null clears; an absent key is a mistake
+        raise ArenaError(
+            ErrorCode.INVALID, "liked is required: true, false or null.", field="liked"
+        )
+    session_key, _ = session_identity(request)
+    reaction = reaction_set(
+        battle_id=battle_id,
+        session_key=session_key,
+        side=side,
+        liked=payload.liked,
+        tags=payload.tags,
+    )
+    if reaction is None:
+        return {"side": side, "liked": None, "tags": [], "after_reveal": False}
+    return {
+        "side": reaction.side,
+        "liked": reaction.liked,
+        "tags": reaction.tags,
+        "after_reveal": reaction.after_reveal,
+    }
+
+
+@router.post(
+    "/battles/{battle_id}/share",
+    response={201: ShareOut, **BODY_ERRORS, 404: ErrorOut, 409: ErrorOut, 429: ErrorOut},
+    summary="Share a voted battle's outcome: a public page and its image card",
+    operation_id="shareCreate",
+    openapi_extra=CSRF,
+)
+@decorate_view(checked(body=True), limited("arena.share_create", "ARENA_RATELIMIT_VOTES"))
+def share_post(request: HttpRequest, battle_id: str, payload: ShareIn) -> Status[ShareOut]:
+    """After the vote, by the session that voted (before it, a 409 not_votable; another
+    session's battle is a 404). The same choice gives the same link again."""
+    session_key, _ = session_identity(request)
+    share = share_create(
+        battle_id=battle_id, session_key=session_key, include_prompt=payload.include_prompt
+    )
+    return Status(
+        201,
+        {
+            "url": reverse("arena:share", args=[share.token]),
+            "card_url": reverse("arena:share-card", args=[share.token]),
+            "include_prompt": share.include_prompt,
+        },
     )
 
 

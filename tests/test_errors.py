@@ -74,16 +74,22 @@ def test_csrf_failure_on_the_api_is_json(db):
     assert "Reload the page" in error["message"]
 
 
-def test_every_post_of_the_api_document_is_refused_without_a_csrf_token(db):
+def test_every_write_of_the_api_document_is_refused_without_a_csrf_token(db):
     # django-ninja exempts its views from the CSRF check; the visitor API's are checked again.
     client = Client(enforce_csrf_checks=True)
     client.get("/")
     document = client.get("/api/openapi.json").json()
-    posts = [path for path, item in document["paths"].items() if "post" in item]
-    assert len(posts) == 4
-    for path in posts:
+    writes = [
+        (method, path)
+        for path, item in document["paths"].items()
+        for method in item
+        if method in ("post", "put", "patch", "delete")
+    ]
+    assert len(writes) == 6
+    for method, path in writes:
         url = path.replace("{battle_id}", "00000000-0000-0000-0000-000000000000")
-        response = client.post(url, data="{}", content_type="application/json")
+        url = url.replace("{side}", "a")
+        response = getattr(client, method)(url, data="{}", content_type="application/json")
         assert_api_error(response, 403, "csrf_failed")
 
 

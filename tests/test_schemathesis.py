@@ -22,7 +22,8 @@ generated without NUL characters and as UTF-8, as in tests/test_schemathesis_env
 document says both are a 400 naming the input, a rule no generator's pattern states for the
 keys of a free-form body). Some rules depend on data or on a solution, so no schema states
 them, and a valid request is made to follow them before it is sent (a request the document
-rules out is sent as generated): a challenge's payload is a freshly solved challenge, an
+rules out is sent as generated): a challenge's payload is a freshly solved challenge, a
+reaction's reasons are tags the staff offer with its thumbs, an
 export's models are model slugs of this arena and its category one the prompts have, and a
 date-time bound whose offset takes it past the calendar in UTC (0001-01-01 to 9999-12-31,
 which the document states in words and the export refuses) is sent as its date.
@@ -46,6 +47,7 @@ from hypothesis import settings as hypothesis_settings
 from arena.api import VOTER_SESSION_KEY
 from arena.models import ArenaModel, Prompt
 from arena.services.battles import battle_start_pool
+from arena.services.reactions import reaction_tags_seed
 from arena.services.terms import terms_accept
 from arena.services.vote_guards import challenge_create
 from arena.tests.factories import pool_of
@@ -108,6 +110,8 @@ def test_the_document_covers_every_api_endpoint_and_the_leaderboard_downloads(cl
         ("POST", "/api/battles"),
         ("GET", "/api/battles/{battle_id}"),
         ("POST", "/api/battles/{battle_id}/vote"),
+        ("PUT", "/api/battles/{battle_id}/reactions/{side}"),
+        ("POST", "/api/battles/{battle_id}/share"),
         ("GET", "/api/challenge"),
         ("POST", "/api/challenge/verify"),
         ("POST", "/api/terms"),
@@ -143,6 +147,12 @@ class Sessions:
         """A valid request made to follow the rules that depend on data or on a solution."""
         if case.operation.label == "POST /api/challenge/verify" and isinstance(case.body, dict):
             case.body["payload"] = solved(challenge_create())
+        if case.operation.label.startswith("PUT /api/battles/") and isinstance(case.body, dict):
+            # Reasons are the staff's tags of the reaction's polarity, which no schema lists.
+            tags = case.body.get("tags")
+            if isinstance(tags, list):
+                tag = "useful" if case.body.get("liked") is True else "incorrect"
+                case.body["tags"] = [tag] * len(tags)
         if case.operation.label != "GET /api/exports/votes":
             return
         query = case.query if isinstance(case.query, dict) else {}
@@ -190,6 +200,7 @@ def arena_state(transactional_db, settings, rated_models):
     settings.RATINGS_MIN_CATEGORY_VOTES = 10
     settings.ARENA_CHALLENGE_MAX_NUMBER = 1000  # a challenge solved in a few milliseconds
     pool_of(n_models=3, n_prompts=3, turns=2)
+    reaction_tags_seed()  # the migration's tags are gone with the transactional flush
     assert services.snapshot_refresh().snapshot is not None
     return Sessions()
 

@@ -14,6 +14,7 @@ from arena.errors import ArenaError, ErrorCode
 from arena.leaks import IDENTITY_LEAK, answer_names_model
 from arena.models import ArenaModel, Battle, BattleMessage, Prompt, Vote
 from arena.services.pool import PoolLine, Progress, no_progress, pool_write
+from arena.services.reactions import reaction_tags_seed
 
 DEMO_DATA_DIR = Path(__file__).resolve().parent.parent / "demo_data"
 MT_BENCH_SOURCE = "mt_bench"
@@ -149,6 +150,7 @@ def demo_load(
     }
     history, skipped = _history_battles(data_dir)
     with transaction.atomic():
+        reaction_tags_seed()  # a database emptied since its migrations has none
         pool = pool_write(
             lines=_pool_lines(data_dir),
             source=MT_BENCH_SOURCE,

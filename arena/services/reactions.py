@@ -6,6 +6,18 @@ from arena.errors import ArenaError, ErrorCode
 from arena.models import Battle, Reaction, ReactionTag, Vote
 from arena.selectors import battle_for_session
 
+# The reasons ComparIA offers with a reaction: what a new arena starts with (the migration that
+# made the table wrote the same list), and what ``reaction_tags_seed`` restores.
+DEFAULT_REACTION_TAGS = (
+    ("useful", "Useful", "up"),
+    ("complete", "Complete", "up"),
+    ("creative", "Creative", "up"),
+    ("clear-formatting", "Clear formatting", "up"),
+    ("incorrect", "Incorrect", "down"),
+    ("superficial", "Superficial", "down"),
+    ("instructions-not-followed", "Instructions not followed", "down"),
+)
+
 # The battle states whose answers are there to judge.
 REACTABLE_STATES = (Battle.State.READY, Battle.State.VOTED)
 MAX_TAGS = 8
@@ -74,3 +86,15 @@ def reaction_set(
             },
         )
     return reaction
+
+
+def reaction_tags_seed() -> int:
+    """Create the default tags that are missing (an existing tag, edited or retired by staff,
+    is left as it is); the number created."""
+    created = 0
+    for position, (slug, label, polarity) in enumerate(DEFAULT_REACTION_TAGS):
+        _, made = ReactionTag.objects.get_or_create(
+            slug=slug, defaults={"label": label, "polarity": polarity, "position": position}
+        )
+        created += made
+    return created

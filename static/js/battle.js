@@ -6,7 +6,9 @@
    (?mode=live / ?mode=pool) are plain links. */
 import { solveChallenge } from "./challenge.js";
 import { streamMixed } from "./mixed.js";
+import { reactionsClose, reactionsOpen } from "./reactions.js";
 import { setMarkdown, turnBlock, turnLabel } from "./render.js";
+import { shareBlock } from "./share.js";
 
 const $ = (id) => document.getElementById(id);
 const root = document.querySelector(".battle");
@@ -161,6 +163,12 @@ function showVerdict(winner, models) {
 
 function clearVerdict() { verdictEl.replaceChildren(); }
 
+/* Reactions are open on a battle whose answers are complete (votable, or voted already). */
+function syncReactions(data) {
+  if (data && (data.votable || data.state === "voted")) reactionsOpen(data, api);
+  else reactionsClose();
+}
+
 /* A battle on the page: the vote dock sticks to the bottom of the viewport (arena.css). */
 function setShown(shown) { root.dataset.shown = shown ? "true" : "false"; }
 
@@ -185,6 +193,7 @@ function showBattle(data) {
     return;
   }
   setVotingEnabled(data.votable);
+  syncReactions(data);
   if (!data.votable) setStatus("This battle cannot be voted on.", true);
   else if (termsDeclined()) setStatus(TERMS_HINT, true);  // keep saying why a vote asks first
   else setStatus("");
@@ -196,6 +205,7 @@ function mixedDone(data) {
   if (data && data.id === battle.id) battle = data;
   if (data && data.votable) {
     setVotingEnabled(true);
+    syncReactions(data);
     setStatus(termsDeclined() ? TERMS_HINT : "Both answers are complete. Vote for the better one.", termsDeclined());
     return;
   }
@@ -287,6 +297,7 @@ async function vote(winner) {
     voteButtons.forEach((b) => b.classList.toggle("chosen", b.dataset.winner === winner));
     revealNames(data.models);
     showVerdict(winner, data.models);
+    verdictEl.appendChild(shareBlock(data.id, api));
     nextButton.hidden = false;
     setStatus("");
     root.dispatchEvent(new CustomEvent("arena:voted", { detail: data }));
@@ -315,6 +326,7 @@ export function setBattle(data) {
   clearVerdict();
   nextButton.hidden = true;
   setVotingEnabled(Boolean(data && data.votable));
+  syncReactions(data);
 }
 
 const KEYS = { "1": "model_a", "2": "model_b", "3": "tie", "4": "tie (bothbad)" };
