@@ -6,6 +6,7 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from config.views import favicon
 from environment.api import api as env_api
 
 admin.site.site_header = "Arena administration"
@@ -19,6 +20,7 @@ def _canonical(pattern_name: str) -> Callable[..., Any]:
 
 urlpatterns = [
     path(settings.ADMIN_URL, admin.site.urls),
+    path("favicon.ico", favicon),
     path("leaderboard/", _canonical("ratings:leaderboard")),
     path("about/", _canonical("arena:about")),
     path("transparency/", _canonical("ratings:transparency")),

@@ -7,10 +7,11 @@ its traceback by Django (logger ``django.request``) before ``server_error`` runs
 """
 
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
 from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import render
 from django.template import loader
+from django.templatetags.static import static
 
 from arena.api import error_json, error_response, errors_as_json, not_json
 from arena.errors import ErrorCode
@@ -57,3 +58,9 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponseBase:
             message=f"CSRF check failed: {reason} Reload the page and try again.",
         )
     return render(request, "403_csrf.html", {"reason": reason}, status=403)
+
+
+def favicon(request: HttpRequest) -> HttpResponseRedirect:
+    """``/favicon.ico``, which browsers ask for on pages that link no icon (the admin's): the
+    site's SVG icon, under its hashed static name. Not permanent: the name changes with it."""
+    return HttpResponseRedirect(static("favicon.svg"))
