@@ -2,13 +2,15 @@
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.timesince import timesince
@@ -77,28 +79,60 @@ class ProviderAdminForm(forms.ModelForm[Provider]):
         return name
 
 
-class ProviderChecksMixin:
-    """The "Test connection" action of the provider admin."""
+class ProviderChecksMixin(admin.ModelAdmin[Provider]):
+    """The provider admin's "Test connection": an action on the list and a button on a
+    provider's page (``templates/arena/admin/provider_change_form.html``)."""
+
+    change_form_template = "arena/admin/provider_change_form.html"
+
+    def get_urls(self) -> list[Any]:
+        test = path(
+            "<int:provider_id>/test-connection/",
+            self.admin_site.admin_view(self.test_connection_view),
+            name="arena_provider_test_connection",
+        )
+        return [test, *super().get_urls()]
+
+    def _report(self, request: HttpRequest, provider: Provider) -> None:
+        check = provider_connection_test(provider=provider)
+        self.message_user(request, check.message, messages.SUCCESS if check.ok else messages.ERROR)
+
+    def test_connection_view(self, request: HttpRequest, provider_id: int) -> HttpResponseRedirect:
+        page = reverse("admin:arena_provider_change", args=[provider_id])
+        provider = self.get_object(request, str(provider_id))
+        if request.method != "POST" or provider is None:
+            return HttpResponseRedirect(page)
+        if not self.has_view_or_change_permission(request, provider):
+            raise PermissionDenied
+        self._report(request, provider)
+        return HttpResponseRedirect(page)
+
+    @admin.display(description="API key variable", ordering="api_key_env")
+    def key_variable(self, obj: Provider) -> str:
+        """The variable's name and whether this server has it set (never its value)."""
+        if not obj.api_key_env:
+            return format_html('<span class="health-none">{}</span>', "no key")
+        if provider_key_problem(api_key_env=obj.api_key_env):
+            return format_html("{} <strong>{}</strong>", obj.api_key_env, "(not set here)")
+        return format_html("{} {}", obj.api_key_env, "(set)")
 
     @admin.action(description="Test connection of selected providers")
     def test_connection(self, request: HttpRequest, queryset: Any) -> None:
         for provider in queryset:
-            check = provider_connection_test(provider=provider)
-            level = messages.SUCCESS if check.ok else messages.ERROR
-            cast(admin.ModelAdmin[Provider], self).message_user(request, check.message, level)
+            self._report(request, provider)
 
 
 # --- end of provider checks ------------------------------------------------------------------
 
 
 @admin.register(Provider)
-class ProviderAdmin(ProviderChecksMixin, admin.ModelAdmin[Provider]):
+class ProviderAdmin(ProviderChecksMixin):
     form = ProviderAdminForm
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_display = [
         "name",
         "base_url",
-        "api_key_env",
+        "key_variable",
         "connect_timeout",
         "read_timeout",
         "breaker_failures",

@@ -1,5 +1,6 @@
 """In Chromium at 1366x900, a common laptop screen: the admin's model list fits, every column
-(the editable weight, Is active and Is public included) in view without scrolling sideways."""
+(the editable weight, Is active and Is public included) in view without scrolling sideways; and
+a provider's "Test connection" button answers."""
 
 from datetime import timedelta
 
@@ -78,6 +79,15 @@ def test_the_model_list_fits_a_1366_px_screen(asgi_server, browser, settings):
             header = page.locator(f"#result_list th.column-{column}")
             box = header.bounding_box()
             assert box is not None and box["x"] + box["width"] <= width, column
+
+        # The provider's page: its "Test connection" button reports in an admin message (here
+        # without a call: the factory's key variable is not set on this server).
+        page.goto(asgi_server.url + reverse("admin:arena_provider_change", args=[provider.pk]))
+        page.get_by_test_id("test-connection").click()
+        page.locator(".messagelist .error").wait_for()
+        assert (
+            "ARENA_TEST_KEY is not set on this server" in page.locator(".messagelist").inner_text()
+        )
     finally:
         context.close()
     assert not violations, "\n".join(violations)

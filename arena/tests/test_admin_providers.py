@@ -146,3 +146,44 @@ def test_test_connection_with_the_key_variable_unset_calls_nothing(
     assert level == constants.ERROR
     assert "ARENA_TEST_KEY is not set on this server" in message
     assert fake_upstream.model_lists == 0 and fake_upstream.requests == []
+
+
+def test_the_provider_list_says_which_key_variables_are_not_set_here(staff_client, monkeypatch):
+    monkeypatch.setenv("ARENA_SET_KEY", "sk-secret-value")
+    monkeypatch.delenv("ARENA_UNSET_KEY", raising=False)
+    ProviderFactory(name="with-key", api_key_env="ARENA_SET_KEY")
+    ProviderFactory(name="missing-key", api_key_env="ARENA_UNSET_KEY")
+    ProviderFactory(name="keyless", api_key_env="")
+    html = staff_client.get(reverse("admin:arena_provider_changelist")).content.decode()
+    assert "ARENA_SET_KEY (set)" in html
+    assert "ARENA_UNSET_KEY <strong>(not set here)</strong>" in html
+    assert "no key" in html
+    assert "sk-secret-value" not in html
+
+
+def test_the_provider_page_has_a_test_connection_button(staff_client, fake_upstream, monkeypatch):
+    monkeypatch.setenv("ARENA_TEST_KEY", "sk-test")
+    fake_upstream.models["upstream-one"] = FakeModel()
+    provider = ProviderFactory(name="fake", base_url=fake_upstream.url)
+    page = reverse("admin:arena_provider_change", args=[provider.pk])
+    button = reverse("admin:arena_provider_test_connection", args=[provider.pk])
+    assert f'action="{button}"' in staff_client.get(page).content.decode()
+
+    response = staff_client.post(button, follow=True)
+    assert response.redirect_chain == [(page, 302)]
+    [message] = [m.message for m in response.context["messages"]]
+    assert "1 model(s) listed (upstream-one)" in message
+
+
+def test_the_test_connection_button_calls_nothing_on_a_get(staff_client, fake_upstream):
+    provider = ProviderFactory(name="fake", base_url=fake_upstream.url)
+    response = staff_client.get(reverse("admin:arena_provider_test_connection", args=[provider.pk]))
+    assert response.status_code == 302
+    assert fake_upstream.model_lists == 0
+
+
+def test_the_test_connection_button_is_staff_only(fake_upstream):
+    provider = ProviderFactory(name="fake", base_url=fake_upstream.url)
+    response = Client().post(reverse("admin:arena_provider_test_connection", args=[provider.pk]))
+    assert response.status_code == 302 and "login" in response["Location"]
+    assert fake_upstream.model_lists == 0
