@@ -79,7 +79,7 @@ class ProviderAdminForm(forms.ModelForm[Provider]):
         return name
 
 
-class ProviderChecksMixin(admin.ModelAdmin[Provider]):
+class ProviderChecksAdmin(admin.ModelAdmin[Provider]):
     """The provider admin's "Test connection": an action on the list and a button on a
     provider's page (``templates/arena/admin/provider_change_form.html``)."""
 
@@ -126,7 +126,7 @@ class ProviderChecksMixin(admin.ModelAdmin[Provider]):
 
 
 @admin.register(Provider)
-class ProviderAdmin(ProviderChecksMixin):
+class ProviderAdmin(ProviderChecksAdmin):
     form = ProviderAdminForm
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_display = [
