@@ -1,17 +1,25 @@
 """Staff administration: providers and models editable; battles and votes read-only."""
 
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db import models
-from django.db.models import Q
-from django.http import HttpRequest, HttpResponse
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.timesince import timesince
 
 from arena.exports import FORMATS
 from arena.leaks import IDENTITY_LEAK
 from arena.live.breaker import provider_breaker_reset
 from arena.models import (
+    ENV_VAR_NAME,
     ApiToken,
     ArenaModel,
     Battle,
@@ -27,8 +35,10 @@ from arena.models import (
     Vote,
     completion_turns_hash,
 )
+from arena.selectors import models_with_health, provider_breaker_state
 from arena.services.flags import ANOMALOUS_VOTER, votes_flag_clear
 from arena.services.models import models_deactivate
+from arena.services.providers import provider_connection_test, provider_key_problem
 from arena.tokens import token_revoke
 
 
@@ -45,22 +55,103 @@ class ReadOnlyAdmin(admin.ModelAdmin[Any]):
         return False
 
 
+# --- Provider checks: the key variable must be set; "Test connection" -----------------------
+
+
+class ProviderAdminForm(forms.ModelForm[Provider]):
+    """Refuses a key variable that is not set in this server's environment
+    (``arena.services.providers.provider_key_problem``)."""
+
+    class Meta:
+        model = Provider
+        # The one field checked here; ``ProviderAdmin.fields`` lists the form's fields.
+        fields = ["api_key_env"]
+
+    def clean_api_key_env(self) -> str:
+        name = str(self.cleaned_data.get("api_key_env") or "")
+        try:
+            ENV_VAR_NAME(name)
+        except forms.ValidationError:
+            return name  # not a variable name: the model's validator says so
+        problem = provider_key_problem(api_key_env=name)
+        if problem:
+            raise forms.ValidationError(problem, code="api_key_env_unset")
+        return name
+
+
+class ProviderChecksAdmin(admin.ModelAdmin[Provider]):
+    """The provider admin's "Test connection": an action on the list and a button on a
+    provider's page (``templates/arena/admin/provider_change_form.html``)."""
+
+    change_form_template = "arena/admin/provider_change_form.html"
+
+    def get_urls(self) -> list[Any]:
+        test = path(
+            "<int:provider_id>/test-connection/",
+            self.admin_site.admin_view(self.test_connection_view),
+            name="arena_provider_test_connection",
+        )
+        return [test, *super().get_urls()]
+
+    def _report(self, request: HttpRequest, provider: Provider) -> None:
+        check = provider_connection_test(provider=provider)
+        self.message_user(request, check.message, messages.SUCCESS if check.ok else messages.ERROR)
+
+    def test_connection_view(self, request: HttpRequest, provider_id: int) -> HttpResponseRedirect:
+        page = reverse("admin:arena_provider_change", args=[provider_id])
+        provider = self.get_object(request, str(provider_id))
+        if request.method != "POST" or provider is None:
+            return HttpResponseRedirect(page)
+        if not self.has_view_or_change_permission(request, provider):
+            raise PermissionDenied
+        self._report(request, provider)
+        return HttpResponseRedirect(page)
+
+    @admin.display(description="API key variable", ordering="api_key_env")
+    def key_variable(self, obj: Provider) -> str:
+        """The variable's name and whether this server has it set (never its value)."""
+        if not obj.api_key_env:
+            return format_html('<span class="health-none">{}</span>', "no key")
+        if provider_key_problem(api_key_env=obj.api_key_env):
+            return format_html("{} <strong>{}</strong>", obj.api_key_env, "(not set here)")
+        return format_html("{} {}", obj.api_key_env, "(set)")
+
+    @admin.action(description="Test connection of selected providers")
+    def test_connection(self, request: HttpRequest, queryset: Any) -> None:
+        for provider in queryset:
+            self._report(request, provider)
+
+
+# --- end of provider checks ------------------------------------------------------------------
+
+
 @admin.register(Provider)
-class ProviderAdmin(admin.ModelAdmin[Provider]):
+class ProviderAdmin(ProviderChecksAdmin):
+    form = ProviderAdminForm
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_display = [
         "name",
         "base_url",
-        "api_key_env",
+        "key_variable",
         "connect_timeout",
         "read_timeout",
         "breaker_failures",
         "breaker_open_until",
     ]
     search_fields = ["name", "base_url"]
+    fields = [
+        "name",
+        "base_url",
+        "api_key_env",
+        "connect_timeout",
+        "read_timeout",
+        "max_retries",
+        "breaker_failures",
+        "breaker_open_until",
+    ]
     # The circuit breaker is set by live battles; staff only reset it.
     readonly_fields = ["breaker_failures", "breaker_open_until"]
-    actions = ["reset_breaker"]
+    actions = ["reset_breaker", "test_connection"]
 
     @admin.action(description="Reset the circuit breaker of selected providers")
     def reset_breaker(self, request: HttpRequest, queryset: Any) -> None:
@@ -68,23 +159,102 @@ class ProviderAdmin(admin.ModelAdmin[Provider]):
         self.message_user(request, f"Reset {count} circuit breaker(s).")
 
 
+# --- Model list: health, and the columns other apps add (the ratings app's leaderboard) -------
+
+#: Makes one column of the model list for one request: ``factory(request)`` returns the
+#: column's callable (``obj -> str``, its ``__name__`` and ``short_description`` set), which may
+#: read what it needs once for the whole page. Registered by apps downstream of the arena,
+#: which it cannot import (``ratings.admin`` adds the leaderboard status).
+ModelListColumn = Callable[[HttpRequest], Callable[[ArenaModel], str]]
+MODEL_LIST_COLUMNS: dict[str, ModelListColumn] = {}
+
+
+def model_list_column_register(name: str, factory: ModelListColumn) -> None:
+    """Add (or, under the same name, replace) a column at the end of the model list."""
+    MODEL_LIST_COLUMNS[name] = factory
+
+
+def _ago(when: datetime) -> str:
+    if timezone.now() - when < timedelta(minutes=1):
+        return "just now"
+    return f"{timesince(when).split(',')[0]} ago"
+
+
+class ArenaModelHealthMixin:
+    """The model list's compact columns and each model's health: its provider's breaker, its
+    last failed and last good live answer (``arena.selectors.models_with_health``)."""
+
+    @admin.display(description="Model", ordering="display_name")
+    def model_name(self, obj: ArenaModel) -> str:
+        return format_html(
+            '{}<span class="model-meta">{}{}</span><span class="model-meta">{}</span>',
+            obj.display_name,
+            obj.slug,
+            f" · {obj.organization}" if obj.organization else "",
+            f"upstream: {obj.upstream_model_id}" if obj.upstream_model_id else "",
+        )
+
+    @admin.display(description="Health")
+    def health(self, obj: ArenaModel) -> str:
+        if obj.provider is None:
+            return format_html('<span class="health-none">{}</span>', "pool only")
+        state = provider_breaker_state(obj.provider)
+        breaker = f"breaker {state}"
+        if state == "open" and obj.provider.breaker_open_until is not None:
+            until = timezone.localtime(obj.provider.breaker_open_until).strftime("%H:%M")
+            breaker += f" until {until}"
+        if obj.provider.breaker_failures:
+            breaker += f", {obj.provider.breaker_failures} failure(s)"
+        success_at: datetime | None = getattr(obj, "last_success_at", None)
+        error_at: datetime | None = getattr(obj, "last_error_at", None)
+        error = str(getattr(obj, "last_error", "") or "")
+        success = f"last ok {_ago(success_at)}" if success_at else "no good answer yet"
+        failure = ""
+        if error_at:
+            failure = f"last error {_ago(error_at)}: {error[:80] or '(no text)'}"
+        return format_html(
+            '{}: <span class="health-{}">{}</span><span class="model-meta">{}</span>'
+            '<span class="model-meta health-error" title="{}">{}</span>',
+            obj.provider.name,
+            state,
+            breaker,
+            success,
+            error,
+            failure,
+        )
+
+
+# --- end of the model list's health and columns ----------------------------------------------
+
+
 @admin.register(ArenaModel)
-class ArenaModelAdmin(admin.ModelAdmin[ArenaModel]):
+class ArenaModelAdmin(ArenaModelHealthMixin, admin.ModelAdmin[ArenaModel]):
+    # Fits a 1366 px screen beside the admin's sidebars: what the model is (names, upstream id)
+    # and how its endpoint is doing (provider, breaker, last answers) each in one column of
+    # stacked lines (static/css/admin_models.css).
     list_display = [
-        "slug",
-        "display_name",
-        "organization",
-        "provider",
-        "upstream_model_id",
+        "model_name",
         "sampling_weight",
         "is_active",
         "is_public",
+        "health",
     ]
+    list_display_links = ["model_name"]
     list_filter = ["is_active", "is_public", "provider", "organization"]
-    list_editable = ["sampling_weight", "is_active"]
+    list_editable = ["sampling_weight", "is_active", "is_public"]
     search_fields = ["slug", "display_name", "organization", "upstream_model_id"]
     prepopulated_fields = {"slug": ("display_name",)}
     actions = ["deactivate"]
+
+    class Media:
+        css = {"all": ["css/admin_models.css"]}
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ArenaModel]:
+        return models_with_health(super().get_queryset(request))
+
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
+        extra = [factory(request) for factory in MODEL_LIST_COLUMNS.values()]
+        return [*super().get_list_display(request), *extra]
 
     @admin.action(description="Deactivate selected models (they keep their history)")
     def deactivate(self, request: HttpRequest, queryset: Any) -> None:

@@ -596,3 +596,42 @@ def reaction_tags_active() -> dict[str, list[dict[str, str]]]:
     ):
         offered[polarity].append({"slug": slug, "label": label})
     return offered
+
+
+# --- Model health, for the admin's model list ---------------------------------------------------
+
+
+def _live_answers(*, status: str) -> QuerySet[BattleMessage]:
+    """The answers of the model ``OuterRef("pk")`` that it gave live (a live battle, or a mixed
+    battle's live side) with ``status``, newest first."""
+    own = Q(side=BattleMessage.Side.A, battle__model_a=OuterRef("pk")) | Q(
+        side=BattleMessage.Side.B, battle__model_b=OuterRef("pk")
+    )
+    live = Q(battle__source=Battle.Source.LIVE) | Q(
+        battle__source=Battle.Source.MIXED, battle__live_side=F("side")
+    )
+    return BattleMessage.objects.filter(own, live, status=status).order_by("-created_at")
+
+
+def models_with_health(queryset: QuerySet[ArenaModel]) -> QuerySet[ArenaModel]:
+    """``queryset`` with each model's provider (for its breaker) and, from the answers it gave
+    live, ``last_error_at``, ``last_error`` (the stored error text) and ``last_success_at``.
+
+    Read from the answers already saved, so live battles write nothing more for it; the price is
+    three subqueries per listed row, paid by the admin's model list only."""
+    errors = _live_answers(status=BattleMessage.Status.ERROR)
+    done = _live_answers(status=BattleMessage.Status.DONE)
+    return queryset.select_related("provider").annotate(
+        last_error_at=Subquery(errors.values("created_at")[:1]),
+        last_error=Subquery(errors.values("error")[:1]),
+        last_success_at=Subquery(done.values("created_at")[:1]),
+    )
+
+
+def provider_breaker_state(provider: Provider, *, now: datetime | None = None) -> str:
+    """``closed``, ``open`` (its models sit out until ``breaker_open_until``) or ``half-open``
+    (the cool-down is over: drawn again, one more failure reopens it); see arena.live.breaker."""
+    now = now or timezone.now()
+    if provider.breaker_open_until is not None and provider.breaker_open_until > now:
+        return "open"
+    return "closed" if provider.breaker_open_until is None else "half-open"

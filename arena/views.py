@@ -68,6 +68,8 @@ def battle_page(request: HttpRequest) -> HttpResponse:
             # The page solves the challenge in the background before the first vote.
             "challenge": settings.ARENA_CHALLENGE
             and not request.session.get(CHALLENGE_SESSION_KEY),
+            # ``?mode=live`` asked for what this site cannot serve: the page says so.
+            "live_off": requested == "live" and not available["live"],
         },
     )
 

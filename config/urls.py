@@ -8,7 +8,7 @@ from django.views.generic import RedirectView
 from django.views.i18n import set_language
 
 from config.api import urls as api_urls
-from config.views import javascript_catalog
+from config.views import favicon, javascript_catalog
 from environment.api import api as env_api
 
 admin.site.site_header = "Arena administration"
@@ -22,6 +22,7 @@ def _canonical(pattern_name: str) -> Callable[..., Any]:
 
 urlpatterns = [
     path(settings.ADMIN_URL, admin.site.urls),
+    path("favicon.ico", favicon),
     path("leaderboard/", _canonical("ratings:leaderboard")),
     path("about/", _canonical("arena:about")),
     path("transparency/", _canonical("ratings:transparency")),

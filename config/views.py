@@ -11,10 +11,11 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
 from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import render
 from django.template import loader
+from django.templatetags.static import static
 from django.utils import translation
 from django.utils.translation import gettext
 from django.views.decorators.cache import cache_control
@@ -93,3 +94,9 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponseBase:
             % {"reason": reason},
         )
     return render(request, "403_csrf.html", {"reason": reason}, status=403)
+
+
+def favicon(request: HttpRequest) -> HttpResponseRedirect:
+    """``/favicon.ico``, which browsers ask for on pages that link no icon (the admin's): the
+    site's SVG icon, under its hashed static name. Not permanent: the name changes with it."""
+    return HttpResponseRedirect(static("favicon.svg"))

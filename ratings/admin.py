@@ -3,14 +3,17 @@ reward model's snapshots (read-only)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponseRedirect
 from django.urls import path, reverse
 
-from arena.admin import ReadOnlyAdmin
+from arena.admin import ReadOnlyAdmin, model_list_column_register
+from arena.models import ArenaModel
 from ratings.models import LeaderboardSnapshot, RewardModelSnapshot
+from ratings.selectors import models_leaderboard_status, snapshot_latest
 from ratings.tasks import snapshot_refresh_enqueue
 
 
@@ -75,3 +78,23 @@ class RewardModelSnapshotAdmin(ReadOnlyAdmin):
         "duration_seconds",
     ]
     exclude = ["weights", "spec"]
+
+
+# --- The arena's model list: each model's leaderboard status ---------------------------------
+
+
+def leaderboard_column(request: HttpRequest) -> Callable[[ArenaModel], str]:
+    """The model list's "Leaderboard" column: the latest snapshot, read once for the page."""
+    statuses: dict[str, str] | None = None
+
+    def leaderboard(obj: ArenaModel) -> str:
+        nonlocal statuses
+        if statuses is None:
+            statuses = models_leaderboard_status(snapshot_latest())
+        return statuses.get(obj.slug, "not yet rated")
+
+    leaderboard.short_description = "Leaderboard"  # type: ignore[attr-defined]
+    return leaderboard
+
+
+model_list_column_register("leaderboard", leaderboard_column)

@@ -170,3 +170,16 @@ def leaderboard_view(
         rows=rows,
         provisional=unrated,
     )
+
+
+def models_leaderboard_status(snapshot: LeaderboardSnapshot | None) -> dict[str, str]:
+    """Each model's place on the default view (overall, style control on) of ``snapshot``:
+    ``ranked`` (``ranked, preliminary`` while its interval rests on few votes) or
+    ``provisional``, by slug; a model not listed is not yet rated."""
+    if snapshot is None or not snapshot_payload(snapshot).get("categories"):
+        return {}
+    view = leaderboard_view(snapshot, category=None, style=None)
+    status = {row["model"]: "provisional" for row in view.provisional}
+    for row in view.rows:
+        status[row["model"]] = "ranked, preliminary" if row["preliminary"] else "ranked"
+    return status

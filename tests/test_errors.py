@@ -164,3 +164,34 @@ def test_error_templates_render_on_their_own():
 def test_slash_forms_of_pages_redirect_permanently_to_the_canonical_url(client, path, target):
     response = client.get(path)
     assert response.status_code == 301 and response["Location"] == target
+
+
+LOCAL_404 = "config.middleware.SiteNotFoundPageMiddleware"
+
+
+def test_the_laptop_settings_serve_the_site_404_page(settings):
+    from config.settings import local
+
+    assert local.DEBUG and LOCAL_404 in local.MIDDLEWARE
+
+
+def test_with_debug_on_an_unknown_page_is_the_site_404_page_not_the_url_list(client, settings):
+    settings.DEBUG = True
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, LOCAL_404]
+    response = client.get("/no-such-page")
+    assert response.status_code == 404
+    assert b"Page not found" in response.content and b'class="site-header"' in response.content
+    assert b"URLconf" not in response.content and b"admin/" not in response.content
+
+
+def test_with_debug_on_the_middleware_leaves_the_api_404_as_json(client, settings):
+    settings.DEBUG = True
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, LOCAL_404]
+    assert_api_error(client.get("/api/nothing-here"), 404, "not_found")
+
+
+def test_without_the_middleware_debug_would_list_the_url_patterns(client, settings):
+    """What the middleware protects the demo from (so the test above can fail)."""
+    settings.DEBUG = True
+    response = client.get("/no-such-page")
+    assert response.status_code == 404 and b"URLconf" in response.content

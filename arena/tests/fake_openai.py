@@ -111,6 +111,12 @@ class FakeUpstream:
         self.record = record
         self.requests: list[FakeRequest] = []
         self.flagged_words: tuple[str, ...] = ()
+        # When set, a request without ``Authorization: Bearer <api_key>`` is refused with 401,
+        # as OpenAI refuses a wrong key.
+        self.api_key: str | None = None
+        # Whether ``GET /models`` answers (some OpenAI-compatible servers have no such route).
+        self.lists_models = True
+        self.model_lists = 0  # ``GET /models`` requests answered or refused
         self._lock = threading.Lock()
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -197,6 +203,30 @@ class FakeUpstream:
                         headers[key.strip().lower()] = value.strip()
                 length = int(headers.get("content-length", "0"))
                 raw = await reader.readexactly(length) if length else b""
+                if method == "GET" and path.rstrip("/").endswith("/models"):
+                    self.model_lists += 1
+                if self.api_key is not None and headers.get("authorization") != (
+                    f"Bearer {self.api_key}"
+                ):
+                    await self._send_json(
+                        writer,
+                        401,
+                        {
+                            "error": {
+                                "message": "Incorrect API key provided.",
+                                "type": "invalid_request_error",
+                                "code": "invalid_api_key",
+                            }
+                        },
+                    )
+                    continue
+                if method == "GET" and path.rstrip("/").endswith("/models") and self.lists_models:
+                    listed = [
+                        {"id": name, "object": "model", "created": 0, "owned_by": "fake"}
+                        for name in self.models
+                    ]
+                    await self._send_json(writer, 200, {"object": "list", "data": listed})
+                    continue
                 if method == "POST" and path.rstrip("/").endswith("/moderations"):
                     request = FakeRequest(body=json.loads(raw or b"{}"), headers=headers)
                     if self.record:
@@ -233,7 +263,13 @@ class FakeUpstream:
 
     async def _send_json(self, writer: asyncio.StreamWriter, status: int, obj: Any) -> None:
         data = json.dumps(obj).encode()
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Server Error"}
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            401: "Unauthorized",
+            404: "Not Found",
+            500: "Internal Server Error",
+        }
         writer.write(
             f"HTTP/1.1 {status} {reason.get(status, 'Error')}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"

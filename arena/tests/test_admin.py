@@ -29,7 +29,8 @@ def test_admin_is_staff_only():
     assert response.status_code == 302 and "login" in response["Location"]
 
 
-def test_staff_adds_a_provider_and_a_model(staff_client):
+def test_staff_adds_a_provider_and_a_model(staff_client, monkeypatch):
+    monkeypatch.setenv("VLLM_KEY", "sk-test")
     response = staff_client.post(
         reverse("admin:arena_provider_add"),
         {

@@ -12,3 +12,5 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
+# The site's own 404 page for an unknown page, not Django's debug 404 listing every URL pattern.
+MIDDLEWARE = [*MIDDLEWARE, "config.middleware.SiteNotFoundPageMiddleware"]  # noqa: F405
