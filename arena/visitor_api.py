@@ -1,5 +1,9 @@
 """The visitor JSON API under ``/api/``: django-ninja operations over the arena's services.
 
+Why one module: the operations, their schemas and the checks before parsing are the one API
+document visitors' clients read; each operation is a few lines over a service, and the length is
+the document's descriptions, which belong beside the operations they describe.
+
 A router, mounted with the ratings downloads by ``config.api`` into the one document served at
 ``/api/openapi.json``. The request schemas describe the bodies for the document; the services
 check every value again and phrase the errors (a vote's ``winner``, a challenge's ``payload``),

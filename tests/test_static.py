@@ -68,6 +68,8 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
         "js/leaderboard.js",
         "js/i18n.js",
         "js/language.js",
+        "js/reactions.js",
+        "js/share.js",
     ):
         text = (tmp_path / "static" / manifest[name]).read_text(encoding="utf-8")
         imports[name] = MODULE_IMPORT.findall(text)
@@ -79,7 +81,9 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
         "js/battle.js": [
             "./" + Path(manifest["js/challenge.js"]).name,
             "./" + Path(manifest["js/mixed.js"]).name,
+            "./" + Path(manifest["js/reactions.js"]).name,
             "./" + Path(manifest["js/render.js"]).name,
+            "./" + Path(manifest["js/share.js"]).name,
         ],
         "js/mixed.js": [],
         "js/challenge.js": ["./" + Path(manifest["js/i18n.js"]).name],
@@ -87,4 +91,6 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
         "js/leaderboard.js": [],
         "js/i18n.js": [],
         "js/language.js": [],
+        "js/reactions.js": ["./" + Path(manifest["js/i18n.js"]).name],
+        "js/share.js": ["./" + Path(manifest["js/i18n.js"]).name],
     }

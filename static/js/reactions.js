@@ -1,12 +1,13 @@
 /* Reactions on each answer: a thumbs up or down, then the reasons that go with it. Each change
    is saved at once (PUT /api/battles/<id>/reactions/<side>); the server keeps one reaction per
-   side and marks those given after the vote. The reasons come from the page
-   (#reaction-tags, a JSON script element the staff's tags fill). */
+   side and marks those given after the vote. The reasons come from the page (the .battle
+   element's data-reaction-tags: the staff's active tags as JSON). */
 import { gettext } from "./i18n.js";
 
 const $ = (id) => document.getElementById(id);
-const tagsElement = $("reaction-tags");
-const TAGS = tagsElement ? JSON.parse(tagsElement.textContent) : { up: [], down: [] };
+const battleRoot = document.querySelector(".battle");
+const TAGS = battleRoot && battleRoot.dataset.reactionTags
+  ? JSON.parse(battleRoot.dataset.reactionTags) : { up: [], down: [] };
 
 let battleId = null;
 let request = null;  // api(method, url, body), from battle.js
