@@ -44,7 +44,14 @@ function render(side) {
   });
 }
 
-async function save(side) {
+/* Saves of one side go one after another, each sending the side's state as it is then: two
+   quick clicks (a thumb, then a reason) may not reach the server in the other order. */
+const saving = { a: Promise.resolve(), b: Promise.resolve() };
+function save(side) {
+  saving[side] = saving[side].then(() => send(side));
+}
+
+async function send(side) {
   const status = $("reactions-" + side).querySelector(".reaction-status");
   const current = state[side];
   try {
