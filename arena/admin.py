@@ -72,13 +72,15 @@ class ArenaModelAdmin(admin.ModelAdmin[ArenaModel]):
         "slug",
         "display_name",
         "organization",
+        "license",
+        "parameter_size",
         "provider",
         "upstream_model_id",
         "sampling_weight",
         "is_active",
         "is_public",
     ]
-    list_filter = ["is_active", "is_public", "provider", "organization"]
+    list_filter = ["is_active", "is_public", "provider", "organization", "outputs_reuse"]
     list_editable = ["sampling_weight", "is_active"]
     search_fields = ["slug", "display_name", "organization", "upstream_model_id"]
     prepopulated_fields = {"slug": ("display_name",)}
