@@ -4,30 +4,46 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('arena', '0017_env_models_to_environment'),
+        ("arena", "0017_env_models_to_environment"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='arenamodel',
-            name='context_length',
-            field=models.PositiveIntegerField(blank=True, help_text='Context window in tokens.', null=True),
+            model_name="arenamodel",
+            name="context_length",
+            field=models.PositiveIntegerField(
+                blank=True, help_text="Context window in tokens.", null=True
+            ),
         ),
         migrations.AddField(
-            model_name='arenamodel',
-            name='outputs_reuse',
-            field=models.CharField(blank=True, choices=[('', 'Not stated'), ('allowed', 'Allowed'), ('restricted', 'Allowed with restrictions'), ('forbidden', 'Not allowed')], default='', help_text="Whether the licence lets anyone reuse the model's outputs (e.g. to train).", max_length=20),
+            model_name="arenamodel",
+            name="outputs_reuse",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("", "Not stated"),
+                    ("allowed", "Allowed"),
+                    ("restricted", "Allowed with restrictions"),
+                    ("forbidden", "Not allowed"),
+                ],
+                default="",
+                help_text="Whether the licence lets anyone reuse the model's outputs (e.g. to train).",
+                max_length=20,
+            ),
         ),
         migrations.AddField(
-            model_name='arenamodel',
-            name='parameter_size',
-            field=models.CharField(blank=True, help_text='Parameter count as published, e.g. "7B", "8x22B".', max_length=40),
+            model_name="arenamodel",
+            name="parameter_size",
+            field=models.CharField(
+                blank=True,
+                help_text='Parameter count as published, e.g. "7B", "8x22B".',
+                max_length=40,
+            ),
         ),
         migrations.AddField(
-            model_name='arenamodel',
-            name='release_date',
+            model_name="arenamodel",
+            name="release_date",
             field=models.DateField(blank=True, null=True),
         ),
     ]
