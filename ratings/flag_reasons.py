@@ -12,6 +12,19 @@ FLAG_REASON_TEXT = {
     "visitors' choices.",
 }
 
+#: The same, in a few words, where a line lists them (the leaderboard's header).
+FLAG_REASON_LABEL = {
+    "identity_leak": "an answer named its model",
+    "too_fast": "voted too fast",
+    "bot_user_agent": "a bot's browser",
+    "anomalous_voter": "an anomalous voter",
+}
+
+
+def flag_reason_label(code: str) -> str:
+    """A few words for ``code``."""
+    return FLAG_REASON_LABEL.get(code) or code.replace("_", " ")
+
 
 def flag_reason_text(code: str) -> str:
     """The sentence for ``code``; a code without one is still read as a sentence."""
