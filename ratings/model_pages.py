@@ -7,10 +7,12 @@ against each opponent in the votes the leaderboard counts (``ratings.selectors.r
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.core.cache import cache
 from django.db.models import Count, Q
 
 from arena.models import ArenaModel
@@ -21,6 +23,8 @@ from ratings.selectors import DEFAULT_CATEGORY, rated_votes, snapshot_latest, sn
 SERIES_SNAPSHOTS = 60
 #: How many of the leaderboard's top models its rating-over-time chart follows.
 SERIES_TOP_MODELS = 5
+#: Snapshots never change, so a series is cached under the newest one's id and time.
+SERIES_CACHE_SECONDS = 24 * 3600
 
 
 def model_public(*, name: str) -> ArenaModel | None:
@@ -126,7 +130,29 @@ def rating_series(
     limit: int = SERIES_SNAPSHOTS,
 ) -> list[RatingSeries]:
     """Each model's rating in ``category`` over the newest ``limit`` snapshots, oldest first;
-    a snapshot where the model is not rated adds no point. Models keep the order given."""
+    a snapshot where the model is not rated adds no point. Models keep the order given.
+
+    The page asks on every visit and each snapshot is a whole payload, so the answer is cached
+    until a newer snapshot exists (snapshots are immutable)."""
+    newest = (
+        LeaderboardSnapshot.objects.order_by("-created_at", "-id")
+        .values_list("id", "created_at")
+        .first()
+    )
+    if newest is None:
+        return [RatingSeries(model=slug, name=slug) for slug in models]
+    wanted = hashlib.sha256("\n".join([category, style, str(limit), *models]).encode()).hexdigest()
+    key = f"ratings:series:{newest[0]}:{newest[1].timestamp()}:{wanted}"
+    cached: list[RatingSeries] | None = cache.get(key)
+    if cached is None:
+        cached = _rating_series(models=models, category=category, style=style, limit=limit)
+        cache.set(key, cached, SERIES_CACHE_SECONDS)
+    return cached
+
+
+def _rating_series(
+    *, models: list[str], category: str, style: str, limit: int
+) -> list[RatingSeries]:
     snapshots = list(LeaderboardSnapshot.objects.order_by("-created_at", "-id")[:limit])
     snapshots.reverse()
     points: dict[str, list[SeriesPoint]] = {slug: [] for slug in models}

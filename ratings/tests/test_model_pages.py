@@ -4,6 +4,8 @@ import datetime
 from urllib.parse import quote
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from arena.tests.factories import ArenaModelFactory
 from ratings import services
@@ -73,6 +75,9 @@ def test_unknown_or_private_model_is_a_404_page(client, db, name):
 
 def test_leaderboard_rows_link_to_model_pages(client, snapshot):
     html = client.get("/leaderboard").content.decode()
+    # Without JavaScript the search box stays hidden and every row is listed, in rank order.
+    assert 'data-testid="model-search-box" hidden' in html
+    assert 'data-sort-key="rank" data-sort-first="ascending" aria-sort="ascending"' in html
     for slug in ("alpha", "beta", "gamma"):
         assert f'<a class="model-title" href="/models/{slug}">' in html
 
@@ -126,6 +131,17 @@ def test_rating_series_has_one_point_per_snapshot(rated_models, make_vote, setti
         beta_series.points[0].rating - alpha_series.points[0].rating
     )
     assert alpha_series.name == "Alpha Large"
+
+
+def test_rating_series_is_read_again_only_after_a_new_snapshot(rated_models, make_vote):
+    services.snapshot_refresh()
+    first = rating_series(models=["alpha"])
+    with CaptureQueriesContext(connection) as queries:
+        assert rating_series(models=["alpha"]) == first
+    assert len(queries) == 1  # the newest snapshot's id, no payload
+    make_vote(rated_models[1], rated_models[0], "model_a")
+    services.snapshot_refresh()
+    assert len(rating_series(models=["alpha"])[0].points) == len(first[0].points) + 1
 
 
 def test_leaderboard_plots_top_models_over_time(client, snapshot):
