@@ -77,7 +77,7 @@ def _truncate(text: str, limit: int = 24) -> str:
 def forest_plot(rows: Sequence[RatedRow], *, plot_id: str = "forest") -> SafeString:
     """Ratings with their 95% intervals, one line per model, best first."""
     row_h, top, bottom, right = 30, 16, 44, 56
-    width, label_width = 600, 170
+    width, label_width = 620, 210  # room for the rank and a 24-character name
     plot_left, plot_right = label_width, width - right
     height = top + row_h * len(rows) + bottom
     lows = [r["rating_lower"] for r in rows if r.get("rating_lower") is not None]
