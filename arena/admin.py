@@ -186,11 +186,14 @@ class ArenaModelHealthMixin:
 
     @admin.display(description="Model", ordering="display_name")
     def model_name(self, obj: ArenaModel) -> str:
+        catalogue = " · ".join(p for p in (obj.parameter_size, obj.license) if p)
         return format_html(
-            '{}<span class="model-meta">{}{}</span><span class="model-meta">{}</span>',
+            '{}<span class="model-meta">{}{}</span><span class="model-meta">{}</span>'
+            '<span class="model-meta">{}</span>',
             obj.display_name,
             obj.slug,
             f" · {obj.organization}" if obj.organization else "",
+            catalogue,
             f"upstream: {obj.upstream_model_id}" if obj.upstream_model_id else "",
         )
 
@@ -240,7 +243,7 @@ class ArenaModelAdmin(ArenaModelHealthMixin, admin.ModelAdmin[ArenaModel]):
         "health",
     ]
     list_display_links = ["model_name"]
-    list_filter = ["is_active", "is_public", "provider", "organization"]
+    list_filter = ["is_active", "is_public", "provider", "organization", "outputs_reuse"]
     list_editable = ["sampling_weight", "is_active", "is_public"]
     search_fields = ["slug", "display_name", "organization", "upstream_model_id"]
     prepopulated_fields = {"slug": ("display_name",)}

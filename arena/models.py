@@ -71,6 +71,15 @@ class Provider(models.Model):
         return self.name
 
 
+class OutputsReuse(models.TextChoices):
+    """Whether a model's licence lets others reuse its outputs (to train other models, say)."""
+
+    NOT_STATED = "", "Not stated"
+    ALLOWED = "allowed", "Allowed"
+    RESTRICTED = "restricted", "Allowed with restrictions"
+    FORBIDDEN = "forbidden", "Not allowed"
+
+
 class ArenaModel(models.Model):
     """A model that takes part in battles. A pool-only model has no provider."""
 
@@ -102,6 +111,21 @@ class ArenaModel(models.Model):
         blank=True,
         validators=[aliases_valid],
         help_text='Other names that identify the model in its answers, e.g. ["ChatGPT"].',
+    )
+    # The catalogue a model page shows (LMArena's and ComparIA's model cards); all optional.
+    outputs_reuse = models.CharField(
+        max_length=20,
+        choices=OutputsReuse.choices,
+        blank=True,
+        default=OutputsReuse.NOT_STATED,
+        help_text="Whether the licence lets anyone reuse the model's outputs (e.g. to train).",
+    )
+    parameter_size = models.CharField(
+        max_length=40, blank=True, help_text='Parameter count as published, e.g. "7B", "8x22B".'
+    )
+    release_date = models.DateField(null=True, blank=True)
+    context_length = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Context window in tokens."
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -9,7 +9,7 @@ recorded by ``arena.services.votes.vote_record``, the daily caps taken as the vo
 them (``arena.services.vote_guards.vote_caps_take``), anomalous voters flagged by
 ``ratings.voters.voters_flag_run`` (what ``manage.py flag_voters`` and its periodic task run),
 and the leaderboard fitted by the real engine from the votes the snapshot reads
-(``arena.selectors.votes_for_rating`` with each source's bound, ``ratings.vote_sources.source_cap``).
+(``arena.selectors.votes_for_rating`` with each source's bound, ``ratings.selectors.source_cap``).
 
 1. A database of its own (``arena_bench_rigging_*`` on the server ``DATABASE_URL`` names) is
    migrated and loaded with the demo. What each defence does to the demo's 1,751 real expert
@@ -419,12 +419,12 @@ def attacker_votes(
 def fit(*, defences: bool, exclude_ids: set[int] | None = None) -> dict[str, Any]:
     """The leaderboard's plain Bradley-Terry fit (overall, no style control) of the votes the
     snapshot would read: with ``defences``, the unflagged votes within each source's bound
-    (``ratings.vote_sources.source_cap``, the settings' defaults); without, every vote."""
+    (``ratings.selectors.source_cap``, the settings' defaults); without, every vote."""
     import pandas as pd
 
     from arena.selectors import votes_for_rating
     from ratings import engine
-    from ratings.vote_sources import source_cap
+    from ratings.selectors import source_cap
 
     votes = votes_for_rating(
         include_flagged=not defences, source_cap=source_cap() if defences else None
@@ -552,7 +552,7 @@ def demo_honest_report() -> str:
 
     from arena.models import Vote
     from arena.selectors import repeated_prompt_counts, source_capped_counts
-    from ratings.vote_sources import source_cap
+    from ratings.selectors import source_cap
     from ratings.voters import voters_flag_run
 
     total = Vote.objects.count()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from django.utils.safestring import SafeString, mark_safe
 
 if TYPE_CHECKING:
+    from ratings.model_pages import RatingSeries
     from ratings.selectors import RatedRow
 
 FONT = 13
@@ -76,7 +77,7 @@ def _truncate(text: str, limit: int = 24) -> str:
 def forest_plot(rows: Sequence[RatedRow], *, plot_id: str = "forest") -> SafeString:
     """Ratings with their 95% intervals, one line per model, best first."""
     row_h, top, bottom, right = 30, 16, 44, 56
-    width, label_width = 600, 170
+    width, label_width = 620, 210  # room for the rank and a 24-character name
     plot_left, plot_right = label_width, width - right
     height = top + row_h * len(rows) + bottom
     lows = [r["rating_lower"] for r in rows if r.get("rating_lower") is not None]
@@ -368,4 +369,90 @@ def style_plot(
         + "; ".join(parts)
         + ".",
         body,
+    )
+
+
+def rating_time_plot(
+    series: Sequence[RatingSeries], *, plot_id: str = "over-time", title: str
+) -> SafeString:
+    """Ratings across snapshots, one line per model (its 95% interval as a band for a single
+    model), time along the x axis; models keep the order given (the legend's)."""
+    width, height, left, right, top, bottom = 640, 300, 56, 16, 16, 48
+    legend_h = 20 * len(series) if len(series) > 1 else 0
+    height += legend_h
+    plot_bottom = height - bottom - legend_h
+    points = [p for s in series for p in s.points]
+    if not points:
+        return _svg(plot_id, width, 60, title, "No snapshot has rated these models yet.", [])
+    lows = [p.rating_lower if len(series) == 1 else p.rating for p in points]
+    highs = [p.rating_upper if len(series) == 1 else p.rating for p in points]
+    ticks = nice_ticks(min(lows), max(highs), 5)
+    lo, hi = ticks[0], ticks[-1] if ticks[-1] > ticks[0] else ticks[0] + 1
+    times = sorted({p.created_at.timestamp() for p in points})
+    t0, t1 = times[0], times[-1]
+
+    def x(moment: float) -> float:
+        if t1 == t0:
+            return (left + width - right) / 2
+        return left + (moment - t0) / (t1 - t0) * (width - right - left)
+
+    def y(value: float) -> float:
+        return plot_bottom - (value - lo) / (hi - lo) * (plot_bottom - top)
+
+    body = []
+    for tick in ticks:
+        ty = y(tick)
+        body.append(
+            f'<line class="grid" x1="{left}" y1="{ty:.1f}" x2="{width - right}" y2="{ty:.1f}"/>'
+            f'<text class="tick" x="{left - 6}" y="{ty + 4:.1f}" text-anchor="end">'
+            f"{_num(tick)}</text>"
+        )
+    first = min(points, key=lambda p: p.created_at).created_at
+    last = max(points, key=lambda p: p.created_at).created_at
+    for moment, anchor in ((first, "start"), (last, "end")) if t1 > t0 else ((first, "middle"),):
+        tx = (
+            x(moment.timestamp())
+            if anchor == "middle"
+            else (left if anchor == "start" else width - right)
+        )
+        body.append(
+            f'<text class="tick" x="{tx:.1f}" y="{plot_bottom + 16}" text-anchor="{anchor}">'
+            f"{_e(moment.strftime('%Y-%m-%d %H:%M'))}</text>"
+        )
+    body.append(
+        f'<text class="axis-label" x="{(left + width - right) / 2:.1f}" y="{plot_bottom + 34}" '
+        f'text-anchor="middle">Snapshot time (UTC)</text>'
+    )
+    for i, line in enumerate(series):
+        cls = f"series series-{i % 6}"
+        coords = [(x(p.created_at.timestamp()), p) for p in line.points]
+        if len(series) == 1 and len(coords) > 1:
+            upper = " ".join(f"{cx:.1f},{y(p.rating_upper):.1f}" for cx, p in coords)
+            lower = " ".join(f"{cx:.1f},{y(p.rating_lower):.1f}" for cx, p in reversed(coords))
+            body.append(f'<polygon class="interval-band" points="{upper} {lower}"/>')
+        if len(coords) > 1:
+            path = " ".join(f"{cx:.1f},{y(p.rating):.1f}" for cx, p in coords)
+            body.append(f'<polyline class="{cls}" points="{path}"/>')
+        for cx, p in coords:
+            body.append(
+                f'<circle class="{cls} dot" cx="{cx:.1f}" cy="{y(p.rating):.1f}" r="3.5">'
+                f"<title>{_e(line.name)}: {p.rating:.0f} ({p.rating_lower:.0f} to "
+                f"{p.rating_upper:.0f}), snapshot #{p.snapshot_id}</title></circle>"
+            )
+        if legend_h:
+            ly = plot_bottom + bottom + 20 * i + 6
+            body.append(
+                f'<line class="{cls}" x1="{left}" y1="{ly}" x2="{left + 24}" y2="{ly}"/>'
+                f'<text class="label" x="{left + 32}" y="{ly + 4.5}">{_e(line.name)}</text>'
+            )
+    desc = "; ".join(
+        f"{s.name}: "
+        + (
+            ", ".join(f"{p.rating:.0f} on {p.created_at:%Y-%m-%d %H:%M}" for p in s.points)
+            or "not rated"
+        )
+        for s in series
+    )
+    return _svg(
+        plot_id, width, height, title, f"Rating at each snapshot, oldest first. {desc}.", body
     )

@@ -1,8 +1,9 @@
 """Reads for the ratings side: the models to describe, the latest snapshot, the leaderboard view.
 
-The votes a fit reads are ``ratings.vote_sources``' (the one module that reads them); this
-module reads only what the page and the snapshot's description need, and loads neither numpy,
-pandas nor pyarrow, so the web worker that shows the leaderboard does not either.
+The votes a fit rates are defined here (``rated_votes``: the arena's vote selector with the
+caps the settings name), so that a page counting them (a model's win rates) and the fit agree;
+``ratings.vote_sources`` reads them for the fit. This module loads neither numpy, pandas nor
+pyarrow, so the web worker that shows the leaderboard does not either.
 """
 
 from __future__ import annotations
@@ -10,7 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
+from django.conf import settings
+from django.db.models import QuerySet
+
 from arena.models import ArenaModel
+from arena.selectors import SourceCap, votes_for_rating
 from ratings.engine import ModelRatingDict, RatingResultDict
 from ratings.models import LeaderboardSnapshot
 from ratings.payload import CategoryEntry, ModelMeta, ProvisionalEntry, SnapshotPayload
@@ -30,6 +35,25 @@ PROVISIONAL_REASON_TEXT = {
     "a rated model's stored answer, and a win and a loss (or a tie) there connect it.",
     "few_votes": "This view has too few votes to rate any model yet.",
 }
+
+
+def source_cap() -> SourceCap:
+    """Each source's bound on a model's rated votes, from the settings."""
+    return SourceCap(
+        min_votes=settings.RATINGS_SOURCE_MIN_VOTES, share=settings.RATINGS_SOURCE_MAX_SHARE
+    )
+
+
+def rated_votes() -> QuerySet[Any, Any]:
+    """The votes a refit rates: ``votes_for_rating`` with repeated visitors' prompts capped at
+    ``RATINGS_DUPLICATE_PROMPT_CAP`` votes each and each source's votes on a model bounded
+    (``source_cap``), the same for both refit paths (the caps are windows in the query, so the
+    in-memory read and the Parquet path's COPY leave out the same votes)."""
+    return votes_for_rating(
+        duplicate_cap=settings.RATINGS_DUPLICATE_PROMPT_CAP,
+        source_cap=source_cap(),
+        reactions_decide_ties=settings.RATINGS_COUNT_REACTIONS,
+    )
 
 
 def models_metadata() -> dict[str, dict[str, Any]]:

@@ -9,13 +9,13 @@ language present; a battle belongs to every one whose rule it meets.
 
 Repeated visitors' prompts are down-sampled before any of this: of the votes whose live
 prompt's first turn normalises to the same text (``arena.prompt_text``), only the first
-``RATINGS_DUPLICATE_PROMPT_CAP`` by vote id are rated (``ratings.vote_sources.rated_votes``), as
+``RATINGS_DUPLICATE_PROMPT_CAP`` by vote id are rated (``ratings.selectors.rated_votes``), as
 LMArena caps its most repeated prompts. Every prompt past the cap is capped, not a top
 percentile of them: with a cap, only prompts with more copies than it lose votes. Pool prompts
 are curated and never capped. The snapshot's ``excluded.duplicate_prompts`` counts what was left
 out.
 
-Each source's influence is bounded next (``ratings.vote_sources.source_cap``): a source is a
+Each source's influence is bounded next (``ratings.selectors.source_cap``): a source is a
 vote's address hash, or its session where no address was kept, and its votes on a model count
 at most ``max(RATINGS_SOURCE_MIN_VOTES, RATINGS_SOURCE_MAX_SHARE x the model's votes from the
 other sources)``, the first by vote id. At the defaults (20, 0.15) one address holds at most 13%
@@ -76,7 +76,7 @@ from ratings.payload import (
     SnapshotPayload,
     SnapshotReason,
 )
-from ratings.selectors import models_metadata, snapshot_latest
+from ratings.selectors import models_metadata, snapshot_latest, source_cap
 from ratings.vote_sources import (
     BattlesParquet,
     FrameVotes,
@@ -86,7 +86,6 @@ from ratings.vote_sources import (
     rating_battles,
     rating_battles_parquet,
     rating_votes_mark,
-    source_cap,
 )
 
 logger = logging.getLogger(__name__)

@@ -8,4 +8,6 @@ app_name = "ratings"
 urlpatterns = [
     path("leaderboard", views.leaderboard_page, name="leaderboard"),
     path("transparency", views.transparency_page, name="transparency"),
+    # A display name may hold a slash, so the whole rest of the path is the name.
+    path("models/<path:name>", views.model_detail_page, name="model"),
 ]

@@ -7,13 +7,14 @@ import io
 from collections.abc import Mapping
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
 from ratings import plots
 from ratings.csv_cells import neutralise
+from ratings.model_pages import SERIES_TOP_MODELS, model_page, model_public, rating_series
 from ratings.selectors import LeaderboardView, leaderboard_view, snapshot_latest
 from ratings.transparency import transparency
 
@@ -125,6 +126,16 @@ def _charts(view: LeaderboardView) -> dict[str, Any]:
             }
             for name, value in coefficients.items()
         ]
+    series = rating_series(
+        models=[row["model"] for row in view.rows[:SERIES_TOP_MODELS]],
+        category=view.category["key"],
+        style=view.style,
+    )
+    if series:
+        charts["over_time"] = plots.rating_time_plot(
+            series, title=f"Top {len(series)} models' rating across snapshots"
+        )
+        charts["over_time_rows"] = series
     return charts
 
 
@@ -146,6 +157,19 @@ def leaderboard_page(request: HttpRequest) -> HttpResponse:
 def transparency_page(request: HttpRequest) -> HttpResponse:
     """How the arena samples, every model it served, the votes it left out (the data, live)."""
     return render(request, "ratings/transparency.html", {"t": transparency()})
+
+
+@require_GET
+def model_detail_page(request: HttpRequest, name: str) -> HttpResponse:
+    """A public model's card: catalogue, ratings by category, rating over time, opponents."""
+    model = model_public(name=name)
+    if model is None:
+        raise Http404("No public model by that name.")
+    page = model_page(model=model)
+    chart = plots.rating_time_plot(
+        [page.series], plot_id="model-over-time", title=f"{model.display_name}: rating over time"
+    )
+    return render(request, "ratings/model.html", {"page": page, "m": model, "chart": chart})
 
 
 def _filename(view: LeaderboardView, ext: str) -> str:

@@ -29,12 +29,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from django.conf import settings
-from django.db.models import Count, Max, QuerySet
+from django.db.models import Count, Max
 
 from answer_style import CONV_METADATA_KEYS
 from arena.models import Battle
-from arena.selectors import SourceCap, votes_for_rating
 from ratings import engine
 from ratings.categories import (
     Category,
@@ -43,6 +41,7 @@ from ratings.categories import (
     snapshot_categories,
 )
 from ratings.fits import fit_battles, scale_options
+from ratings.selectors import rated_votes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -68,25 +67,6 @@ BATTLE_COLUMNS = {
     "prompt_chars": "prompt_chars",
     "prompt_has_code": "prompt_has_code",
 }
-
-
-def source_cap() -> SourceCap:
-    """Each source's bound on a model's rated votes, from the settings."""
-    return SourceCap(
-        min_votes=settings.RATINGS_SOURCE_MIN_VOTES, share=settings.RATINGS_SOURCE_MAX_SHARE
-    )
-
-
-def rated_votes() -> QuerySet[Any, Any]:
-    """The votes a refit rates: ``votes_for_rating`` with repeated visitors' prompts capped at
-    ``RATINGS_DUPLICATE_PROMPT_CAP`` votes each and each source's votes on a model bounded
-    (``source_cap``), the same for both refit paths (the caps are windows in the query, so the
-    in-memory read and the Parquet path's COPY leave out the same votes)."""
-    return votes_for_rating(
-        duplicate_cap=settings.RATINGS_DUPLICATE_PROMPT_CAP,
-        source_cap=source_cap(),
-        reactions_decide_ties=settings.RATINGS_COUNT_REACTIONS,
-    )
 
 
 def rated_votes_by_source() -> dict[str, int]:

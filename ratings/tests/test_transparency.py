@@ -1,15 +1,18 @@
 """The public /transparency page, the link to it on every page, and the leaderboard's count of
 the votes it leaves out, by reason."""
 
+import re
 from datetime import UTC, datetime
 
 import pytest
+from django.utils.html import escape
 
 from arena.models import Battle, Vote
 from arena.tests.factories import ArenaModelFactory, CompletionFactory, pool_of
 from arena.transparency import pool_recognisability_refresh
 from environment.tests.env_helpers import eager_tasks, make_run
 from ratings import services
+from ratings.flag_reasons import FLAG_REASON_LABEL, FLAG_REASON_TEXT
 from ratings.transparency import crontab_text
 
 __all__ = ["eager_tasks"]  # a fixture, used by name
@@ -63,9 +66,14 @@ def test_the_page_lists_every_model_served_with_dates_and_flag_counts(client, ar
     assert "private variant" in private_row and ">2026-05-03</time>" in private_row
     # Flagged votes by reason, environment battles aside (their reason never shows).
     flagged = html.split('data-testid="flagged-votes"', 1)[1].split("</section>", 1)[0]
-    assert '<li data-reason="too_fast"><code>too_fast</code>: 3</li>' in flagged
-    assert '<li data-reason="bot_user_agent"><code>bot_user_agent</code>: 1</li>' in flagged
-    assert '<li data-reason="identity_leak"><code>identity_leak</code>: 1</li>' in flagged
+    for code, n in (
+        ("too_fast", "3 votes"),
+        ("bot_user_agent", "1 vote"),
+        ("identity_leak", "1 vote"),
+    ):
+        item = flagged.split(f'<li data-reason="{code}"', 1)[1].split("</li>", 1)[0]
+        assert f'<span class="flag-count">{n}</span>: {escape(FLAG_REASON_TEXT[code])}' in item
+        assert f"<code>{code}</code>" not in item
     assert "env_only_reason" not in html
     # The environment run's hidden model is one aggregated line, never listed by slug.
     run_slug = arena_history["run"].model.slug
@@ -170,12 +178,14 @@ def test_the_leaderboard_shows_the_votes_it_left_out_by_reason(client, arena_his
     }
     html = client.get("/leaderboard").content.decode()
     shown = " ".join(
-        html.split('data-testid="excluded-votes"', 1)[1].split("</span>", 1)[0].split()
+        html.split('data-testid="excluded-votes"', 1)[1].split("(<a href", 1)[0].split()
     )
     assert "left out: 2 named" in shown
-    assert "2 flagged <code>too_fast</code>" in shown
-    assert "1 flagged <code>bot_user_agent</code>" in shown
-    assert "1 flagged <code>identity_leak</code>" in shown
+    for code, n in (("too_fast", 2), ("bot_user_agent", 1), ("identity_leak", 1)):
+        assert (
+            f'{n} flagged (<span class="flag-reason" data-reason="{code}" '
+            f'title="{escape(FLAG_REASON_TEXT[code])}">{escape(FLAG_REASON_LABEL[code])}</span>)'
+        ) in shown
     assert "env_only_reason" not in html
     body = client.get("/leaderboard.json").json()
     assert body["snapshot"]["excluded"] == snapshot.payload["excluded"]
@@ -201,7 +211,8 @@ def test_crontab_text_reads_the_five_fields():
 
 def _recognisable_row(html: str, slug: str) -> list[str]:
     row = html.split(f'data-recognisable="{slug}"', 1)[1].split("</tr>", 1)[0]
-    return [cell.split("</td>")[0] for cell in row.split('<td class="num">')[1:]]
+    # Each cell carries its column's name (data-label) for the phone layout.
+    return [cell.split("</td>")[0] for cell in re.split(r'<td class="num"[^>]*>', row)[1:]]
 
 
 def test_the_page_shows_how_recognisable_each_models_pool_answers_are(client, db, eager_tasks):
