@@ -41,6 +41,8 @@ export function renderMarkdown(text) {
 }
 export function setMarkdown(element, text) {
   element.innerHTML = renderMarkdown(text);
+  // A code block scrolls sideways rather than wrap: keyboard users reach it to scroll it.
+  element.querySelectorAll("pre").forEach((pre) => { pre.tabIndex = 0; });
 }
 /* "Turn N" label, shown only when a battle has more than one turn. */
 export function turnLabel(index, count) {
