@@ -538,6 +538,12 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
         expect(page.get_by_test_id("response-b")).not_to_be_empty(timeout=UI_TIMEOUT_MS)
         expect(page.get_by_test_id("model-name-a")).to_have_text("Model A", timeout=UI_TIMEOUT_MS)
         expect(page.get_by_test_id("vote-a")).to_be_enabled(timeout=UI_TIMEOUT_MS)
+        # A reaction with a reason on A's answer, saved before the vote.
+        page.get_by_test_id("react-up-a").click()
+        page.get_by_test_id("reaction-tag-a-useful").click()
+        expect(page.get_by_test_id("reactions-a").get_by_role("status")).to_have_text(
+            "Saved.", timeout=UI_TIMEOUT_MS
+        )
         page.get_by_test_id("vote-a").click()
         expect(page.get_by_test_id("model-name-a")).not_to_have_text(
             "Model A", timeout=UI_TIMEOUT_MS
@@ -545,6 +551,18 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
         source, winner, name_a, name_b = _latest_vote(database)
         assert (source, winner) == ("pool", "model_a")
         assert revealed_names(page) == (name_a, name_b)
+        reactions = database.query("SELECT side, liked, tags::text FROM arena_reaction")
+        assert reactions == [("a", True, '["useful"]')]
+        # The outcome shared, and opened by a stranger (no cookie), card included.
+        page.get_by_test_id("share-make").click()
+        expect(page.get_by_test_id("share-url")).to_have_value(
+            re.compile(r"/s/[\w-]{16}$"), timeout=UI_TIMEOUT_MS
+        )
+        share_url = page.get_by_test_id("share-url").input_value()
+        status, body = shape.get(urlsplit(share_url).path)
+        assert status == 200 and f"I preferred {name_a} to {name_b}".encode() in body
+        status, card = shape.get(urlsplit(share_url).path + ".png")
+        assert status == 200 and card.startswith(b"\x89PNG")
 
         # --- A live battle: a typed prompt, both answers streamed, a vote, the names.
         with page.expect_navigation():
@@ -705,6 +723,21 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
         ]
         page.goto(shape.url + "/leaderboard")
         assert f"· {new_votes} votes" in page.get_by_test_id("last-updated").inner_text()
+        # A model's page, linked from its leaderboard row.
+        with page.expect_navigation():
+            page.get_by_test_id("leaderboard-table").locator("tbody a").first.click()
+        assert urlsplit(page.url).path.startswith("/models/")
+        assert page.locator("h1").inner_text().strip()
+        # The interface in French through the switcher, the choice kept in its cookie.
+        with page.expect_navigation():
+            page.locator("select[name=language]").select_option("fr")
+        assert page.locator("html").get_attribute("lang") == "fr"
+        page.goto(shape.url + "/about")
+        assert page.locator("html").get_attribute("lang") == "fr"
+        nav = page.get_by_role("navigation").first
+        assert "Classement" in nav.inner_text()
+        with page.expect_navigation():
+            page.locator("select[name=language]").select_option("en")
 
         # --- The admin, at its configured path, with the staff user.
         page.goto(f"{shape.url}/{ADMIN_PATH}")
@@ -730,7 +763,18 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
         hashed = re.compile(r"/static/js/(\w+)\.[0-9a-f]{12}\.js")
         assert all(hashed.fullmatch(path) for path in scripts), sorted(scripts)
         modules = {hashed.sub(r"\1", path) for path in scripts}
-        assert modules == {"live", "battle", "mixed", "render", "leaderboard", "challenge"}
+        assert modules == {
+            "live",
+            "battle",
+            "mixed",
+            "render",
+            "leaderboard",
+            "challenge",
+            "i18n",
+            "language",
+            "reactions",
+            "share",
+        }
         assert errors == []
         assert shape.exited() == []  # web, beat and both workers ran through the whole walk
     finally:
