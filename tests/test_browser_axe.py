@@ -1,6 +1,6 @@
 """axe-core on every page state a visitor meets, at a desktop's size and a phone's.
 
-A serious or critical violation (axe-core's own rating: what keeps a screen-reader or keyboard
+A page that scrolls sideways fails too, and so does a serious or critical violation (axe-core's own rating: what keeps a screen-reader or keyboard
 user out) fails the test, naming the rule and the element. Each state is also kept as a
 screenshot under var/screenshots/ for whoever reads a failure.
 """
@@ -39,7 +39,10 @@ def sized_page(request, browser):
 def check(page, state: str) -> list[str]:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{state}-{page.size_name}.png"), full_page=True)
-    return [f"{state}: {line}" for line in axe_violations(page)]
+    found = [f"{state}: {line}" for line in axe_violations(page)]
+    if page.evaluate("document.scrollingElement.scrollWidth > window.innerWidth"):
+        found.append(f"{state}: the page scrolls sideways")
+    return found
 
 
 def test_the_battle_page_has_no_serious_violation_from_terms_to_reveal(asgi_server, sized_page):
