@@ -22,10 +22,6 @@ from arena.exports import (
 )
 from arena.models import BattleMessage, Reaction, Vote
 from arena.tests.factories import ArenaModelFactory
-from ratings.engine.api import rate
-from ratings.engine.data import flatten_conv_metadata
-from ratings.engine.io import read_battles
-from ratings.vote_sources import rating_battles
 
 pytestmark = pytest.mark.django_db
 
@@ -46,20 +42,6 @@ def export(fmt, *args, tmp_path=None):
     out, err = StringIO(), StringIO()
     call_command("export_votes", f"--format={fmt}", *args, stdout=out, stderr=err)
     return [json.loads(line) for line in out.getvalue().splitlines()], err.getvalue()
-
-
-@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
-def test_the_arena_export_rates_exactly_as_the_leaderboard_does(rated_models, tmp_path, suffix):
-    path = tmp_path / f"votes{suffix}"
-    call_command("export_votes", "--format=arena", f"--output={path}", stderr=StringIO())
-    from_export = rate(read_battles(path), ci="sandwich", with_online_elo=False)
-    site = rating_battles()
-    site = flatten_conv_metadata(site[["model_a", "model_b", "winner", "conv_metadata"]])
-    from_site = rate(site, ci="sandwich", with_online_elo=False)
-    ratings = {m.model: m.rating for m in from_export.models}
-    assert ratings == pytest.approx({m.model: m.rating for m in from_site.models})
-    assert sorted(ratings, key=ratings.get, reverse=True) == ["alpha", "beta", "gamma"]
-    assert from_export.style_coefficients == pytest.approx(from_site.style_coefficients)
 
 
 def test_an_arena_row_carries_both_conversations_the_vote_and_a_hashed_judge(make_vote, pair):
