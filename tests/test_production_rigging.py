@@ -36,6 +36,7 @@ arena/tests/test_vote_guards.py and arena/tests/test_api.py. The session caps ar
 
 from __future__ import annotations
 
+import html
 import http.cookiejar
 import json
 import re
@@ -50,6 +51,7 @@ import pytest
 
 from bench.battles import solve_challenge
 from bench.shape import USER_AGENT
+from ratings.flag_reasons import FLAG_REASON_TEXT
 from tests.test_production_shape import (  # noqa: F401  (fixtures)
     ROOT,
     ProductionShape,
@@ -247,7 +249,7 @@ def _transparency(shape: ProductionShape, testid: str, element: str = "p") -> st
     assert status == 200
     found = re.search(rf'data-testid="{testid}"[^>]*>(.*?)</{element}>', page.decode(), re.S)
     assert found is not None, testid
-    return " ".join(re.sub(r"<[^>]+>", " ", found.group(1)).split())
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", found.group(1))).split())
 
 
 def _next_snapshot(shape: ProductionShape, worker, after: int) -> dict[str, Any]:
@@ -300,7 +302,8 @@ def test_one_address_rigging_a_model_is_bounded_then_flagged_and_the_model_does_
     flagged = _next_snapshot(shape, worker, bounded["snapshot"]["id"])
     excluded = flagged["snapshot"]["excluded"]
     assert excluded["by_reason"]["anomalous_voter"] == attack.votes
-    assert f"anomalous_voter : {attack.votes}" in _transparency(shape, "flagged-votes", "section")
+    reasons = _transparency(shape, "flagged-votes", "section")
+    assert f"{attack.votes} votes : {FLAG_REASON_TEXT['anomalous_voter']}" in reasons
     # None of the attacker's votes counts: the leaderboard is fitted from the demo's votes
     # alone, as the baseline was, and the target's rating is the baseline's.
     assert flagged["snapshot"]["n_votes"] == baseline["snapshot"]["n_votes"]
