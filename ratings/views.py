@@ -127,7 +127,7 @@ def _charts(view: LeaderboardView) -> dict[str, Any]:
         intervals = result.get("style_coefficient_intervals") or {}
         charts["style_rows"] = [
             {
-                "label": plots.STYLE_LABELS.get(name, name),
+                "label": plots.style_label(name),
                 "value": value,
                 "interval": intervals.get(name),
             }
@@ -180,7 +180,9 @@ def model_detail_page(request: HttpRequest, name: str) -> HttpResponse:
         raise Http404(gettext("No public model by that name."))
     page = model_page(model=model)
     chart = plots.rating_time_plot(
-        [page.series], plot_id="model-over-time", title=f"{model.display_name}: rating over time"
+        [page.series],
+        plot_id="model-over-time",
+        title=gettext("%(name)s: rating over time") % {"name": model.display_name},
     )
     return render(request, "ratings/model.html", {"page": page, "m": model, "chart": chart})
 

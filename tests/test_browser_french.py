@@ -31,7 +31,6 @@ CONTENT = ", ".join(
         ".org",
         ".org-inline",
         "a[href^='/models/']",
-        "svg",
     )
 )
 PLACEHOLDER_OR_TAG = re.compile(r"%\(\w+\)[sd]|%[sd]|<[^>]+>")
