@@ -119,6 +119,10 @@ def test_a_french_visitor_sees_no_english_on_the_battle_and_rating_pages(
     rows = page.get_by_test_id("leaderboard-table").locator("tbody tr")
     expect(rows.first).to_be_visible()
     assert_french(page, phrases, "the leaderboard")
+    # One-word labels escape the phrase check: the categories' names are French too.
+    expect(page.get_by_test_id("category-select").locator("option:checked")).to_contain_text(
+        "Général"
+    )
     slug = rows.first.get_attribute("data-model")
 
     page.goto(asgi_server.url + "/transparency")
