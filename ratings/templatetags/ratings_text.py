@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from ratings.categories import category_description, category_label
+from ratings.category_text import category_description, category_label
 from ratings.flag_reasons import flag_reason_label, flag_reason_text
 
 register = template.Library()
