@@ -9,6 +9,8 @@ from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.utils.translation import gettext, gettext_lazy
+from django_stubs_ext import StrPromise
 
 from arena.errors import SERVER_ERROR_MESSAGE, ArenaError, ErrorCode
 from arena.identity import voter_id_new
@@ -19,12 +21,13 @@ API_PREFIX = "/api/"
 
 # The code and message of an error that no view phrased itself (a 404 for an unknown path, a
 # 405 from a method decorator, a 400 from a request Django refused, an unexpected exception).
-_STATUS_ERRORS: dict[int, tuple[ErrorCode, str]] = {
-    400: (ErrorCode.BAD_REQUEST, "The request could not be understood."),
-    403: (ErrorCode.FORBIDDEN, "You are not allowed to do that."),
-    404: (ErrorCode.NOT_FOUND, "Not found."),
-    405: (ErrorCode.METHOD_NOT_ALLOWED, "This method is not allowed here."),
-    500: (ErrorCode.SERVER_ERROR, SERVER_ERROR_MESSAGE),
+# Lazy, so each is worded in the language of the request it answers.
+_STATUS_ERRORS: dict[int, tuple[ErrorCode, str | StrPromise]] = {
+    400: (ErrorCode.BAD_REQUEST, gettext_lazy("The request could not be understood.")),
+    403: (ErrorCode.FORBIDDEN, gettext_lazy("You are not allowed to do that.")),
+    404: (ErrorCode.NOT_FOUND, gettext_lazy("Not found.")),
+    405: (ErrorCode.METHOD_NOT_ALLOWED, gettext_lazy("This method is not allowed here.")),
+    500: (ErrorCode.SERVER_ERROR, gettext_lazy(SERVER_ERROR_MESSAGE)),
 }
 
 
@@ -38,7 +41,8 @@ def not_json(content_type: str) -> ArenaError:
     """The error for a body that is a form (or any other stream Django parsed), not JSON."""
     return ArenaError(
         ErrorCode.UNSUPPORTED_MEDIA_TYPE,
-        f"The request body must be JSON (Content-Type: application/json), not {content_type}.",
+        gettext("The request body must be JSON (Content-Type: application/json), not %(type)s.")
+        % {"type": content_type},
         status=415,
         field="body",
     )
@@ -176,7 +180,10 @@ class ApiErrorMiddleware:
             return response
         message = None
         if response.status_code == 405:
-            message = f"{request.method} is not allowed here; allowed: {response.get('Allow', '')}."
+            message = gettext("%(method)s is not allowed here; allowed: %(allow)s.") % {
+                "method": request.method,
+                "allow": response.get("Allow", ""),
+            }
         shaped = error_response(response.status_code, message=message)
         for header in ("Allow", "Retry-After"):
             if header in response:

@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import pgettext_lazy
 
 ENV_VAR_NAME = RegexValidator(
     r"^[A-Za-z_][A-Za-z0-9_]*$", "An environment variable name: letters, digits and _."
@@ -74,10 +75,10 @@ class Provider(models.Model):
 class OutputsReuse(models.TextChoices):
     """Whether a model's licence lets others reuse its outputs (to train other models, say)."""
 
-    NOT_STATED = "", "Not stated"
-    ALLOWED = "allowed", "Allowed"
-    RESTRICTED = "restricted", "Allowed with restrictions"
-    FORBIDDEN = "forbidden", "Not allowed"
+    NOT_STATED = "", pgettext_lazy("outputs reuse", "Not stated")
+    ALLOWED = "allowed", pgettext_lazy("outputs reuse", "Allowed")
+    RESTRICTED = "restricted", pgettext_lazy("outputs reuse", "Allowed with restrictions")
+    FORBIDDEN = "forbidden", pgettext_lazy("outputs reuse", "Not allowed")
 
 
 class ArenaModel(models.Model):

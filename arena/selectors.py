@@ -570,7 +570,12 @@ def model_reactions(*, slug: str) -> ReactionSummary:
         Q(side="a", battle__model_a__slug=slug) | Q(side="b", battle__model_b__slug=slug)
     )
     counts = {liked: n for liked, n in rows.values_list("liked").annotate(n=Count("id")).order_by()}
-    labels = dict(ReactionTag.objects.values_list("slug", "label"))
+    # A default tag's label (``DEFAULT_REACTION_TAGS``) is in the catalogue; one staff typed
+    # has no entry there and shows as typed.
+    labels = {
+        slug: gettext(label) if label else label
+        for slug, label in ReactionTag.objects.values_list("slug", "label")
+    }
     tallies: dict[bool, dict[str, int]] = {True: {}, False: {}}
     for liked, tags in rows.values_list("liked", "tags").iterator():
         for tag in tags or []:
@@ -594,7 +599,8 @@ def reaction_tags_active() -> dict[str, list[dict[str, str]]]:
     for slug, label, polarity in ReactionTag.objects.filter(is_active=True).values_list(
         "slug", "label", "polarity"
     ):
-        offered[polarity].append({"slug": slug, "label": label})
+        # Worded as ``model_reactions`` words it: a default label translated, a staff one as typed.
+        offered[polarity].append({"slug": slug, "label": gettext(label) if label else label})
     return offered
 
 

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_lazy
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET
 
@@ -27,14 +27,22 @@ from arena.shares import SharedOutcome, share_headline, share_outcome
 
 def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
     return error_json(
-        ArenaError(ErrorCode.RATE_LIMITED, "Too many requests; slow down.", status=429)
+        ArenaError(ErrorCode.RATE_LIMITED, gettext("Too many requests; slow down."), status=429)
     )
 
 
 # The kinds of battle the page serves, in the order the page offers them.
 BATTLE_KINDS = (
-    ("live", "Ask two models", "Type a prompt; two anonymous models answer it live."),
-    ("pool", "Rate two answers", "Read two anonymous answers already given to a prompt."),
+    (
+        "live",
+        gettext_lazy("Ask two models"),
+        gettext_lazy("Type a prompt; two anonymous models answer it live."),
+    ),
+    (
+        "pool",
+        gettext_lazy("Rate two answers"),
+        gettext_lazy("Read two anonymous answers already given to a prompt."),
+    ),
 )
 
 

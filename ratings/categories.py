@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import pandas as pd
 from django.utils.translation import get_language_info
 
+from ratings.category_text import CATEGORY_TEXT, LANGUAGE_DESCRIPTION
+
 CODING_CATEGORY = "coding"
 
 
@@ -71,14 +73,12 @@ def categories_from_languages(
     categories = [
         Category(
             "overall",
-            "Overall",
-            "Every anonymous, unflagged vote.",
+            *CATEGORY_TEXT["overall"],
             lambda df: df["winner"].notna(),
         ),
         Category(
             "coding",
-            "Coding",
-            "Prompts in the coding category or holding a fenced code block.",
+            *CATEGORY_TEXT["coding"],
             lambda df: (
                 (df["prompt_category"].str.lower() == CODING_CATEGORY)
                 | df["prompt_has_code"].astype(bool)
@@ -86,14 +86,13 @@ def categories_from_languages(
         ),
         Category(
             "long_prompts",
-            "Long prompts",
-            f"User turns of {long_prompt_chars} characters or more in total.",
+            CATEGORY_TEXT["long_prompts"][0],
+            CATEGORY_TEXT["long_prompts"][1] % {"chars": long_prompt_chars},
             lambda df: df["prompt_chars"] >= long_prompt_chars,
         ),
         Category(
             "multi_turn",
-            "Multi-turn",
-            "Battles over more than one user turn.",
+            *CATEGORY_TEXT["multi_turn"],
             lambda df: df["turns"] > 1,
         ),
     ]
@@ -102,7 +101,7 @@ def categories_from_languages(
             Category(
                 f"lang-{code}",
                 _language_label(code),
-                f"Prompts whose language is {code!r}.",
+                LANGUAGE_DESCRIPTION % {"code": repr(code)},
                 _language_selector(code),
             )
         )

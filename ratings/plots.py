@@ -14,6 +14,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext, gettext_noop
 
 if TYPE_CHECKING:
     from ratings.model_pages import RatingSeries
@@ -27,6 +28,11 @@ WIN_HIGH = (38, 71, 200)  # the row model wins: the page's --accent blue
 COUNT_LOW = (238, 242, 255)
 COUNT_HIGH = (38, 71, 200)
 EMPTY_CELL = (226, 227, 232)
+
+
+def _percent(text: str) -> str:
+    """A translated message whose "%" is doubled (as a python-format message writes it)."""
+    return text.replace("%%", "%")
 
 
 def _e(text: object) -> str:
@@ -97,9 +103,10 @@ def forest_plot(rows: Sequence[RatedRow], *, plot_id: str = "forest") -> SafeStr
             f'<text class="tick" x="{tx:.1f}" y="{axis_y + 16}" text-anchor="middle">'
             f"{_num(tick)}</text>"
         )
+    axis_label = _e(_percent(gettext("Rating (95%% interval)")))
     body.append(
         f'<text class="axis-label" x="{(plot_left + plot_right) / 2:.1f}" y="{height - 6}" '
-        f'text-anchor="middle">Rating (95% interval)</text>'
+        f'text-anchor="middle">{axis_label}</text>'
     )
     for i, row in enumerate(rows):
         cy = top + row_h * i + row_h / 2
@@ -144,8 +151,8 @@ def forest_plot(rows: Sequence[RatedRow], *, plot_id: str = "forest") -> SafeStr
         plot_id,
         width,
         height,
-        "Ratings with 95% confidence intervals",
-        f"Models sorted by rating, best first: {desc}.",
+        _percent(gettext("Ratings with 95%% confidence intervals")),
+        gettext("Models sorted by rating, best first: %(ratings)s.") % {"ratings": desc},
         body,
     )
 
@@ -261,7 +268,11 @@ def heatmap(
             f'height="10" fill="{_hex(rgb)}"/>'
         )
     body.extend(grad)
-    low_text, high_text = ("0% won", "100% won") if kind == "fraction" else ("0", f"{peak:.0f}")
+    low_text, high_text = (
+        (_e(_percent(gettext("0%% won"))), _e(_percent(gettext("100%% won"))))
+        if kind == "fraction"
+        else ("0", f"{peak:.0f}")
+    )
     body.append(
         f'<text class="tick" x="{left}" y="{ly + 24}">{low_text}</text>'
         f'<text class="tick" x="{left + lw}" y="{ly + 24}" text-anchor="end">{high_text}</text>'
@@ -274,12 +285,19 @@ def heatmap(
     return _svg(plot_id, width, height, title, desc, body)
 
 
+# Marked here, translated where they are drawn (``style_label``).
 STYLE_LABELS = {
-    "length": "Answer length",
-    "header": "Headers",
-    "list": "List items",
-    "bold": "Bold text",
+    "length": gettext_noop("Answer length"),
+    "header": gettext_noop("Headers"),
+    "list": gettext_noop("List items"),
+    "bold": gettext_noop("Bold text"),
 }
+
+
+def style_label(name: str) -> str:
+    """A style element's name in the active language; an unknown one as the fit named it."""
+    label = STYLE_LABELS.get(name)
+    return gettext(label) if label else name
 
 
 def style_plot(
@@ -318,32 +336,35 @@ def style_plot(
             f'<text class="tick" x="{tx:.1f}" y="{axis_y + 16}" text-anchor="middle">'
             f"{'0' if tick == 0 else format(tick, '+.2f')}</text>"
         )
+    axis_label = _e(
+        _percent(gettext("Log-odds of winning per s.d. of the difference (95%% interval)"))
+    )
     body.append(
         f'<line class="zero" x1="{x(0):.1f}" y1="{top - 6}" x2="{x(0):.1f}" y2="{axis_y}"/>'
         f'<text class="axis-label" x="{(plot_left + plot_right) / 2:.1f}" y="{height - 6}" '
-        f'text-anchor="middle">Log-odds of winning per s.d. of the difference (95% interval)'
-        "</text>"
+        f'text-anchor="middle">'
+        f"{axis_label}</text>"
     )
     parts = []
     for i, name in enumerate(names):
         cy = top + row_h * i + row_h / 2
         body.append(
             f'<text class="label" x="{label_width - 12}" y="{cy + 4.5:.1f}" text-anchor="end">'
-            f"{_e(STYLE_LABELS.get(name, name))}</text>"
+            f"{_e(style_label(name))}</text>"
         )
         value = coefficients[name]
         if value is None:
+            not_estimated = _e(gettext("not estimated (no variation)"))
             body.append(
-                f'<text class="tick" x="{x(0) + 8:.1f}" y="{cy + 4.5:.1f}">'
-                "not estimated (no variation)</text>"
+                f'<text class="tick" x="{x(0) + 8:.1f}" y="{cy + 4.5:.1f}">{not_estimated}</text>'
             )
-            parts.append(f"{STYLE_LABELS.get(name, name)} not estimated")
+            parts.append(gettext("%(element)s not estimated") % {"element": style_label(name)})
             continue
         x0, x1 = sorted((x(0), x(value)))
         css = "bar positive" if value >= 0 else "bar negative"
         body.append(
             f'<rect class="{css}" x="{x0:.1f}" y="{cy - 11:.1f}" width="{max(x1 - x0, 1):.1f}" '
-            f'height="22" rx="3"><title>{_e(STYLE_LABELS.get(name, name))}: {value:+.3f}'
+            f'height="22" rx="3"><title>{_e(style_label(name))}: {value:+.3f}'
             "</title></rect>"
         )
         interval = intervals.get(name)
@@ -359,15 +380,17 @@ def style_plot(
         body.append(
             f'<text class="value" x="{plot_right + 10}" y="{cy + 4.5:.1f}">{value:+.3f}</text>'
         )
-        parts.append(f"{STYLE_LABELS.get(name, name)} {value:+.3f}")
+        parts.append(f"{style_label(name)} {value:+.3f}")
     return _svg(
         plot_id,
         width,
         height,
-        "Style coefficients",
-        "How much each style element shifts the odds of winning, controlled for the models: "
-        + "; ".join(parts)
-        + ".",
+        gettext("Style coefficients"),
+        gettext(
+            "How much each style element shifts the odds of winning, controlled for the models: "
+            "%(coefficients)s."
+        )
+        % {"coefficients": "; ".join(parts)},
         body,
     )
 
@@ -383,7 +406,9 @@ def rating_time_plot(
     plot_bottom = height - bottom - legend_h
     points = [p for s in series for p in s.points]
     if not points:
-        return _svg(plot_id, width, 60, title, "No snapshot has rated these models yet.", [])
+        return _svg(
+            plot_id, width, 60, title, gettext("No snapshot has rated these models yet."), []
+        )
     lows = [p.rating_lower if len(series) == 1 else p.rating for p in points]
     highs = [p.rating_upper if len(series) == 1 else p.rating for p in points]
     ticks = nice_ticks(min(lows), max(highs), 5)
@@ -419,9 +444,10 @@ def rating_time_plot(
             f'<text class="tick" x="{tx:.1f}" y="{plot_bottom + 16}" text-anchor="{anchor}">'
             f"{_e(moment.strftime('%Y-%m-%d %H:%M'))}</text>"
         )
+    axis_label = _e(gettext("Snapshot time (UTC)"))
     body.append(
         f'<text class="axis-label" x="{(left + width - right) / 2:.1f}" y="{plot_bottom + 34}" '
-        f'text-anchor="middle">Snapshot time (UTC)</text>'
+        f'text-anchor="middle">{axis_label}</text>'
     )
     for i, line in enumerate(series):
         cls = f"series series-{i % 6}"
@@ -454,5 +480,10 @@ def rating_time_plot(
         for s in series
     )
     return _svg(
-        plot_id, width, height, title, f"Rating at each snapshot, oldest first. {desc}.", body
+        plot_id,
+        width,
+        height,
+        title,
+        gettext("Rating at each snapshot, oldest first. %(ratings)s.") % {"ratings": desc},
+        body,
     )

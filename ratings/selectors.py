@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.db.models import QuerySet
+from django.utils.translation import gettext_noop
 
 from arena.models import ArenaModel
 from arena.selectors import SourceCap, votes_for_rating
@@ -24,16 +25,25 @@ STYLE_OPTIONS = ("on", "off")
 DEFAULT_CATEGORY = "overall"
 
 #: A provisional model's reason, in words (``ratings.payload.SnapshotReason``).
+# English here (the downloads are never localised); the page translates each one when it shows
+# it (``{% translate row.reason_text %}``).
 PROVISIONAL_REASON_TEXT = {
-    "no_losses": "No rated model has beaten or tied it yet, directly or through others, so its "
-    "rating has no upper bound.",
-    "no_wins": "It has not beaten or tied a rated model yet, directly or through others, so its "
-    "rating has no lower bound.",
-    "not_connected": "It has not met the rated models, directly or through others, so its rating "
-    "cannot be put on their scale. Mixed battles fix that: while a live model is not established, "
-    "part of the pool battles (ARENA_BRIDGE_SHARE) set its live answer to a pool prompt against "
-    "a rated model's stored answer, and a win and a loss (or a tie) there connect it.",
-    "few_votes": "This view has too few votes to rate any model yet.",
+    "no_losses": gettext_noop(
+        "No rated model has beaten or tied it yet, directly or through others, so its "
+        "rating has no upper bound."
+    ),
+    "no_wins": gettext_noop(
+        "It has not beaten or tied a rated model yet, directly or through others, so its "
+        "rating has no lower bound."
+    ),
+    "not_connected": gettext_noop(
+        "It has not met the rated models, directly or through others, so its rating "
+        "cannot be put on their scale. Mixed battles fix that: while a live model is not "
+        "established, part of the pool battles (ARENA_BRIDGE_SHARE) set its live answer to a pool "
+        "prompt against a rated model's stored answer, and a win and a loss (or a tie) there "
+        "connect it."
+    ),
+    "few_votes": gettext_noop("This view has too few votes to rate any model yet."),
 }
 
 

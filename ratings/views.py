@@ -10,6 +10,7 @@ from typing import Any
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils.http import urlencode
+from django.utils.translation import gettext, gettext_lazy, ngettext
 from django.views.decorators.http import require_GET
 
 from ratings import plots
@@ -58,12 +59,14 @@ CSV_FIELDS = (
 )
 # Cells whose text comes from people (model names and descriptions), never numbers.
 TEXT_FIELDS = ("model", "name", "organization", "license")
-NOT_COMPUTED = "The leaderboard has not been computed yet."
+NOT_COMPUTED = gettext_lazy("The leaderboard has not been computed yet.")
 
 
 def _not_computed() -> JsonResponse:
     """A download's 404 before the first snapshot, in the JSON error shape of every download."""
-    return JsonResponse({"error": {"code": "not_computed", "message": NOT_COMPUTED}}, status=404)
+    return JsonResponse(
+        {"error": {"code": "not_computed", "message": str(NOT_COMPUTED)}}, status=404
+    )
 
 
 def _view(request: HttpRequest) -> LeaderboardView | None:
@@ -89,18 +92,22 @@ def _charts(view: LeaderboardView) -> dict[str, Any]:
             values=matrices["win_fraction"],
             kind="fraction",
             plot_id="winrate",
-            title="Win fraction of the row model against the column model",
-            desc="Share of battles the model in the row won against the model in the column "
-            "(a tie counts as half), models in rating order.",
+            title=gettext("Win fraction of the row model against the column model"),
+            desc=gettext(
+                "Share of battles the model in the row won against the model in the column "
+                "(a tie counts as half), models in rating order."
+            ),
         )
         charts["counts"] = plots.heatmap(
             labels=labels,
             values=matrices["battle_counts"],
             kind="count",
             plot_id="counts",
-            title="Battles between each pair of models",
-            desc="Number of rated battles between the model in the row and the model in the "
-            "column, models in rating order.",
+            title=gettext("Battles between each pair of models"),
+            desc=gettext(
+                "Number of rated battles between the model in the row and the model in the "
+                "column, models in rating order."
+            ),
         )
         charts["matrix_rows"] = [
             {
@@ -120,7 +127,7 @@ def _charts(view: LeaderboardView) -> dict[str, Any]:
         intervals = result.get("style_coefficient_intervals") or {}
         charts["style_rows"] = [
             {
-                "label": plots.STYLE_LABELS.get(name, name),
+                "label": plots.style_label(name),
                 "value": value,
                 "interval": intervals.get(name),
             }
@@ -133,7 +140,13 @@ def _charts(view: LeaderboardView) -> dict[str, Any]:
     )
     if series:
         charts["over_time"] = plots.rating_time_plot(
-            series, title=f"Top {len(series)} models' rating across snapshots"
+            series,
+            title=ngettext(
+                "Top %(n)s model's rating across snapshots",
+                "Top %(n)s models' rating across snapshots",
+                len(series),
+            )
+            % {"n": len(series)},
         )
         charts["over_time_rows"] = series
     return charts
@@ -164,10 +177,12 @@ def model_detail_page(request: HttpRequest, name: str) -> HttpResponse:
     """A public model's card: catalogue, ratings by category, rating over time, opponents."""
     model = model_public(name=name)
     if model is None:
-        raise Http404("No public model by that name.")
+        raise Http404(gettext("No public model by that name."))
     page = model_page(model=model)
     chart = plots.rating_time_plot(
-        [page.series], plot_id="model-over-time", title=f"{model.display_name}: rating over time"
+        [page.series],
+        plot_id="model-over-time",
+        title=gettext("%(name)s: rating over time") % {"name": model.display_name},
     )
     return render(request, "ratings/model.html", {"page": page, "m": model, "chart": chart})
 

@@ -175,6 +175,32 @@ def test_a_french_visitors_invalid_input_names_the_english_field_in_a_french_mes
     assert error["message"] == "Le corps de la requête n’est pas du JSON valide."
 
 
+def test_the_apis_own_messages_are_french_for_a_french_visitor():
+    client = french_client()
+    client.get("/")
+    refused = client.get("/api/battles")  # the operation takes POST only
+    assert refused.status_code == 405 and "POST" in refused["Allow"]
+    error = refused.json()["error"]
+    assert error["code"] == "method_not_allowed"
+    # French puts a no-break space before ";" and ":".
+    assert error["message"] == (
+        f"GET n’est pas autorisé ici\u00a0; méthodes autorisées\u00a0: {refused['Allow']}."
+    )
+    unknown = client.get("/api/no-such-thing")
+    assert unknown.status_code == 404
+    assert unknown.json()["error"] == {"code": "not_found", "message": "Introuvable."}
+    assert Client().get("/api/no-such-thing").json()["error"]["message"] == "Not found."
+
+
+def test_a_download_before_the_first_snapshot_says_so_in_french():
+    response = french_client().get("/leaderboard.json")
+    assert response.status_code == 404
+    assert response.json()["error"] == {
+        "code": "not_computed",
+        "message": "Le classement n’a pas encore été calculé.",
+    }
+
+
 def test_a_shared_message_is_worded_when_the_body_is_built():
     error = still_streaming()
     with translation.override("fr"):

@@ -76,19 +76,21 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
     assert imports == {
         "js/live.js": [
             "./" + Path(manifest["js/battle.js"]).name,
+            "./" + Path(manifest["js/i18n.js"]).name,
             "./" + Path(manifest["js/render.js"]).name,
         ],
         "js/battle.js": [
             "./" + Path(manifest["js/challenge.js"]).name,
+            "./" + Path(manifest["js/i18n.js"]).name,
             "./" + Path(manifest["js/mixed.js"]).name,
             "./" + Path(manifest["js/reactions.js"]).name,
             "./" + Path(manifest["js/render.js"]).name,
             "./" + Path(manifest["js/share.js"]).name,
         ],
-        "js/mixed.js": [],
+        "js/mixed.js": ["./" + Path(manifest["js/i18n.js"]).name],
         "js/challenge.js": ["./" + Path(manifest["js/i18n.js"]).name],
         "js/render.js": ["./" + Path(manifest["js/i18n.js"]).name],
-        "js/leaderboard.js": [],
+        "js/leaderboard.js": ["./" + Path(manifest["js/i18n.js"]).name],
         "js/i18n.js": [],
         "js/language.js": [],
         "js/reactions.js": ["./" + Path(manifest["js/i18n.js"]).name],

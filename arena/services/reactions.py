@@ -1,6 +1,7 @@
 """Reactions: a visitor's thumbs up or down on one side's answers, with reason tags."""
 
 from django.db import transaction
+from django.utils.translation import gettext_noop
 
 from arena.errors import ArenaError, ErrorCode
 from arena.models import Battle, Reaction, ReactionTag, Vote
@@ -9,13 +10,13 @@ from arena.selectors import battle_for_session
 # The reasons ComparIA offers with a reaction: what a new arena starts with (the migration that
 # made the table wrote the same list), and what ``reaction_tags_seed`` restores.
 DEFAULT_REACTION_TAGS = (
-    ("useful", "Useful", "up"),
-    ("complete", "Complete", "up"),
-    ("creative", "Creative", "up"),
-    ("clear-formatting", "Clear formatting", "up"),
-    ("incorrect", "Incorrect", "down"),
-    ("superficial", "Superficial", "down"),
-    ("instructions-not-followed", "Instructions not followed", "down"),
+    ("useful", gettext_noop("Useful"), "up"),
+    ("complete", gettext_noop("Complete"), "up"),
+    ("creative", gettext_noop("Creative"), "up"),
+    ("clear-formatting", gettext_noop("Clear formatting"), "up"),
+    ("incorrect", gettext_noop("Incorrect"), "down"),
+    ("superficial", gettext_noop("Superficial"), "down"),
+    ("instructions-not-followed", gettext_noop("Instructions not followed"), "down"),
 )
 
 # The battle states whose answers are there to judge.

@@ -5,6 +5,7 @@
    starts over; in pool mode this module fetches the next battle itself). The page's tabs
    (?mode=live / ?mode=pool) are plain links. */
 import { solveChallenge } from "./challenge.js";
+import { gettext, interpolate } from "./i18n.js";
 import { streamMixed } from "./mixed.js";
 import { reactionsClose, reactionsOpen } from "./reactions.js";
 import { setMarkdown, turnBlock, turnLabel } from "./render.js";
@@ -41,7 +42,7 @@ async function api(method, url, body) {
   let data = null;
   try { data = await response.json(); } catch (e) { data = null; }
   if (!response.ok) {
-    const message = data && data.error ? data.error.message : "Something went wrong (" + response.status + ").";
+    const message = data && data.error ? data.error.message : interpolate(gettext("Something went wrong (%(status)s)."), { status: response.status }, true);
     const error = new Error(message);
     error.code = data && data.error ? data.error.code : "http_" + response.status;
     throw error;
@@ -111,9 +112,9 @@ export function renderPrompt(turns) {
 export function resetNames() {
   ["a", "b"].forEach((side) => {
     const el = $("model-name-" + side);
-    el.textContent = "Model " + side.toUpperCase();
+    el.textContent = interpolate(gettext("Model %(side)s"), { side: side.toUpperCase() }, true);
     el.classList.remove("revealed");
-    $("response-" + side).setAttribute("aria-label", "Answer of model " + side.toUpperCase());
+    $("response-" + side).setAttribute("aria-label", interpolate(gettext("Answer of model %(side)s"), { side: side.toUpperCase() }, true));
   });
 }
 
@@ -136,7 +137,16 @@ export function revealNames(models) {
       el.appendChild(org);
     }
     el.classList.add("revealed");
-    $("response-" + side).setAttribute("aria-label", "Answer of model " + side.toUpperCase() + ", " + models[side].name);
+    $("response-" + side).setAttribute("aria-label", interpolate(gettext("Answer of model %(side)s, %(name)s"), { side: side.toUpperCase(), name: models[side].name }, true));
+  });
+}
+
+/* A translated sentence with "%(a)s" and "%(b)s" standing for nodes (links): its text around
+   them, the nodes where they stand, so that a translation can put them in its own order. */
+function withNodes(format, nodes) {
+  return format.split(/(%\([ab]\)s)/).filter((part) => part !== "").map((part) => {
+    const name = part.match(/^%\(([ab])\)s$/);
+    return name ? nodes[name[1]] : part;
   });
 }
 
@@ -145,19 +155,19 @@ export function revealNames(models) {
 function showVerdict(winner, models) {
   const main = document.createElement("p");
   main.className = "verdict-main";
-  const parts = {
-    model_a: ["You preferred ", modelLink(models.a), "."],
-    model_b: ["You preferred ", modelLink(models.b), "."],
-    tie: ["You called it a tie between ", modelLink(models.a), " and ", modelLink(models.b), "."],
-    "tie (bothbad)": ["You found both ", modelLink(models.a), " and ", modelLink(models.b), " bad."],
+  const sentence = {
+    model_a: gettext("You preferred %(a)s."),
+    model_b: gettext("You preferred %(b)s."),
+    tie: gettext("You called it a tie between %(a)s and %(b)s."),
+    "tie (bothbad)": gettext("You found both %(a)s and %(b)s bad."),
   }[winner];
-  main.append(...parts, " Thanks for voting!");
+  main.append(...withNodes(sentence, { a: modelLink(models.a), b: modelLink(models.b) }), " " + gettext("Thanks for voting!"));
   const sides = document.createElement("p");
   sides.className = "verdict-links";
   const leaderboard = document.createElement("a");
   leaderboard.href = "/leaderboard";
-  leaderboard.textContent = "See the leaderboard";
-  sides.append("A was " + models.a.name + ", B was " + models.b.name + ". ", leaderboard);
+  leaderboard.textContent = gettext("See the leaderboard");
+  sides.append(interpolate(gettext("A was %(a)s, B was %(b)s."), { a: models.a.name, b: models.b.name }, true) + " ", leaderboard);
   verdictEl.replaceChildren(main, sides);
 }
 
@@ -188,13 +198,13 @@ function showBattle(data) {
   nextButton.hidden = true;
   if (data.source === "mixed" && data.state === "streaming") {
     setVotingEnabled(false);
-    setStatus("One model is answering…");
+    setStatus(gettext("One model is answering…"));
     mixedStream = streamMixed(data, { render: renderTurns, status: setStatus, done: mixedDone });
     return;
   }
   setVotingEnabled(data.votable);
   syncReactions(data);
-  if (!data.votable) setStatus("This battle cannot be voted on.", true);
+  if (!data.votable) setStatus(gettext("This battle cannot be voted on."), true);
   else if (termsDeclined()) setStatus(TERMS_HINT, true);  // keep saying why a vote asks first
   else setStatus("");
 }
@@ -206,10 +216,10 @@ function mixedDone(data) {
   if (data && data.votable) {
     setVotingEnabled(true);
     syncReactions(data);
-    setStatus(termsDeclined() ? TERMS_HINT : "Both answers are complete. Vote for the better one.", termsDeclined());
+    setStatus(termsDeclined() ? TERMS_HINT : gettext("Both answers are complete. Vote for the better one."), termsDeclined());
     return;
   }
-  if (data) setStatus("An answer failed or was stopped, so this battle cannot be voted on.", true);
+  if (data) setStatus(gettext("An answer failed or was stopped, so this battle cannot be voted on."), true);
   nextButton.hidden = false;
 }
 
@@ -218,7 +228,7 @@ async function newBattle(scrollUp) {
   if (mixedStream) { mixedStream.cancel(); mixedStream = null; }
   busy = true;
   setVotingEnabled(false);
-  setStatus("Loading a new battle…");
+  setStatus(gettext("Loading a new battle…"));
   try {
     showBattle(await api("POST", "/api/battles"));
     // The next battle starts at its prompt, not where the last one's vote left the page.
@@ -234,7 +244,7 @@ async function newBattle(scrollUp) {
    cancel) or "Not now" closes the dialog without it: the answers can be read, and the next
    vote (or "Read the terms to vote") shows the terms again. Resolves to whether they are
    accepted. */
-const TERMS_HINT = "You have not agreed to the terms, so you cannot vote yet. Voting shows them again.";
+const TERMS_HINT = gettext("You have not agreed to the terms, so you cannot vote yet. Voting shows them again.");
 let termsPending = null;
 let settleTerms = null;
 function termsDeclined() { return !termsAccepted && !termsOpenButton.hidden; }

@@ -1,5 +1,7 @@
 // Leaderboard controls: apply a new category or style setting as soon as it changes.
 // Without JavaScript the form's Apply button does the same (a plain GET). An ES module.
+import { gettext, interpolate, ngettext } from "./i18n.js";
+
 const form = document.querySelector("[data-testid=leaderboard-controls]");
 if (form) {
   form.classList.add("js-live");
@@ -26,7 +28,9 @@ if (search) {
       if (match && row.closest("[data-testid=leaderboard-table]")) shown += 1;
     }
     const total = rows.filter((r) => r.closest("[data-testid=leaderboard-table]")).length;
-    if (count) count.textContent = words.length ? `${shown} of ${total} rated models` : "";
+    if (count) count.textContent = words.length
+      ? interpolate(ngettext("%(shown)s of %(total)s rated model", "%(shown)s of %(total)s rated models", total), { shown, total }, true)
+      : "";
     if (empty) empty.hidden = shown > 0 || total === 0;
   };
   search.addEventListener("input", filter);

@@ -4,6 +4,7 @@
    then DOMPurify); prompts and errors are set as text. battle.js tells this module of a vote
    and of "Next battle" by the "arena:voted" and "arena:next" events on the .battle element. */
 import { ensureTerms, renderPrompt, resetNames, revealNames, setBattle, setStatus } from "./battle.js";
+import { gettext, interpolate } from "./i18n.js";
 import { setMarkdown, turnBlock } from "./render.js";
 
 const root = document.querySelector(".battle");
@@ -49,11 +50,11 @@ function startLive() {
         const wasOpen = socket === ws;
         if (wasOpen) socket = null;
         opening = null;
-        if (!wasOpen) { reject(new Error("Could not connect to the arena.")); return; }
+        if (!wasOpen) { reject(new Error(gettext("Could not connect to the arena."))); return; }
         if (streaming) {
           streaming = false;
-          SIDES.forEach((side) => setSideStatus(side, "Interrupted."));
-          setStatus("The connection was lost; what was produced is saved. Start a new battle.", true);
+          SIDES.forEach((side) => setSideStatus(side, gettext("Interrupted.")));
+          setStatus(gettext("The connection was lost; what was produced is saved. Start a new battle."), true);
           updateButtons();
         }
       });
@@ -104,8 +105,8 @@ function startLive() {
     setBattle(Object.assign({}, battle, { votable: false }));
     if (battle.models) revealNames(battle.models);  // named mode: the visitor chose them
     renderPrompt(turns);
-    SIDES.forEach((side) => { renderSide(side); setSideStatus(side, "Answering…"); });
-    setStatus(frame.regenerated ? "Regenerating both answers…" : "Both models are answering…");
+    SIDES.forEach((side) => { renderSide(side); setSideStatus(side, gettext("Answering…")); });
+    setStatus(frame.regenerated ? gettext("Regenerating both answers…") : gettext("Both models are answering…"));
     input.value = "";
     updateButtons();
     showAnswers(frame.turn);
@@ -143,7 +144,7 @@ function startLive() {
     dirty = new Set();
   }
 
-  const SIDE_ENDS = { done: "Done.", aborted: "Stopped.", error: "Failed." };
+  const SIDE_ENDS = { done: gettext("Done."), aborted: gettext("Stopped."), error: gettext("Failed.") };
 
   function onSideEnd(frame) {
     const turn = current();
@@ -156,10 +157,12 @@ function startLive() {
     // One side failing while the other still streams is said at once, not at the turn's end.
     const other = frame.side === "a" ? "b" : "a";
     if (frame.status === "error" && streaming && turn[other].status === "streaming") {
-      const name = "Model " + frame.side.toUpperCase();
-      const reason = frame.error ? " (" + frame.error.replace(/\.$/, "") + ")" : "";
-      setStatus(name + " failed" + reason + "; Model " + other.toUpperCase() +
-        " is still answering. This battle cannot be voted on.", true);
+      const names = { side: frame.side.toUpperCase(), other: other.toUpperCase() };
+      const text = frame.error
+        ? interpolate(gettext("Model %(side)s failed (%(reason)s); Model %(other)s is still answering. This battle cannot be voted on."),
+          Object.assign({ reason: frame.error.replace(/\.$/, "") }, names), true)
+        : interpolate(gettext("Model %(side)s failed; Model %(other)s is still answering. This battle cannot be voted on."), names, true);
+      setStatus(text, true);
     }
   }
 
@@ -179,12 +182,12 @@ function startLive() {
     }
     setBattle(battle);
     if (battle.state === "ready") {
-      setStatus("Both answers are complete. Vote for the better one, or ask a follow-up.");
+      setStatus(gettext("Both answers are complete. Vote for the better one, or ask a follow-up."));
     } else if (battle.state === "errored") {
-      setStatus("A model failed to answer, so this battle cannot be voted on. Regenerate, or start a new battle.", true);
+      setStatus(gettext("A model failed to answer, so this battle cannot be voted on. Regenerate, or start a new battle."), true);
       newButton.focus();
     } else if (battle.state === "aborted") {
-      setStatus("The answers were stopped, so this battle cannot be voted on. Regenerate, or start a new battle.", true);
+      setStatus(gettext("The answers were stopped, so this battle cannot be voted on. Regenerate, or start a new battle."), true);
     }
     updateButtons();
   }
@@ -204,7 +207,7 @@ function startLive() {
 
   function onSuggestion(frame) {
     if (frame.prompt) { input.value = frame.prompt; input.focus(); }
-    else setStatus("No suggested prompts are available.", true);
+    else setStatus(gettext("No suggested prompts are available."), true);
   }
 
   function fillPicker(models) {
@@ -248,7 +251,7 @@ function startLive() {
     stopButton.disabled = !streaming;
     regenButton.disabled = streaming || voted || !ended;
     sendButton.disabled = streaming;
-    sendButton.textContent = canFollowUp() ? "Send follow-up" : "Send";
+    sendButton.textContent = canFollowUp() ? gettext("Send follow-up") : gettext("Send");
   }
 
   function canFollowUp() {
@@ -260,7 +263,7 @@ function startLive() {
     if (event) event.preventDefault();
     if (streaming) return;
     const prompt = input.value.trim();
-    if (!prompt) { setStatus("Type a prompt first.", true); input.focus(); return; }
+    if (!prompt) { setStatus(gettext("Type a prompt first."), true); input.focus(); return; }
     if (!(await ensureTerms())) return;  // prompts may be published: the terms say so
     if (canFollowUp()) {
       await send({ type: "turn", battle_id: battle.id, prompt: prompt });
@@ -281,7 +284,7 @@ function startLive() {
     resetNames();
     renderPrompt([]);
     SIDES.forEach((side) => { $("response-" + side).replaceChildren(); setSideStatus(side, ""); });
-    setStatus("New battle: type a prompt.");
+    setStatus(gettext("New battle: type a prompt."));
     updateButtons();
     input.focus();
   }

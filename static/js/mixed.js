@@ -8,6 +8,8 @@
    status(text, isError), done(battle) once it can be voted on or has ended (battle is null when
    the socket failed). Returns {cancel()}: the socket is closed, and the server saves what was
    produced as aborted. */
+import { gettext, interpolate } from "./i18n.js";
+
 export function streamMixed(battle, hooks) {
   let turns = battle.turns;
   let current = null;  // the turn streaming
@@ -42,7 +44,7 @@ export function streamMixed(battle, hooks) {
       current = frame.turn;
       hooks.render(turns);
       const side = liveSide(frame.battle, frame.turn);
-      hooks.status((side ? "Model " + side.toUpperCase() : "A model") + " is answering…");
+      hooks.status(side ? interpolate(gettext("Model %(side)s is answering…"), { side: side.toUpperCase() }, true) : gettext("A model is answering…"));
     } else if (frame.type === "deltas") {
       const turn = turns.find((t) => t.index === current);
       if (!turn) return;
@@ -67,7 +69,7 @@ export function streamMixed(battle, hooks) {
   ws.addEventListener("close", () => {
     if (finished) return;
     finished = true;
-    hooks.status("The connection was lost; what was produced is saved. Take the next battle.", true);
+    hooks.status(gettext("The connection was lost; what was produced is saved. Take the next battle."), true);
     hooks.done(null);
   });
   return { cancel() { if (!finished) { finished = true; ws.close(); } } };
