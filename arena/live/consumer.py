@@ -2,8 +2,11 @@
 
 Frames from the page (JSON objects with a ``type``):
 
-- ``start``       {prompt, mode?: "anonymous"|"named", models?: [slug_a, slug_b]}
-- ``turn``        {battle_id, prompt}      a follow-up with the same pair
+- ``start``       {prompt, mode?: "anonymous"|"named", models?: [slug_a, slug_b], images?: [id]}
+                  images: ids of images this session uploaded (``POST /api/images``), sent
+                  with the prompt to two vision-capable models as content parts
+- ``turn``        {battle_id, prompt}      a follow-up with the same pair (images go with the
+                  first turn only)
 - ``regenerate``  {battle_id}              new answers to the last turn
 - ``stream``      {battle_id}              a mixed battle's live side: its next pool turn, or
                   again the turn its answer failed on (``arena.services.bridge``); the
@@ -284,9 +287,16 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                 mode=content.get("mode") or Battle.Mode.ANONYMOUS,
                 model_slugs=content.get("models"),
                 client_ip=self.client_ip,
+                image_ids=content.get("images"),
             )
             await self._begin(plan)
         elif kind == "turn":
+            if content.get("images"):
+                raise ArenaError(
+                    ErrorCode.INVALID,
+                    gettext("Images go with a battle's first prompt; start a new battle."),
+                    field="images",
+                )
             self._refuse_while_streaming()
             await save_unsaved(content.get("battle_id"))
             plan = await db(battle_turn_add)(

@@ -5,6 +5,7 @@
    and of "Next battle" by the "arena:voted" and "arena:next" events on the .battle element. */
 import { ensureTerms, renderPrompt, resetNames, revealNames, setBattle, setStatus } from "./battle.js";
 import { setMarkdown, turnBlock } from "./render.js";
+import { attachedImageIds, clearAttachments } from "./attach.js";
 
 const root = document.querySelector(".battle");
 if (root.dataset.mode === "live") startLive();  // pool battles are battle.js's alone
@@ -107,6 +108,7 @@ function startLive() {
     SIDES.forEach((side) => { renderSide(side); setSideStatus(side, "Answering…"); });
     setStatus(frame.regenerated ? "Regenerating both answers…" : "Both models are answering…");
     input.value = "";
+    if (fresh) clearAttachments();
     updateButtons();
     showAnswers(frame.turn);
   }
@@ -268,6 +270,8 @@ function startLive() {
     }
     const frame = { type: "start", prompt: prompt, mode: mode() };
     if (frame.mode === "named") frame.models = [picks.a.value, picks.b.value];
+    const images = await attachedImageIds();
+    if (images.length) frame.images = images;
     await send(frame);
   }
 
