@@ -70,6 +70,7 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
         "js/language.js",
         "js/reactions.js",
         "js/share.js",
+        "js/attach.js",
     ):
         text = (tmp_path / "static" / manifest[name]).read_text(encoding="utf-8")
         imports[name] = MODULE_IMPORT.findall(text)
@@ -77,6 +78,7 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
         "js/live.js": [
             "./" + Path(manifest["js/battle.js"]).name,
             "./" + Path(manifest["js/render.js"]).name,
+            "./" + Path(manifest["js/attach.js"]).name,
         ],
         "js/battle.js": [
             "./" + Path(manifest["js/challenge.js"]).name,
@@ -93,4 +95,5 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
         "js/language.js": [],
         "js/reactions.js": ["./" + Path(manifest["js/i18n.js"]).name],
         "js/share.js": ["./" + Path(manifest["js/i18n.js"]).name],
+        "js/attach.js": [],
     }

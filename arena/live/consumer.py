@@ -3,10 +3,8 @@
 Frames from the page (JSON objects with a ``type``):
 
 - ``start``       {prompt, mode?: "anonymous"|"named", models?: [slug_a, slug_b], images?: [id]}
-                  images: ids of images this session uploaded (``POST /api/images``), sent
-                  with the prompt to two vision-capable models as content parts
-- ``turn``        {battle_id, prompt}      a follow-up with the same pair (images go with the
-                  first turn only)
+                  images: the session's uploads (``POST /api/images``), for vision models
+- ``turn``        {battle_id, prompt}      a follow-up with the same pair (no new images)
 - ``regenerate``  {battle_id}              new answers to the last turn
 - ``stream``      {battle_id}              a mixed battle's live side: its next pool turn, or
                   again the turn its answer failed on (``arena.services.bridge``); the
@@ -291,12 +289,6 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             )
             await self._begin(plan)
         elif kind == "turn":
-            if content.get("images"):
-                raise ArenaError(
-                    ErrorCode.INVALID,
-                    gettext("Images go with a battle's first prompt; start a new battle."),
-                    field="images",
-                )
             self._refuse_while_streaming()
             await save_unsaved(content.get("battle_id"))
             plan = await db(battle_turn_add)(
@@ -304,6 +296,7 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                 session_key=self.session_key,
                 prompt=content.get("prompt"),
                 client_ip=self.client_ip,
+                image_ids=content.get("images"),
             )
             await self._begin(plan)
         elif kind == "regenerate":

@@ -211,9 +211,21 @@ def _refuse_unless_ready(battle: Battle, action: str) -> None:
 
 
 def battle_turn_add(
-    *, battle_id: object, session_key: str, prompt: object, client_ip: str | None = None
+    *,
+    battle_id: object,
+    session_key: str,
+    prompt: object,
+    client_ip: str | None = None,
+    image_ids: object = None,
 ) -> TurnPlan:
-    """Add a follow-up prompt: the same pair answers it with the whole conversation."""
+    """Add a follow-up prompt: the same pair answers it with the whole conversation (and the
+    first turn's images, if any; a follow-up brings no new ones)."""
+    if image_ids:
+        raise ArenaError(
+            ErrorCode.INVALID,
+            gettext("Images go with a battle's first prompt; start a new battle."),
+            field="images",
+        )
     limits = live_limits()
     text = clean_prompt(prompt, limits)
     check_call_rate(client_ip)  # counted first, so a refused prompt costs a call too
