@@ -18,7 +18,9 @@ through Django's storage API (``STORAGES["default"]``) under a random name, with
 (``PromptImage``) holding its owner's session hash, SHA-256, size, mime type and dimensions.
 
 A battle takes the images by id with its first turn (``images_for_prompt``): the uploading
-session's own, not yet in any battle.
+session's own, not yet in any battle. An image no battle took within
+``UNATTACHED_IMAGE_HOURS`` is deleted, file and row (``prompt_images_sweep``, an hourly beat
+task), so abandoned uploads do not pile up.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ import io
 import uuid
 import warnings
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import IO
 
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.db import transaction
+from django.utils import timezone
 from django.utils.translation import gettext
 from PIL import Image, ImageOps, UnidentifiedImageError
 
@@ -46,6 +50,7 @@ ACCEPTED_FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
 _LOSSLESS = {"PNG", "GIF"}
 JPEG_QUALITY = 90
 FIELD = "image"
+UNATTACHED_IMAGE_HOURS = 24
 
 
 @dataclass(frozen=True)
@@ -235,3 +240,15 @@ def image_stored(*, image_id: uuid.UUID) -> tuple[PromptImage, bytes] | None:
             return image, stored.read()
     except FileNotFoundError:
         return None
+
+
+def prompt_images_sweep(*, now: datetime | None = None) -> int:
+    """Delete the images no battle took within ``UNATTACHED_IMAGE_HOURS`` of their upload (the
+    file, then the row); returns how many. A rerun finds nothing more to delete."""
+    cutoff = (now or timezone.now()) - timedelta(hours=UNATTACHED_IMAGE_HOURS)
+    deleted = 0
+    for image in PromptImage.objects.filter(battle__isnull=True, created_at__lt=cutoff):
+        image.file.delete(save=False)
+        # Only while still unattached: a battle that took it meanwhile keeps its row.
+        deleted += PromptImage.objects.filter(pk=image.pk, battle__isnull=True).delete()[0]
+    return deleted

@@ -182,3 +182,36 @@ def test_the_image_policy_setting_is_read(settings, policy):
 
     assert verdict.refused is (policy == "refuse")
     assert prompt_verdict("What is this?").refused is False
+
+
+def test_images_no_battle_took_are_swept_after_a_day_and_others_stay(visitor, media_root):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from arena.live.images import prompt_images_sweep
+    from arena.tests.factories import BattleFactory
+
+    old, taken, fresh = (
+        PromptImage.objects.get(pk=upload(visitor, png_bytes()).json()["id"]) for _ in range(3)
+    )
+    PromptImage.objects.filter(pk__in=[old.pk, taken.pk]).update(
+        created_at=timezone.now() - timedelta(hours=25)
+    )
+    PromptImage.objects.filter(pk=taken.pk).update(battle=BattleFactory())
+
+    assert prompt_images_sweep() == 1
+    assert prompt_images_sweep() == 0  # a rerun finds nothing more
+    assert set(PromptImage.objects.values_list("pk", flat=True)) == {taken.pk, fresh.pk}
+    assert sorted(p.name for p in stored_files(media_root)) == sorted(
+        p.rsplit("/", 1)[1] for p in (taken.file.name, fresh.file.name)
+    )
+
+
+def test_the_admin_model_form_offers_supports_images(admin_client):
+    from django.urls import reverse
+
+    response = admin_client.get(reverse("admin:arena_arenamodel_add"))
+
+    assert response.status_code == 200
+    assert b'name="supports_images"' in response.content
