@@ -128,6 +128,23 @@ def image_validate(*, data: bytes, max_pixels: int) -> CleanImage:
         raise _bomb(max_pixels) from None
     except (OSError, SyntaxError, ValueError, EOFError):
         raise _refused(gettext("The image is corrupt or truncated.")) from None
+    try:
+        clean, mime, extension, data = _reencoded(image, source_format)
+    except (OSError, ValueError, SyntaxError):
+        # A file that decodes but whose EXIF or pixels cannot be turned into a plain image.
+        raise _refused(gettext("The image is corrupt or truncated.")) from None
+    return CleanImage(
+        data=data,
+        mime=mime,
+        extension=extension,
+        width=clean.width,
+        height=clean.height,
+    )
+
+
+def _reencoded(image: Image.Image, source_format: str) -> tuple[Image.Image, str, str, bytes]:
+    """The pixels, upright, in a new PNG or JPEG file holding none of the original's metadata:
+    the image, its mime type, its extension and the file's bytes."""
     upright = ImageOps.exif_transpose(image) or image
     transparent = upright.mode in ("RGBA", "LA", "PA") or (
         upright.mode == "P" and "transparency" in upright.info
@@ -137,19 +154,11 @@ def image_validate(*, data: bytes, max_pixels: int) -> CleanImage:
         clean = upright.convert("RGBA" if transparent else "RGB")
         clean.info = {}  # nothing of the original's chunks is written again
         clean.save(out, format="PNG", optimize=False)
-        mime, extension = "image/png", ".png"
-    else:
-        clean = upright.convert("RGB")
-        clean.info = {}
-        clean.save(out, format="JPEG", quality=JPEG_QUALITY)
-        mime, extension = "image/jpeg", ".jpg"
-    return CleanImage(
-        data=out.getvalue(),
-        mime=mime,
-        extension=extension,
-        width=clean.width,
-        height=clean.height,
-    )
+        return clean, "image/png", ".png", out.getvalue()
+    clean = upright.convert("RGB")
+    clean.info = {}
+    clean.save(out, format="JPEG", quality=JPEG_QUALITY)
+    return clean, "image/jpeg", ".jpg", out.getvalue()
 
 
 def image_upload(*, session_key: str, upload: IO[bytes] | None) -> PromptImage:
