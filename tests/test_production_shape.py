@@ -736,7 +736,7 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
         assert shown["webhook_delivery"]["status"] == "delivered"
 
         # --- The votes export with the token's export scope, streamed by uvicorn: the live
-        # battle's vote (an environment battle's is never exported).
+        # battles' votes, the image battle's last (an environment battle's is never exported).
         request = urllib.request.Request(
             f"{shape.url}/api/exports/votes?format=arena&model=zephyrine-1",
             headers={"Authorization": f"Bearer {token}"},
@@ -745,7 +745,8 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
             assert response.headers["Content-Type"].startswith("application/x-ndjson")
             exported = [json.loads(line) for line in response.read().splitlines()]
         assert [(row["winner"], {row["model_a"], row["model_b"]}) for row in exported] == [
-            ("model_b", set(LIVE_MODELS))
+            ("model_b", set(LIVE_MODELS)),
+            ("model_a", set(LIVE_MODELS)),
         ]
         page.goto(shape.url + "/leaderboard")
         assert f"· {new_votes} votes" in page.get_by_test_id("last-updated").inner_text()
@@ -800,6 +801,7 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
             "language",
             "reactions",
             "share",
+            "attach",
         }
         assert errors == []
         assert shape.exited() == []  # web, beat and both workers ran through the whole walk
