@@ -16,7 +16,8 @@ RUN DJANGO_SETTINGS_MODULE=config.settings.production \
     DATABASE_URL=postgres://build@localhost/build \
     REDIS_URL=redis://localhost:6379/0 \
     python manage.py collectstatic --noinput
-RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin arena
+RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin arena \
+    && mkdir -p /app/var/media && chown arena /app/var/media
 USER arena
 ENV DJANGO_SETTINGS_MODULE=config.settings.production ARENA_HOST=0.0.0.0 ARENA_PORT=8000
 EXPOSE 8000

@@ -260,6 +260,13 @@ def page(browser) -> Iterator[object]:
 
 # --- Live battles -----------------------------------------------------------------------------
 @pytest.fixture
+def media_root(settings, tmp_path):
+    """Stored files (prompt images) go to this test's own directory."""
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+    return tmp_path / "media"
+
+
+@pytest.fixture
 def fake_upstream() -> Iterator[object]:
     """A real OpenAI-compatible server on loopback; set ``.models[name] = FakeModel(...)``."""
     from arena.tests.fake_openai import FakeUpstream
@@ -298,7 +305,8 @@ def make_vote(db):
     """Record a finished battle and its vote, the way the arena stores them.
 
     ``make_vote(model_a, model_b, winner, turns=1, prompt="...", category=..., language=...,
-    mode="anonymous", flagged=False, answers=("a text", "b text"))``.
+    mode="anonymous", flagged=False, answers=("a text", "b text"), images=0)``; ``images``
+    is how many images the prompt had (``Prompt.image_count``).
     """
     from answer_style import conv_metadata, style_counts
     from arena.models import Battle, BattleMessage, Vote
@@ -318,6 +326,7 @@ def make_vote(db):
         mode="anonymous",
         flagged=False,
         answers=("# Answer\n\n- one\n- two\n\n**yes**", "A plain answer."),
+        images=0,
     ):
         counter["n"] += 1
         text = prompt or f"Question {counter['n']}?"
@@ -325,6 +334,7 @@ def make_vote(db):
             turns=[text] + [f"Follow-up {t}" for t in range(1, turns)],
             category=category,
             language=language,
+            image_count=images,
         )
         battle = Battle.objects.create(
             mode=mode,

@@ -243,7 +243,14 @@ class ArenaModelAdmin(ArenaModelHealthMixin, admin.ModelAdmin[ArenaModel]):
         "health",
     ]
     list_display_links = ["model_name"]
-    list_filter = ["is_active", "is_public", "provider", "organization", "outputs_reuse"]
+    list_filter = [
+        "is_active",
+        "is_public",
+        "supports_images",
+        "provider",
+        "organization",
+        "outputs_reuse",
+    ]
     list_editable = ["sampling_weight", "is_active", "is_public"]
     search_fields = ["slug", "display_name", "organization", "upstream_model_id"]
     prepopulated_fields = {"slug": ("display_name",)}

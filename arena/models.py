@@ -128,6 +128,11 @@ class ArenaModel(models.Model):
     context_length = models.PositiveIntegerField(
         null=True, blank=True, help_text="Context window in tokens."
     )
+    supports_images = models.BooleanField(
+        default=False,
+        help_text="Vision-capable: takes images in the prompt (OpenAI image_url content parts). "
+        "Only such models are drawn for a battle whose prompt has images.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -168,6 +173,9 @@ class Prompt(models.Model):
         db_index=True,
         help_text="SHA-256 of the normalised first turn (visitors' prompts only).",
     )
+    # Images sent with the first turn (PromptImage rows of the battle); the leaderboard's
+    # vision category and the turns' content parts read it without a join.
+    image_count = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -558,6 +566,7 @@ class RefusedPrompt(models.Model):
     class Checker(models.TextChoices):
         BLOCKLIST = "blocklist", "Local blocklist"
         OPENAI = "openai", "OpenAI moderation endpoint"
+        IMAGE_POLICY = "image_policy", "Image policy (ARENA_IMAGE_POLICY)"
 
     session_hash = models.CharField(max_length=64, blank=True, db_index=True)
     ip_hash = models.CharField(max_length=64, blank=True, db_index=True)
@@ -574,3 +583,39 @@ class RefusedPrompt(models.Model):
 
     def __str__(self) -> str:
         return f"Refused prompt {self.prompt_sha256[:12]} ({self.get_checker_display()})"
+
+
+def prompt_image_name(instance: "PromptImage", filename: str) -> str:
+    """The stored name: the row's random id and the re-encoded format's extension, never the
+    visitor's file name."""
+    return f"prompt-images/{instance.id.hex}{filename[filename.rfind('.') :]}"
+
+
+class PromptImage(models.Model):
+    """An image a visitor attached to a live prompt, validated and re-encoded before it is
+    stored (``arena.live.images.image_upload``); the stored file holds no metadata.
+
+    Uploaded first, owned by the uploading session (its hash), then attached to the battle whose
+    first turn it was sent with (``battle``; null until then). The id is random (a UUID4), and
+    the file is served by it to whoever holds it (``arena.views.prompt_image``).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session_hash = models.CharField(max_length=64, db_index=True)
+    battle = models.ForeignKey(
+        Battle, null=True, blank=True, on_delete=models.CASCADE, related_name="images"
+    )
+    position = models.PositiveSmallIntegerField(default=0, help_text="Order within its prompt.")
+    file = models.FileField(upload_to=prompt_image_name, max_length=200)
+    sha256 = models.CharField(max_length=64, help_text="Of the stored (re-encoded) bytes.")
+    mime = models.CharField(max_length=40)
+    width = models.PositiveIntegerField()
+    height = models.PositiveIntegerField()
+    size = models.PositiveIntegerField(help_text="Stored bytes.")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["battle_id", "position", "created_at"]
+
+    def __str__(self) -> str:
+        return f"Image {self.id.hex[:12]} ({self.width}x{self.height} {self.mime})"

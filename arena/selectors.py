@@ -13,10 +13,12 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.db.models import (
+    BooleanField,
     Case,
     CharField,
     Count,
     Exists,
+    ExpressionWrapper,
     F,
     OuterRef,
     Prefetch,
@@ -347,7 +349,8 @@ def votes_for_rating(
     - ``battle__prompt__category`` and ``battle__prompt__language`` of the prompt;
     - ``turns``: how many user turns the battle showed (its current side-A messages);
     - ``prompt_chars``: characters of user text over those turns;
-    - ``prompt_has_code``: whether any of those turns holds a fenced code block.
+    - ``prompt_has_code``: whether any of those turns holds a fenced code block;
+    - ``prompt_has_image``: whether the prompt had images (``Prompt.image_count``).
 
     ``duplicate_cap`` above 0 down-samples repeated visitors' prompts: of the votes whose
     prompt's first turn normalises to the same text (``Prompt.text_hash``), only the first
@@ -383,6 +386,9 @@ def votes_for_rating(
                 Value(0),
             ),
             prompt_has_code=Exists(turns_shown.filter(user_content__contains="```")),
+            prompt_has_image=ExpressionWrapper(
+                Q(battle__prompt__image_count__gt=0), output_field=BooleanField()
+            ),
         )
         .values(
             "id",
@@ -396,6 +402,7 @@ def votes_for_rating(
             "turns",
             "prompt_chars",
             "prompt_has_code",
+            "prompt_has_image",
             "rated_winner",
         )
     )

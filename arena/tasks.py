@@ -1,11 +1,13 @@
 """Celery tasks of the battle side, under their registered names: the live battles' sweep
-(``arena.live.sweep``) and the pool's recognisability figures (``arena.transparency``). The
-environment API's tasks are its own app's (``environment.tasks``)."""
+(``arena.live.sweep``), the sweep of uploaded images no battle took (``arena.live.images``)
+and the pool's recognisability figures (``arena.transparency``). The environment API's tasks
+are their own app's (``environment.tasks``)."""
 
 import logging
 
 from celery import shared_task
 
+from arena.live.images import prompt_images_sweep
 from arena.live.sweep import live_battles_sweep
 from arena.transparency import pool_recognisability_refresh
 
@@ -25,6 +27,18 @@ def live_battles_sweep_task() -> int:
     if settled:
         logger.warning("settled %d live battles left streaming", settled)
     return settled
+
+
+@shared_task(  # type: ignore[untyped-decorator]
+    name="arena.tasks.prompt_images_sweep",
+    soft_time_limit=120,
+    time_limit=180,
+    acks_late=True,
+    ignore_result=True,
+)
+def prompt_images_sweep_task() -> int:
+    """Delete uploaded images no battle took within a day; a rerun finds nothing more."""
+    return prompt_images_sweep()
 
 
 @shared_task(  # type: ignore[untyped-decorator]

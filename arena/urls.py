@@ -10,4 +10,5 @@ urlpatterns = [
     # The card first: a page's token pattern would take "<token>.png" too.
     path("s/<str:token>.png", views.share_card, name="share-card"),
     path("s/<str:token>", views.share_page, name="share"),
+    path("images/<uuid:image_id>", views.prompt_image, name="prompt-image"),
 ]

@@ -2,6 +2,7 @@
 the rate limits; the JSON API's operations are in ``arena.visitor_api``."""
 
 import json
+import uuid
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
@@ -14,6 +15,7 @@ from django.views.decorators.http import require_GET
 from arena.api import error_json, session_identity
 from arena.battle_sources import battle_sources_have_work
 from arena.errors import ArenaError, ErrorCode
+from arena.live.images import image_stored
 from arena.selectors import (
     live_battles_enabled,
     pool_available,
@@ -81,6 +83,7 @@ def battle_page(request: HttpRequest) -> HttpResponse:
             and not request.session.get(CHALLENGE_SESSION_KEY),
             # ``?mode=live`` asked for what this site cannot serve: the page says so.
             "live_off": requested == "live" and not available["live"],
+            "image_max_per_prompt": settings.ARENA_IMAGE_MAX_PER_PROMPT,
         },
     )
 
@@ -130,4 +133,22 @@ def share_card(request: HttpRequest, token: str) -> HttpResponse:
     )
     response = HttpResponse(png, content_type="image/png")
     response["Cache-Control"] = "public, max-age=86400"
+    return response
+
+
+@require_GET
+def prompt_image(request: HttpRequest, image_id: uuid.UUID) -> HttpResponse:
+    """A prompt's image, to whoever has its link: the id is random (UUID4), so a link is as good
+    as a key, as a share link is. Served as the re-encoded format it is stored in, never sniffed
+    as anything else, shown inline, and under a policy that runs nothing."""
+    stored = image_stored(image_id=image_id)
+    if stored is None:
+        raise Http404("No such image.")
+    image, data = stored
+    response = HttpResponse(data, content_type=image.mime)
+    response["X-Content-Type-Options"] = "nosniff"
+    extension = "png" if image.mime == "image/png" else "jpg"
+    response["Content-Disposition"] = f'inline; filename="{image.pk.hex}.{extension}"'
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    response["Cache-Control"] = "private, max-age=86400"
     return response

@@ -50,6 +50,7 @@ from arena.exports import (
     jsonl_line,
     voted_battles,
 )
+from arena.live.images import image_upload
 from arena.models import ApiToken
 from arena.payloads import WINNERS, BattlePayload
 from arena.selectors import battle_for_session, battle_payload
@@ -251,6 +252,15 @@ class ShareOut(TypedDict):
     include_prompt: bool
 
 
+class ImageOut(TypedDict):
+    id: str  # what a live battle's start frame names in its images list
+    url: str  # the stored (re-encoded) image
+    mime: str  # image/png or image/jpeg: the re-encoded format
+    width: int
+    height: int
+    size: int  # stored bytes
+
+
 class VerifiedOut(TypedDict):
     verified: Literal[True]
     required: bool  # whether votes need a solved challenge (ARENA_CHALLENGE)
@@ -415,6 +425,54 @@ def share_post(request: HttpRequest, battle_id: str, payload: ShareIn) -> Status
             "url": reverse("arena:share", args=[share.token]),
             "card_url": reverse("arena:share-card", args=[share.token]),
             "include_prompt": share.include_prompt,
+        },
+    )
+
+
+# The upload's body: multipart/form-data with one file, which the operation reads itself (a
+# schema parameter would make django-ninja answer a missing file with its own 422).
+IMAGE_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["image"],
+                    "properties": {"image": {"type": "string", "format": "binary"}},
+                }
+            }
+        },
+    }
+}
+
+
+@router.post(
+    "/images",
+    response={201: ImageOut, 400: ErrorOut, 403: ErrorOut, 413: ErrorOut, 429: ErrorOut},
+    summary="Upload an image for a live prompt",
+    operation_id="imageCreate",
+    openapi_extra={**CSRF, **IMAGE_BODY},
+)
+@decorate_view(checked(body=False), limited("arena.image_create", "ARENA_RATELIMIT_UPLOADS"))
+def image_create(request: HttpRequest) -> Status[ImageOut]:
+    """multipart/form-data, the file in the field image: a PNG, JPEG, WebP or GIF by its
+    content, at most ARENA_IMAGE_MAX_BYTES bytes (else a 413 request_too_large) and
+    ARENA_IMAGE_MAX_PIXELS pixels, whole (a 400 invalid_file naming field image otherwise:
+    another type whatever its name, a decompression bomb, a corrupt or truncated file).
+    Stored re-encoded without metadata; nothing is stored when refused. Its id then goes in
+    a live battle's start frame (images)."""
+    session_key, _ = session_identity(request)
+    image = image_upload(session_key=session_key, upload=request.FILES.get("image"))
+    return Status(
+        201,
+        {
+            "id": str(image.pk),
+            "url": reverse("arena:prompt-image", args=[image.pk]),
+            "mime": image.mime,
+            "width": image.width,
+            "height": image.height,
+            "size": image.size,
         },
     )
 

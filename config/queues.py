@@ -15,6 +15,7 @@ QUEUES = ("default", "ratings", "webhooks", "rewardmodel")
 
 TASK_QUEUES: dict[str, str] = {
     "arena.tasks.live_battles_sweep": "default",
+    "arena.tasks.prompt_images_sweep": "default",
     "arena.tasks.env_reference_answer": "default",
     "arena.tasks.env_completions_expire": "default",
     "arena.tasks.env_runs_idle_close": "default",

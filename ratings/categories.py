@@ -7,6 +7,8 @@ A battle belongs to every category whose rule it meets:
 - ``long_prompts``: the user turns shown hold ``RATINGS_LONG_PROMPT_CHARS`` characters or more
   in total (500 by default).
 - ``multi_turn``: the battle showed more than one user turn.
+- ``vision``: the prompt had images (a live battle's uploads); the style counts still read the
+  answers' text.
 - ``lang-<code>``, one per language present: the prompt's ``language`` field, lowercased and
   without its region (``en-US`` counts as ``en``); ``lang-en`` is "English".
 
@@ -94,6 +96,12 @@ def categories_from_languages(
             "multi_turn",
             *CATEGORY_TEXT["multi_turn"],
             lambda df: df["turns"] > 1,
+        ),
+        Category(
+            "vision",
+            "Vision",
+            "Prompts with images.",
+            lambda df: df["prompt_has_image"].astype(bool),
         ),
     ]
     for code in sorted(languages, key=lambda c: -languages[c]):  # stable: ties keep their order

@@ -48,6 +48,7 @@ import pytest
 from django.conf import settings
 
 from arena.tests.fake_openai import FakeModel, FakeUpstream
+from arena.tests.images import png_bytes
 from conftest import free_port
 from environment.tests.webhook_receiver import WebhookReceiver
 from tests.helpers import revealed_names
@@ -167,6 +168,8 @@ class ProductionShape:
             # an operator allows an internal trainer.
             ARENA_ENV_WEBHOOK_ALLOW_HOSTS="127.0.0.1/32",
             ARENA_ENV_WEBHOOK_ALLOW_HTTP="true",
+            # Uploaded images go to the run's own folder, not the checkout's var/.
+            DJANGO_MEDIA_ROOT=str(self.tmp / "media"),
         )
         env.update(self.extra_env)
         return env
@@ -523,6 +526,7 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
                 display_name,
                 "--organization",
                 "Quillwort Labs",
+                "--supports-images",
             )
 
         # --- The terms, then both kinds of battle offered; first two answers from the pool.
@@ -584,6 +588,28 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
         assert (source, winner) == ("live", "model_b")
         assert {name_a, name_b} == {name for name, _, _ in LIVE_MODELS.values()}
         assert revealed_names(page) == (name_a, name_b)
+
+        # --- An image battle: a picture attached through the file input, sent with the prompt
+        # to both (vision-capable) models, stored re-encoded under the media folder, voted on.
+        page.get_by_test_id("next-battle").click()
+        page.get_by_test_id("attach-input").set_input_files(
+            files=[{"name": "square.png", "mimeType": "image/png", "buffer": png_bytes(40, 30)}]
+        )
+        expect(page.get_by_test_id("attach-item")).to_contain_text("40×30", timeout=UI_TIMEOUT_MS)
+        page.get_by_test_id("prompt-input").fill("What is in this picture?")
+        page.get_by_test_id("send").click()
+        expect(page.get_by_test_id("vote-a")).to_be_enabled(timeout=UI_TIMEOUT_MS)
+        page.get_by_test_id("vote-a").click()
+        expect(page.get_by_test_id("model-name-a")).not_to_have_text(
+            "Model A", timeout=UI_TIMEOUT_MS
+        )
+        source, winner, _, _ = _latest_vote(database)
+        assert (source, winner) == ("live", "model_a")
+        images = database.query(
+            "SELECT i.mime, i.width, i.height, p.image_count FROM arena_promptimage i "
+            "JOIN arena_battle b ON b.id = i.battle_id JOIN arena_prompt p ON p.id = b.prompt_id"
+        )
+        assert images == [("image/png", 40, 30, 1)]
 
         # --- The environment API: a trainer's token, a run, a group of two completions; the
         # visitor's next pool battle is that group's, named "Submitted answer" after the vote.
@@ -710,7 +736,7 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
         assert shown["webhook_delivery"]["status"] == "delivered"
 
         # --- The votes export with the token's export scope, streamed by uvicorn: the live
-        # battle's vote (an environment battle's is never exported).
+        # battles' votes, the image battle's last (an environment battle's is never exported).
         request = urllib.request.Request(
             f"{shape.url}/api/exports/votes?format=arena&model=zephyrine-1",
             headers={"Authorization": f"Bearer {token}"},
@@ -719,7 +745,8 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
             assert response.headers["Content-Type"].startswith("application/x-ndjson")
             exported = [json.loads(line) for line in response.read().splitlines()]
         assert [(row["winner"], {row["model_a"], row["model_b"]}) for row in exported] == [
-            ("model_b", set(LIVE_MODELS))
+            ("model_b", set(LIVE_MODELS)),
+            ("model_a", set(LIVE_MODELS)),
         ]
         page.goto(shape.url + "/leaderboard")
         assert f"· {new_votes} votes" in page.get_by_test_id("last-updated").inner_text()
@@ -774,6 +801,7 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
             "language",
             "reactions",
             "share",
+            "attach",
         }
         assert errors == []
         assert shape.exited() == []  # web, beat and both workers ran through the whole walk

@@ -51,6 +51,7 @@ from arena.services.reactions import reaction_tags_seed
 from arena.services.terms import terms_accept
 from arena.services.vote_guards import challenge_create
 from arena.tests.factories import pool_of
+from arena.tests.images import png_bytes
 from config.asgi import application
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -112,6 +113,7 @@ def test_the_document_covers_every_api_endpoint_and_the_leaderboard_downloads(cl
         ("POST", "/api/battles/{battle_id}/vote"),
         ("PUT", "/api/battles/{battle_id}/reactions/{side}"),
         ("POST", "/api/battles/{battle_id}/share"),
+        ("POST", "/api/images"),
         ("GET", "/api/challenge"),
         ("POST", "/api/challenge/verify"),
         ("POST", "/api/terms"),
@@ -147,6 +149,9 @@ class Sessions:
         """A valid request made to follow the rules that depend on data or on a solution."""
         if case.operation.label == "POST /api/challenge/verify" and isinstance(case.body, dict):
             case.body["payload"] = solved(challenge_create())
+        if case.operation.label == "POST /api/images" and isinstance(case.body, dict):
+            # An image by its content, which no schema can say of a binary field.
+            case.body["image"] = png_bytes(8, 8)
         if case.operation.label.startswith("PUT /api/battles/") and isinstance(case.body, dict):
             # Reasons are the staff's tags of the reaction's polarity, which no schema lists.
             tags = case.body.get("tags")
@@ -192,7 +197,7 @@ def within_the_utc_calendar(moment: str) -> str:
 
 
 @pytest.fixture
-def arena_state(transactional_db, settings, rated_models):
+def arena_state(transactional_db, settings, rated_models, media_root):
     """A pool to draw battles from, votes to export and a leaderboard computed from them (the
     60 votes of ``rated_models``), and the two sessions."""
     from ratings import services

@@ -70,6 +70,7 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
         "js/language.js",
         "js/reactions.js",
         "js/share.js",
+        "js/attach.js",
     ):
         text = (tmp_path / "static" / manifest[name]).read_text(encoding="utf-8")
         imports[name] = MODULE_IMPORT.findall(text)
@@ -78,6 +79,7 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
             "./" + Path(manifest["js/battle.js"]).name,
             "./" + Path(manifest["js/i18n.js"]).name,
             "./" + Path(manifest["js/render.js"]).name,
+            "./" + Path(manifest["js/attach.js"]).name,
         ],
         "js/battle.js": [
             "./" + Path(manifest["js/challenge.js"]).name,
@@ -95,4 +97,5 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
         "js/language.js": [],
         "js/reactions.js": ["./" + Path(manifest["js/i18n.js"]).name],
         "js/share.js": ["./" + Path(manifest["js/i18n.js"]).name],
+        "js/attach.js": [],
     }

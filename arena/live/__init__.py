@@ -12,5 +12,6 @@ the database up to date. When a turn ends, ``turns.battle_turn_finish`` saves bo
 battle becomes votable (or errored/aborted), and each provider's circuit breaker (``breaker``)
 hears how its answer went. A beat task (``arena.tasks.live_battles_sweep``, calling ``sweep``)
 settles battles a stopped server left streaming. The vote itself goes over HTTP, as for pool
-battles.
+battles. Images a visitor attaches are uploaded over HTTP first (``images``: validated,
+re-encoded, stored), then named by id in the ``start`` frame and sent with the first turn.
 """

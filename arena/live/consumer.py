@@ -2,8 +2,9 @@
 
 Frames from the page (JSON objects with a ``type``):
 
-- ``start``       {prompt, mode?: "anonymous"|"named", models?: [slug_a, slug_b]}
-- ``turn``        {battle_id, prompt}      a follow-up with the same pair
+- ``start``       {prompt, mode?: "anonymous"|"named", models?: [slug_a, slug_b], images?: [id]}
+                  images: the session's uploads (``POST /api/images``), for vision models
+- ``turn``        {battle_id, prompt}      a follow-up with the same pair (no new images)
 - ``regenerate``  {battle_id}              new answers to the last turn
 - ``stream``      {battle_id}              a mixed battle's live side: its next pool turn, or
                   again the turn its answer failed on (``arena.services.bridge``); the
@@ -284,6 +285,7 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                 mode=content.get("mode") or Battle.Mode.ANONYMOUS,
                 model_slugs=content.get("models"),
                 client_ip=self.client_ip,
+                image_ids=content.get("images"),
             )
             await self._begin(plan)
         elif kind == "turn":
@@ -294,6 +296,7 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                 session_key=self.session_key,
                 prompt=content.get("prompt"),
                 client_ip=self.client_ip,
+                image_ids=content.get("images"),
             )
             await self._begin(plan)
         elif kind == "regenerate":

@@ -3,7 +3,9 @@
 Anonymous mode draws two different available models (``arena.selectors.live_models_available``:
 active, live, positive weight, provider's breaker not open) by the active pair rule
 (``arena.sampling.stats``; by sampling weight when it is off) and places them in random
-order; named mode takes the two the visitor picked, in that order.
+order; named mode takes the two the visitor picked, in that order. A prompt with images is
+drawn from the vision-capable models only (``ArenaModel.supports_images``), and named mode
+refuses a pick that is not.
 
 Both read the live models from the process's copy (``arena.pool_cache``: one cache round trip,
 no query while no model, provider, breaker or limit changed) and compare each provider's breaker
@@ -47,8 +49,26 @@ def _own(a: ArenaModel, b: ArenaModel) -> tuple[ArenaModel, ArenaModel]:
     return copy.copy(a), copy.copy(b)
 
 
-def draw_pair(rng: random.Random, kept: PoolCache | None = None) -> tuple[ArenaModel, ArenaModel]:
+def _too_few_vision_models() -> ArenaError:
+    return ArenaError(
+        ErrorCode.NO_LIVE_MODELS,
+        gettext(
+            "Fewer than two vision-capable models are available right now, so a prompt with "
+            "images cannot be answered; send it without images, or try again later."
+        ),
+        status=503,
+        field="images",
+    )
+
+
+def draw_pair(
+    rng: random.Random, kept: PoolCache | None = None, *, vision: bool = False
+) -> tuple[ArenaModel, ArenaModel]:
     candidates = _available(kept or pool_cache())
+    if vision:
+        candidates = [m for m in candidates if m.supports_images]
+        if len(candidates) < 2:
+            raise _too_few_vision_models()
     if len(candidates) < 2:
         raise ArenaError(
             ErrorCode.NO_LIVE_MODELS,
@@ -68,7 +88,9 @@ def draw_pair(rng: random.Random, kept: PoolCache | None = None) -> tuple[ArenaM
     return _own(first, second) if rng.random() < 0.5 else _own(second, first)
 
 
-def named_pair(model_slugs: object, kept: PoolCache | None = None) -> tuple[ArenaModel, ArenaModel]:
+def named_pair(
+    model_slugs: object, kept: PoolCache | None = None, *, vision: bool = False
+) -> tuple[ArenaModel, ArenaModel]:
     if (
         not isinstance(model_slugs, list | tuple)
         or len(model_slugs) != 2
@@ -97,4 +119,13 @@ def named_pair(model_slugs: object, kept: PoolCache | None = None) -> tuple[Aren
             gettext("Unknown or unavailable model: %(models)s.") % {"models": ", ".join(missing)},
             field="models",
         )
+    if vision:
+        blind = [s for s in model_slugs if not found[s].supports_images]
+        if blind:
+            raise ArenaError(
+                ErrorCode.INVALID,
+                gettext("Not vision-capable, so it cannot take images: %(models)s.")
+                % {"models": ", ".join(blind)},
+                field="images",
+            )
     return _own(found[model_slugs[0]], found[model_slugs[1]])

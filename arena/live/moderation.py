@@ -7,6 +7,11 @@ line, ``#`` comments, or a comma-separated list) is matched, case-insensitively 
 words. A refused prompt is recorded (``RefusedPrompt``, its hash, never its text) and answered
 with ``prompt_refused``; the caller counts it against the live-call rate limit first.
 
+Images sent with a prompt (data URLs) go to the moderation endpoint with its text, as
+``image_url`` input parts (OpenAI's omni moderation model takes them). Without a moderation
+provider, ``ARENA_IMAGE_POLICY`` decides: ``allow`` lets them through, ``refuse`` refuses every
+prompt with images (``prompt_refused`` naming the field images, recorded).
+
 The endpoint failing (a timeout, a 5xx, a refused key) fails closed: the prompt is not sent to
 any model and the visitor gets ``moderation_unavailable`` (503) to try again. The point of the
 hook is that no model sees an unchecked prompt, and what a failure costs is a live battle now,
@@ -17,9 +22,11 @@ import hashlib
 import logging
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.utils.translation import gettext_lazy
@@ -46,9 +53,21 @@ class Verdict:
     reason: str = ""
 
 
-def prompt_moderate(*, text: str, session_key: str, client_ip: str | None) -> None:
-    """Refuse ``text`` (``prompt_refused``, recorded) or let it through; fails closed."""
-    verdict = prompt_verdict(text)
+IMAGES_REFUSED_MESSAGE = gettext_lazy(
+    "Images are not accepted in prompts here, so no model was asked. Send the prompt without them."
+)
+
+
+def prompt_moderate(
+    *,
+    text: str,
+    session_key: str,
+    client_ip: str | None,
+    image_urls: Sequence[str] = (),
+) -> None:
+    """Refuse ``text`` with its images (data URLs) (``prompt_refused``, recorded) or let it
+    through; fails closed."""
+    verdict = prompt_verdict(text, image_urls)
     if not verdict.refused:
         return
     RefusedPrompt.objects.create(
@@ -59,13 +78,19 @@ def prompt_moderate(*, text: str, session_key: str, client_ip: str | None) -> No
         checker=verdict.checker,
         reason=verdict.reason[:300],
     )
+    if verdict.checker == RefusedPrompt.Checker.IMAGE_POLICY:
+        raise ArenaError(ErrorCode.PROMPT_REFUSED, IMAGES_REFUSED_MESSAGE, field="images")
     raise ArenaError(ErrorCode.PROMPT_REFUSED, REFUSED_MESSAGE, field="prompt")
 
 
-def prompt_verdict(text: str) -> Verdict:
+def prompt_verdict(text: str, image_urls: Sequence[str] = ()) -> Verdict:
     provider_name = settings.ARENA_MODERATION_PROVIDER
     if provider_name:
-        return _openai_verdict(text, provider_name)
+        return _openai_verdict(text, provider_name, image_urls)
+    if image_urls and settings.ARENA_IMAGE_POLICY == "refuse":
+        return Verdict(
+            refused=True, checker=RefusedPrompt.Checker.IMAGE_POLICY, reason="images refused"
+        )
     entry = _blocklist_match(text, settings.ARENA_MODERATION_BLOCKLIST)
     return Verdict(
         refused=entry is not None, checker=RefusedPrompt.Checker.BLOCKLIST, reason=entry or ""
@@ -76,7 +101,16 @@ def _unavailable() -> ArenaError:
     return ArenaError(ErrorCode.MODERATION_UNAVAILABLE, UNAVAILABLE_MESSAGE, status=503)
 
 
-def _openai_verdict(text: str, provider_name: str) -> Verdict:
+def _moderation_input(text: str, image_urls: Sequence[str]) -> str | list[dict[str, Any]]:
+    """The endpoint's input: the text alone, or its parts with the images (multi-modal)."""
+    if not image_urls:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    parts += [{"type": "image_url", "image_url": {"url": url}} for url in image_urls]
+    return parts
+
+
+def _openai_verdict(text: str, provider_name: str, image_urls: Sequence[str] = ()) -> Verdict:
     # Here, not at module level: only a site that names a moderation provider loads the client.
     import openai
 
@@ -92,7 +126,10 @@ def _openai_verdict(text: str, provider_name: str) -> Verdict:
     )
     try:
         with client:
-            answer = client.moderations.create(model=settings.ARENA_MODERATION_MODEL, input=text)
+            answer = client.moderations.create(
+                model=settings.ARENA_MODERATION_MODEL,
+                input=_moderation_input(text, image_urls),  # type: ignore[arg-type]
+            )
     except openai.OpenAIError as exc:
         log.warning("Moderation endpoint of %s failed: %s", provider_name, type(exc).__name__)
         raise _unavailable() from None

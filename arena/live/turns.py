@@ -14,7 +14,7 @@ saved and the battle becomes ready to vote, or errored/aborted, which are not vo
 import random
 import uuid
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from django.db import connection, transaction
 from django.db.models import Field
@@ -28,12 +28,20 @@ from arena.inputs import text_storable
 from arena.leaks import answer_names_model
 from arena.live.breaker import provider_failure_record, provider_success_record
 from arena.live.draw import draw_pair, named_pair
+from arena.live.images import image_data_url, images_for_prompt
 from arena.live.limits import check_call_rate, check_concurrency, clean_prompt
 from arena.live.moderation import prompt_moderate
 from arena.live.owners import owners_mark
 from arena.live.sweep import orphan_check, settling_orphans
 from arena.live.upstream import Answer, UpstreamTarget
-from arena.models import USER_PROMPT_SOURCE, ArenaModel, Battle, BattleMessage, Prompt
+from arena.models import (
+    USER_PROMPT_SOURCE,
+    ArenaModel,
+    Battle,
+    BattleMessage,
+    Prompt,
+    PromptImage,
+)
 from arena.payloads import BattlePayload, Side
 from arena.pool_cache import pool_cache
 from arena.prompt_text import prompt_text_hash
@@ -53,7 +61,8 @@ SIDES: tuple[Side, Side] = ("a", "b")
 class SidePlan:
     message_id: int
     target: UpstreamTarget
-    history: list[dict[str, str]]
+    # OpenAI chat messages; a user turn with images has content parts instead of a string
+    history: list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -77,11 +86,13 @@ def battle_start_live(
     model_slugs: object = None,
     rng: random.Random | None = None,
     client_ip: str | None = None,
+    image_ids: object = None,
 ) -> TurnPlan:
-    """Start a live battle on the visitor's prompt.
+    """Start a live battle on the visitor's prompt, with the images it uploaded (their ids).
 
     Anonymous mode draws two different available models by sampling weight and places them on
     sides A and B in random order; named mode takes the two the visitor picked, in that order.
+    With images, both are vision-capable models, and the images pass moderation with the text.
     """
     if not session_key:
         raise ArenaError(ErrorCode.NO_SESSION, gettext("Open the battle page first."), status=403)
@@ -90,13 +101,16 @@ def battle_start_live(
     limits = kept.live_limits()
     text = clean_prompt(prompt, limits)
     check_call_rate(client_ip)  # counted first, so a refused prompt costs a call too
-    prompt_moderate(text=text, session_key=session_key, client_ip=client_ip)
+    images = images_for_prompt(image_ids=image_ids, session_key=session_key)
+    image_urls = [image_data_url(image) for image in images]
+    prompt_moderate(text=text, session_key=session_key, client_ip=client_ip, image_urls=image_urls)
     if mode not in Battle.Mode.values:
         raise ArenaError(ErrorCode.INVALID, gettext("Unknown battle mode."), field="mode")
+    vision = bool(images)
     if mode == Battle.Mode.NAMED:
-        model_a, model_b = named_pair(model_slugs, kept)
+        model_a, model_b = named_pair(model_slugs, kept, vision=vision)
     else:
-        model_a, model_b = draw_pair(rng or random.SystemRandom(), kept)
+        model_a, model_b = draw_pair(rng or random.SystemRandom(), kept, vision=vision)
     with transaction.atomic():
         check_concurrency(session_key=session_key, limits=limits, exclude=None)
         battle = Battle.objects.create(
@@ -105,14 +119,50 @@ def battle_start_live(
             model_a=model_a,
             model_b=model_b,
             prompt=Prompt.objects.create(
-                turns=[text], source=USER_PROMPT_SOURCE, text_hash=prompt_text_hash(text)
+                turns=[text],
+                source=USER_PROMPT_SOURCE,
+                text_hash=prompt_text_hash(text),
+                image_count=len(images),
             ),
             session_hash=session_hash(session_key),
             state=Battle.State.STREAMING,
         )
+        if images:
+            _images_attach(battle=battle, images=images)
         return _plan_turn(
-            battle=battle, turn=0, text=text, limits=limits, regenerated=False, new_battle=True
+            battle=battle,
+            turn=0,
+            text=text,
+            limits=limits,
+            regenerated=False,
+            new_battle=True,
+            image_urls=image_urls,
         )
+
+
+def _images_attach(*, battle: Battle, images: list[PromptImage]) -> None:
+    """Give the images to the battle, in order; one taken by another battle meanwhile (the
+    same ids sent twice at once) refuses this one."""
+    for position, image in enumerate(images):
+        taken = PromptImage.objects.filter(pk=image.pk, battle__isnull=True).update(
+            battle=battle, position=position
+        )
+        if not taken:
+            raise ArenaError(
+                ErrorCode.INVALID,
+                gettext("An image was sent with another prompt already; attach it again."),
+                field="images",
+            )
+
+
+def user_message(text: str, image_urls: list[str]) -> dict[str, Any]:
+    """A user turn as an OpenAI chat message: plain text, or with images its content parts
+    (the text first, then each image as an ``image_url`` part holding a data URL)."""
+    if not image_urls:
+        return {"role": "user", "content": text}
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    parts += [{"type": "image_url", "image_url": {"url": url}} for url in image_urls]
+    return {"role": "user", "content": parts}
 
 
 def _locked_battle(
@@ -161,9 +211,21 @@ def _refuse_unless_ready(battle: Battle, action: str) -> None:
 
 
 def battle_turn_add(
-    *, battle_id: object, session_key: str, prompt: object, client_ip: str | None = None
+    *,
+    battle_id: object,
+    session_key: str,
+    prompt: object,
+    client_ip: str | None = None,
+    image_ids: object = None,
 ) -> TurnPlan:
-    """Add a follow-up prompt: the same pair answers it with the whole conversation."""
+    """Add a follow-up prompt: the same pair answers it with the whole conversation (and the
+    first turn's images, if any; a follow-up brings no new ones)."""
+    if image_ids:
+        raise ArenaError(
+            ErrorCode.INVALID,
+            gettext("Images go with a battle's first prompt; start a new battle."),
+            field="images",
+        )
     limits = live_limits()
     text = clean_prompt(prompt, limits)
     check_call_rate(client_ip)  # counted first, so a refused prompt costs a call too
@@ -335,9 +397,17 @@ def _plan_turn(
     regenerated: bool,
     new_battle: bool = False,
     sides_planned: tuple[Side, ...] = SIDES,
+    image_urls: list[str] | None = None,
 ) -> TurnPlan:
     """Create the streaming messages of a turn for ``sides_planned`` (both, or a mixed
-    battle's live side) and what the consumer needs to stream them."""
+    battle's live side) and what the consumer needs to stream them.
+
+    The first turn's images (``image_urls`` for a new battle, else read from its images when
+    its prompt has any) go with that turn each time the conversation is sent."""
+    if image_urls is None:
+        image_urls = []
+        if battle.prompt is not None and battle.prompt.image_count:
+            image_urls = [image_data_url(i) for i in battle.images.order_by("position")]
     earlier: dict[str, list[BattleMessage]] = {side: [] for side in SIDES}
     if not new_battle:  # a battle created just now has no earlier messages to read
         for message in battle.messages.filter(superseded_at__isnull=True, turn__lt=turn).order_by(
@@ -365,11 +435,12 @@ def _plan_turn(
     models = {"a": battle.model_a, "b": battle.model_b}
     for side, message in zip(sides_planned, messages, strict=True):
         model = models[side]
-        history: list[dict[str, str]] = []
+        history: list[dict[str, Any]] = []
         for earlier_message in earlier[side]:
-            history.append({"role": "user", "content": earlier_message.user_content})
+            urls = image_urls if earlier_message.turn == 0 else []
+            history.append(user_message(earlier_message.user_content, urls))
             history.append({"role": "assistant", "content": earlier_message.content})
-        history.append({"role": "user", "content": text})
+        history.append(user_message(text, image_urls if turn == 0 else []))
         assert message.pk is not None
         sides[side] = SidePlan(
             message_id=message.pk, target=UpstreamTarget.for_model(model), history=history

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -206,7 +206,7 @@ def _classify(exc: BaseException) -> str:
 
 
 def request_kwargs(
-    target: UpstreamTarget, history: list[dict[str, str]], max_tokens: int
+    target: UpstreamTarget, history: Sequence[Mapping[str, Any]], max_tokens: int
 ) -> dict[str, Any]:
     messages = list(history)
     if target.system_prompt:
@@ -239,7 +239,9 @@ class UpstreamFailed(Exception):
     """The provider gave no answer to a whole (non-streamed) request; the message says why."""
 
 
-def answer_whole(target: UpstreamTarget, history: list[dict[str, str]], *, max_tokens: int) -> str:
+def answer_whole(
+    target: UpstreamTarget, history: Sequence[Mapping[str, Any]], *, max_tokens: int
+) -> str:
     """One answer to ``history``, asked without streaming (the model's system prompt and
     generation parameters as a live battle's): for answers stored beforehand, such as the
     environment's reference answers and generated pool variants. One attempt per
@@ -279,7 +281,7 @@ def answer_whole(target: UpstreamTarget, history: list[dict[str, str]], *, max_t
 
 async def stream_answer(
     target: UpstreamTarget,
-    history: list[dict[str, str]],
+    history: Sequence[Mapping[str, Any]],
     *,
     answer: Answer,
     on_delta: Callable[[str], Awaitable[None]],

@@ -78,12 +78,14 @@ def model_register(
     organization: str | None = None,
     update: bool = False,
     activate: bool = False,
+    supports_images: bool | None = None,
 ) -> ModelRegistration:
     """Register the live model ``slug`` served by the provider at ``provider_url``.
 
     A new slug needs ``provider_url`` and ``upstream_model``. An existing slug is refused unless
     ``update`` is true; then only the options given change, and each change is reported. A
-    deactivated model is re-activated only with ``activate``. The provider is found by its base
+    deactivated model is re-activated only with ``activate``. ``supports_images`` marks the
+    model vision-capable (True), or not (False); None leaves it as it is. The provider is found by its base
     URL, or created and named after the URL's host and port. Nothing is written when an
     ``ArenaError`` is raised.
     """
@@ -153,6 +155,7 @@ def model_register(
             "sampling_weight": weight,
             "display_name": display_name or None,
             "organization": organization,
+            "supports_images": supports_images,
         }
         for name, value in updates.items():
             if value is None:

@@ -89,6 +89,29 @@ class FakeRequest:
     def messages(self) -> list[dict[str, Any]]:
         return list(self.body.get("messages", []))
 
+    @property
+    def content_parts(self) -> list[dict[str, Any]]:
+        """Every content part received, in order: those of messages whose content is a list of
+        parts (OpenAI's multi-modal messages), and of a moderation input given as parts."""
+        parts: list[dict[str, Any]] = []
+        for message in self.messages:
+            content = message.get("content")
+            if isinstance(content, list):
+                parts += [p for p in content if isinstance(p, dict)]
+        moderated = self.body.get("input")
+        if isinstance(moderated, list):
+            parts += [p for p in moderated if isinstance(p, dict)]
+        return parts
+
+    @property
+    def image_urls(self) -> list[str]:
+        """The URLs of the ``image_url`` parts received (data URLs from the arena)."""
+        return [
+            str((p.get("image_url") or {}).get("url", ""))
+            for p in self.content_parts
+            if p.get("type") == "image_url"
+        ]
+
 
 class _ClientGone(Exception):
     pass
@@ -111,6 +134,8 @@ class FakeUpstream:
         self.record = record
         self.requests: list[FakeRequest] = []
         self.flagged_words: tuple[str, ...] = ()
+        # Whether a moderation input with an image part is flagged (category sexual).
+        self.flag_images = False
         # When set, a request without ``Authorization: Bearer <api_key>`` is refused with 401,
         # as OpenAI refuses a wrong key.
         self.api_key: str | None = None
@@ -291,10 +316,17 @@ class FakeUpstream:
             await reader.read(1)  # until the client gives up and closes the connection
             raise _ClientGone
         inputs = request.body.get("input", "")
-        texts = inputs if isinstance(inputs, list) else [inputs]
+        if isinstance(inputs, list) and all(isinstance(i, dict) for i in inputs) and inputs:
+            # Multi-modal input (content parts): one result for the whole of it, as OpenAI's.
+            texts = [" ".join(str(p.get("text", "")) for p in inputs if p.get("type") == "text")]
+            images = any(p.get("type") == "image_url" for p in inputs)
+        else:
+            texts = inputs if isinstance(inputs, list) else [inputs]
+            images = False
         results = []
         for text in texts:
             flagged = any(word.lower() in str(text).lower() for word in self.flagged_words)
+            flagged = flagged or (images and self.flag_images)
             results.append(
                 {
                     "flagged": flagged,

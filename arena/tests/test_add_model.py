@@ -139,3 +139,15 @@ def test_a_slug_outside_the_slug_rule_is_refused(slug):
         register(slug)
     assert "slug" in str(refused.value)
     assert not ArenaModel.objects.exists()
+
+
+def test_supports_images_is_set_and_cleared_only_when_asked():
+    register("llava", "--supports-images")
+    assert ArenaModel.objects.get(slug="llava").supports_images is True
+
+    assert add_model("--slug=llava", "--update", "--weight=2") != ""
+    assert ArenaModel.objects.get(slug="llava").supports_images is True  # left as it was
+
+    out = add_model("--slug=llava", "--update", "--no-supports-images")
+    assert "supports_images: True -> False" in out
+    assert ArenaModel.objects.get(slug="llava").supports_images is False

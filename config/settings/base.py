@@ -336,6 +336,26 @@ ARENA_MODERATION_MODEL = env("ARENA_MODERATION_MODEL", default="omni-moderation-
 ARENA_MODERATION_TIMEOUT_SECONDS = env_float("ARENA_MODERATION_TIMEOUT_SECONDS", default=5.0)
 ARENA_MODERATION_BLOCKLIST = env("ARENA_MODERATION_BLOCKLIST", default="")
 
+# --- Images in live prompts (arena.live.images) -------------------------------------------
+# Stored through Django's storage API (STORAGES["default"]: files under MEDIA_ROOT unless an
+# S3-compatible backend is configured, docs/deployment.md); served by arena.views.prompt_image.
+MEDIA_ROOT = Path(env("DJANGO_MEDIA_ROOT", default=str(VAR_DIR / "media")))
+MEDIA_URL = "/media/"
+# An upload's bytes and decoded pixels (width x height) at most; over either it is refused.
+ARENA_IMAGE_MAX_BYTES = env.int("ARENA_IMAGE_MAX_BYTES", default=10 * 1024 * 1024)
+ARENA_IMAGE_MAX_PIXELS = env.int("ARENA_IMAGE_MAX_PIXELS", default=25_000_000)
+ARENA_IMAGE_MAX_PER_PROMPT = env.int("ARENA_IMAGE_MAX_PER_PROMPT", default=4)
+_bounded("ARENA_IMAGE_MAX_BYTES", ARENA_IMAGE_MAX_BYTES, 1024, 100 * 1024 * 1024)
+_bounded("ARENA_IMAGE_MAX_PIXELS", ARENA_IMAGE_MAX_PIXELS, 64, 200_000_000)
+_bounded("ARENA_IMAGE_MAX_PER_PROMPT", ARENA_IMAGE_MAX_PER_PROMPT, 1, 16)
+# Images when no moderation provider is configured: allow, or refuse every image prompt.
+ARENA_IMAGE_POLICY = env("ARENA_IMAGE_POLICY", default="allow")
+if ARENA_IMAGE_POLICY not in ("allow", "refuse"):
+    raise ImproperlyConfigured(
+        f"ARENA_IMAGE_POLICY must be allow or refuse; it is {ARENA_IMAGE_POLICY!r}."
+    )
+ARENA_RATELIMIT_UPLOADS = env("ARENA_RATELIMIT_UPLOADS", default="30/m")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -45,7 +45,10 @@ def votes(rated_models, make_vote):
         if kind == 0:
             make_vote(a, b, winner, category="coding")
         elif kind == 1:
-            make_vote(b, a, "model_b" if winner == "model_a" else winner, prompt="x" * 250)
+            # Long prompts with an image: the vision category's votes.
+            make_vote(
+                b, a, "model_b" if winner == "model_a" else winner, prompt="x" * 250, images=1
+            )
         else:
             make_vote(a, b, winner, turns=2, language="en-GB")
     # Coding by a fenced code block rather than by the prompt's category.
@@ -130,7 +133,15 @@ def test_streamed_refresh_writes_the_same_payload_as_the_in_memory_one(votes, se
     assert_same(memory.payload, streamed.payload)
     # The comparison covers every kind of view the fixture builds.
     keys = [c["key"] for c in streamed.payload["categories"]]
-    assert keys == ["overall", "coding", "long_prompts", "multi_turn", "lang-en", "lang-fr"]
+    assert keys == [
+        "overall",
+        "coding",
+        "long_prompts",
+        "multi_turn",
+        "vision",
+        "lang-en",
+        "lang-fr",
+    ]
     overall = category(streamed, "overall")
     assert overall["results"]["off"]["n_battles"] == 123
     assert overall["results"]["on"]["n_battles"] == 111  # the 12 without style counts left out
@@ -179,7 +190,8 @@ def write_and_compare(path, batch_rows=BATCH_ROWS, observe=None):
     assert written.rows == len(battles) == len(frame)
     for column in ("model_a", "model_b", "winner", "prompt_category", "language"):
         assert frame[column].astype(str).tolist() == battles[column].tolist()
-    for column in ("vote_id", "turns", "prompt_chars", "prompt_has_code"):
+    assert frame["prompt_has_image"].any() and not frame["prompt_has_image"].all()
+    for column in ("vote_id", "turns", "prompt_chars", "prompt_has_code", "prompt_has_image"):
         assert frame[column].tolist() == battles[column].tolist()
     complete = battles["conv_metadata"].map(vote_sources.style_complete)
     assert frame["style_complete"].tolist() == complete.tolist()

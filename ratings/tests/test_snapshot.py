@@ -48,6 +48,7 @@ def test_refresh_writes_every_category_with_and_without_style_control(rated_mode
         "coding",
         "long_prompts",
         "multi_turn",
+        "vision",
         "lang-en",
     }
     assert category(snapshot, "lang-en")["label"] == "English"
@@ -140,7 +141,7 @@ def test_a_category_with_too_few_votes_is_marked_and_the_rest_is_still_written(r
 def test_no_votes_at_all_gives_a_snapshot_whose_categories_all_lack_votes(db):
     snapshot = services.snapshot_refresh().snapshot
     assert snapshot.n_votes == 0 and snapshot.vote_high_water == 0
-    assert [c["status"] for c in snapshot.payload["categories"]] == ["insufficient"] * 4
+    assert [c["status"] for c in snapshot.payload["categories"]] == ["insufficient"] * 5
 
 
 def test_categories_select_coding_long_multi_turn_and_language_battles(db, make_vote):
@@ -159,16 +160,18 @@ def test_categories_select_coding_long_multi_turn_and_language_battles(db, make_
     votes(prompt="x" * 250)
     votes(turns=2)
     votes(language="fr-FR")
+    votes(images=1)
 
     snapshot = services.snapshot_refresh().snapshot
 
     counts = {c["key"]: c["n_votes"] for c in snapshot.payload["categories"]}
     assert counts == {
-        "overall": 60,
+        "overall": 72,
         "coding": 24,
         "long_prompts": 12,
         "multi_turn": 12,
-        "lang-en": 48,
+        "vision": 12,
+        "lang-en": 60,
         "lang-fr": 12,
     }
     assert category(snapshot, "lang-fr")["label"] == "French"
@@ -180,9 +183,10 @@ def test_votes_for_rating_carries_turns_prompt_length_and_code(db, make_vote):
 
     a, b = ArenaModelFactory(), ArenaModelFactory()
     make_vote(a, b, prompt="abc", turns=2)
-    make_vote(a, b, prompt="see ```x```")
+    make_vote(a, b, prompt="see ```x```", images=2)
 
     rows = list(votes_for_rating())
+    assert [r["prompt_has_image"] for r in rows] == [False, True]
 
     assert [r["turns"] for r in rows] == [2, 1]
     assert rows[0]["prompt_chars"] == len("abc") + len("Follow-up 1")

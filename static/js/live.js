@@ -6,6 +6,7 @@
 import { ensureTerms, renderPrompt, resetNames, revealNames, setBattle, setStatus } from "./battle.js";
 import { gettext, interpolate } from "./i18n.js";
 import { setMarkdown, turnBlock } from "./render.js";
+import { attachedImageIds, clearAttachments } from "./attach.js";
 
 const root = document.querySelector(".battle");
 if (root.dataset.mode === "live") startLive();  // pool battles are battle.js's alone
@@ -108,6 +109,7 @@ function startLive() {
     SIDES.forEach((side) => { renderSide(side); setSideStatus(side, gettext("Answering…")); });
     setStatus(frame.regenerated ? gettext("Regenerating both answers…") : gettext("Both models are answering…"));
     input.value = "";
+    if (fresh) clearAttachments();
     updateButtons();
     showAnswers(frame.turn);
   }
@@ -271,6 +273,8 @@ function startLive() {
     }
     const frame = { type: "start", prompt: prompt, mode: mode() };
     if (frame.mode === "named") frame.models = [picks.a.value, picks.b.value];
+    const images = await attachedImageIds();
+    if (images.length) frame.images = images;
     await send(frame);
   }
 

@@ -5,6 +5,7 @@ An existing slug is changed only with ``--update``, which prints each change (``
 new``) or "no change"; a deactivated model is re-activated only with ``--activate``.
 """
 
+import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -40,6 +41,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--activate", action="store_true", help="Re-activate a deactivated model."
         )
+        parser.add_argument(
+            "--supports-images",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="Vision-capable: drawn for prompts with images (--no-supports-images: not).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -53,6 +60,7 @@ class Command(BaseCommand):
                 organization=options["organization"],
                 update=options["update"],
                 activate=options["activate"],
+                supports_images=options["supports_images"],
             )
         except ArenaError as exc:
             raise CommandError(exc.message) from None

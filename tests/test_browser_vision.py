@@ -1,0 +1,86 @@
+"""In Chromium at a desktop (1366x900) and a phone (390x844, touch): an image battle end to end
+against the loopback fake upstream, and a bad upload refused on the page with its message."""
+
+import base64
+
+import pytest
+from playwright.sync_api import expect
+
+from arena.models import ArenaModel, Battle, PromptImage, Vote
+from arena.tests.fake_openai import FakeModel
+from arena.tests.images import png_bytes
+from tests.helpers import csp_violations
+from tests.test_browser_live import open_live_page, send_prompt, wait_both_done
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+DEVICES = {
+    "desktop": {"viewport": {"width": 1366, "height": 900}},
+    "phone": {"viewport": {"width": 390, "height": 844}, "has_touch": True, "is_mobile": True},
+}
+
+
+@pytest.fixture(params=sorted(DEVICES))
+def device_page(request, browser):
+    context = browser.new_context(**DEVICES[request.param])
+    violations = csp_violations(context)
+    page = context.new_page()
+    yield page
+    context.close()
+    assert not violations, "Content-Security-Policy violations:\n" + "\n".join(violations)
+
+
+@pytest.fixture
+def vision_models(live_models, fake_upstream):
+    ArenaModel.objects.filter(pk__in=[m.pk for m in live_models]).update(supports_images=True)
+    fake_upstream.models["upstream-quokka-1"] = FakeModel(tokens=["A red ", "square."])
+    fake_upstream.models["upstream-quokka-2"] = FakeModel(tokens=["Something ", "red."])
+    return live_models
+
+
+def test_an_image_battle_streams_both_answers_and_the_models_receive_the_image(
+    asgi_server, device_page, fake_upstream, vision_models, media_root
+):
+    page = device_page
+    open_live_page(page, asgi_server)
+    page.get_by_test_id("attach-input").set_input_files(
+        files=[{"name": "square.png", "mimeType": "image/png", "buffer": png_bytes(40, 30)}]
+    )
+    item = page.get_by_test_id("attach-item")
+    expect(item).to_contain_text("40×30")
+    expect(item.locator("img")).to_have_count(1)
+
+    send_prompt(page, "What is in this picture?")
+    wait_both_done(page)
+    expect(page.get_by_test_id("attach-item")).to_have_count(0)  # sent with this prompt
+
+    chats = [r for r in fake_upstream.requests if r.body.get("messages")]
+    assert len(chats) == 2
+    stored = PromptImage.objects.get()
+    data = stored.file.open("rb").read()
+    for request in chats:
+        assert request.content_parts[0] == {"type": "text", "text": "What is in this picture?"}
+        assert len(request.image_urls) == 1
+        url = request.image_urls[0]
+        assert url.startswith("data:image/png;base64,")
+        assert base64.b64decode(url.split(",", 1)[1]) == data
+
+    page.get_by_test_id("vote-a").click()
+    expect(page.get_by_test_id("model-name-a")).not_to_have_text("Model A", use_inner_text=True)
+    vote = Vote.objects.select_related("battle__prompt").get()
+    assert vote.battle.source == Battle.Source.LIVE and vote.battle.prompt.image_count == 1
+    assert PromptImage.objects.get().battle_id == vote.battle_id
+
+
+def test_a_text_file_named_png_is_refused_on_the_page(
+    asgi_server, device_page, vision_models, media_root
+):
+    page = device_page
+    open_live_page(page, asgi_server)
+    page.get_by_test_id("attach-input").set_input_files(
+        files=[{"name": "notes.png", "mimeType": "image/png", "buffer": b"plain text\n" * 50}]
+    )
+
+    expect(page.get_by_test_id("attach-error")).to_contain_text("not a PNG, JPEG, WebP or GIF")
+    expect(page.get_by_test_id("attach-item")).to_have_count(0)
+    assert PromptImage.objects.count() == 0
