@@ -347,7 +347,8 @@ def votes_for_rating(
     - ``battle__prompt__category`` and ``battle__prompt__language`` of the prompt;
     - ``turns``: how many user turns the battle showed (its current side-A messages);
     - ``prompt_chars``: characters of user text over those turns;
-    - ``prompt_has_code``: whether any of those turns holds a fenced code block.
+    - ``prompt_has_code``: whether any of those turns holds a fenced code block;
+    - ``code_ran``: the visitor ran code of both answers in the browser before voting.
 
     ``duplicate_cap`` above 0 down-samples repeated visitors' prompts: of the votes whose
     prompt's first turn normalises to the same text (``Prompt.text_hash``), only the first
@@ -396,6 +397,7 @@ def votes_for_rating(
             "turns",
             "prompt_chars",
             "prompt_has_code",
+            "code_ran",
             "rated_winner",
         )
     )

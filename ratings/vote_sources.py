@@ -66,6 +66,7 @@ BATTLE_COLUMNS = {
     "turns": "turns",
     "prompt_chars": "prompt_chars",
     "prompt_has_code": "prompt_has_code",
+    "code_ran": "code_ran",
 }
 
 
@@ -100,7 +101,8 @@ def _parquet_schema() -> pa.Schema:
     fields = [pa.field("vote_id", pa.int64(), nullable=False)]
     fields += [pa.field(c, pa.dictionary(pa.int32(), pa.string())) for c in _PARQUET_TEXT]
     fields += [pa.field(c, pa.int64()) for c in ("turns", "prompt_chars")]
-    fields += [pa.field("prompt_has_code", pa.bool_()), pa.field(STYLE_COMPLETE_COLUMN, pa.bool_())]
+    fields += [pa.field(c, pa.bool_()) for c in ("prompt_has_code", "code_ran")]
+    fields += [pa.field(STYLE_COMPLETE_COLUMN, pa.bool_())]
     fields += [pa.field(c, pa.int64()) for c in PARQUET_STYLE_COLUMNS]
     return pa.schema(fields)
 
@@ -123,7 +125,14 @@ _STYLE_PARTS = tuple(
     (key, part) for key, parts in CONV_METADATA_KEYS.items() for part in (parts or (None,))
 )
 _PART_COLUMNS = tuple(f"{key}.{part}" if part else key for key, part in _STYLE_PARTS)
-_VOTE_COLUMNS = ("vote_id", *_PARQUET_TEXT, "turns", "prompt_chars", "prompt_has_code")
+_VOTE_COLUMNS = (
+    "vote_id",
+    *_PARQUET_TEXT,
+    "turns",
+    "prompt_chars",
+    "prompt_has_code",
+    "code_ran",
+)
 
 
 class _NotPlain(Exception):
@@ -314,7 +323,7 @@ def rating_battles_parquet(
 
     Columns: ``vote_id``; ``model_a``, ``model_b``, ``winner``, ``prompt_category`` and
     ``language`` dictionary-encoded (``""`` where the prompt has none); ``turns``,
-    ``prompt_chars``, ``prompt_has_code`` (what the leaderboard's categories read);
+    ``prompt_chars``, ``prompt_has_code``, ``code_ran`` (what the leaderboard's categories read);
     ``style_complete`` and the flat style counts of ``answer_style.CONV_METADATA_KEYS`` (zero
     where ``style_complete`` is false), which ``ratings.engine.read_battles`` accepts.
     ``observe`` sees each written batch before the next one is read (memory stays at about
@@ -430,6 +439,7 @@ _SELECT_COLUMNS = [
     "winner",
     "prompt_category",
     "prompt_has_code",
+    "code_ran",
     "prompt_chars",
     "turns",
     "language",

@@ -46,6 +46,7 @@ def test_refresh_writes_every_category_with_and_without_style_control(rated_mode
     assert {c["key"] for c in snapshot.payload["categories"]} == {
         "overall",
         "coding",
+        "code-ran",
         "long_prompts",
         "multi_turn",
         "lang-en",
@@ -140,7 +141,7 @@ def test_a_category_with_too_few_votes_is_marked_and_the_rest_is_still_written(r
 def test_no_votes_at_all_gives_a_snapshot_whose_categories_all_lack_votes(db):
     snapshot = services.snapshot_refresh().snapshot
     assert snapshot.n_votes == 0 and snapshot.vote_high_water == 0
-    assert [c["status"] for c in snapshot.payload["categories"]] == ["insufficient"] * 4
+    assert [c["status"] for c in snapshot.payload["categories"]] == ["insufficient"] * 5
 
 
 def test_categories_select_coding_long_multi_turn_and_language_battles(db, make_vote):
@@ -155,7 +156,7 @@ def test_categories_select_coding_long_multi_turn_and_language_battles(db, make_
             make_vote(a, b, winner, answers=answers[i % 3], **kwargs)
 
     votes(category="coding")
-    votes(prompt="Fix this:\n```py\nprint(1)\n```")
+    votes(prompt="Fix this:\n```py\nprint(1)\n```", code_ran=True)
     votes(prompt="x" * 250)
     votes(turns=2)
     votes(language="fr-FR")
@@ -166,6 +167,7 @@ def test_categories_select_coding_long_multi_turn_and_language_battles(db, make_
     assert counts == {
         "overall": 60,
         "coding": 24,
+        "code-ran": 12,
         "long_prompts": 12,
         "multi_turn": 12,
         "lang-en": 48,
@@ -175,18 +177,19 @@ def test_categories_select_coding_long_multi_turn_and_language_battles(db, make_
     assert all(c["status"] == "ok" for c in snapshot.payload["categories"])
 
 
-def test_votes_for_rating_carries_turns_prompt_length_and_code(db, make_vote):
+def test_votes_for_rating_carries_turns_prompt_length_code_and_code_ran(db, make_vote):
     from arena.tests.factories import ArenaModelFactory
 
     a, b = ArenaModelFactory(), ArenaModelFactory()
     make_vote(a, b, prompt="abc", turns=2)
-    make_vote(a, b, prompt="see ```x```")
+    make_vote(a, b, prompt="see ```x```", code_ran=True)
 
     rows = list(votes_for_rating())
 
     assert [r["turns"] for r in rows] == [2, 1]
     assert rows[0]["prompt_chars"] == len("abc") + len("Follow-up 1")
     assert [r["prompt_has_code"] for r in rows] == [False, True]
+    assert [r["code_ran"] for r in rows] == [False, True]
 
 
 def test_hidden_models_are_left_out_but_deactivated_models_stay(rated_models):
