@@ -3,11 +3,13 @@ the rate limits; the JSON API's operations are in ``arena.visitor_api``."""
 
 import json
 
+from csp.decorators import csp
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.translation import gettext
+from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET
 
@@ -36,6 +38,29 @@ BATTLE_KINDS = (
     ("live", "Ask two models", "Type a prompt; two anonymous models answer it live."),
     ("pool", "Rate two answers", "Read two anonymous answers already given to a prompt."),
 )
+
+
+# The policy of the frame code answers run in (templates/arena/run_frame.html): its own inline
+# scripts and styles run, images only from data: URLs, nothing else is fetched or connected to
+# (no fetch, no XHR, no websocket, no form posts), and only this site's pages may frame it.
+RUN_FRAME_CSP = {
+    "default-src": ["'none'"],
+    "script-src": ["'unsafe-inline'"],
+    "style-src": ["'unsafe-inline'"],
+    "img-src": ["data:"],
+    "base-uri": ["'none'"],
+    "form-action": ["'none'"],
+    "frame-ancestors": ["'self'"],
+}
+
+
+@require_GET
+@xframe_options_sameorigin
+@csp(RUN_FRAME_CSP)
+def run_frame(request: HttpRequest) -> HttpResponse:
+    """The sandboxed frame an HTML or JavaScript answer runs in: a fixed page that writes the
+    code its parent posts to it. Nothing of the answer reaches the server."""
+    return render(request, "arena/run_frame.html")
 
 
 @require_GET
@@ -73,6 +98,8 @@ def battle_page(request: HttpRequest) -> HttpResponse:
             and not request.session.get(CHALLENGE_SESSION_KEY),
             # ``?mode=live`` asked for what this site cannot serve: the page says so.
             "live_off": requested == "live" and not available["live"],
+            # A Python block's run is stopped after this many seconds.
+            "code_run_seconds": f"{settings.ARENA_CODE_RUN_SECONDS:g}",
         },
     )
 
