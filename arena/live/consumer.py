@@ -10,7 +10,8 @@ Frames from the page (JSON objects with a ``type``):
                   battle's ``turn_end`` says ``streaming`` while turns are left to answer
 - ``stop``        {}                       cancel the turn that is streaming
 - ``models``      {}                       the models named mode may pick from
-- ``suggest``     {}                       a prompt from the pool
+- ``suggest``     {category?: "code"}      a prompt from the pool; "code" (Code mode): a
+                  programming task whose answers run in the browser
 
 Frames to the page:
 
@@ -51,6 +52,7 @@ from django.http import HttpRequest
 from django.utils import translation
 from django.utils.translation import gettext
 
+from arena.code_tasks import SUGGESTION_CATEGORIES
 from arena.errors import ArenaError, ErrorCode, server_error, still_streaming
 from arena.identity import session_hash
 from arena.inputs import json_parse
@@ -322,7 +324,14 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             models = await db(live_models_public)()
             await self._send({"type": "models", "models": models})
         elif kind == "suggest":
-            prompt = await db(prompt_suggestion)()
+            category = content.get("category", "")
+            if not isinstance(category, str) or category not in SUGGESTION_CATEGORIES:
+                raise ArenaError(
+                    ErrorCode.INVALID,
+                    gettext("category must be code, or left out."),
+                    field="category",
+                )
+            prompt = await db(prompt_suggestion)(category=category)
             await self._send({"type": "suggestion", "prompt": prompt})
         else:
             if isinstance(kind, str) and len(kind) <= 40:
