@@ -21,6 +21,11 @@ SIZES = {
 PY_PRINT = "```python\nfor i in range(3):\n    print('line', i * 7)\n```"
 PY_RAISE = "```python\nraise ValueError('no good value')\n```"
 PY_LOOP = "```python\nprint('looping')\nwhile True:\n    pass\n```"
+# The worker's network is gone before the answer's code runs.
+PY_NETWORK = (
+    "```python\nimport js\n"
+    "print([getattr(js, name, None) for name in ('fetch', 'XMLHttpRequest', 'WebSocket')])\n```"
+)
 # The answer's script tries the page's cookies, its DOM and this site's API, then reports.
 HTML_PROBE = """```html
 <p>probe</p>
@@ -40,7 +45,7 @@ fetch("/api/battles", { method: "POST" })
   .then(() => parent.postMessage({ probe: results }, "*"));
 </script>
 ```"""
-ANSWER = "\n\n".join(["Some code:", PY_PRINT, PY_RAISE, PY_LOOP, PY_LOOP, HTML_PROBE])
+ANSWER = "\n\n".join(["Some code:", PY_PRINT, PY_RAISE, PY_LOOP, PY_LOOP, PY_NETWORK, HTML_PROBE])
 
 
 # The page's DOM (without the run frames), title and cookies.
@@ -77,9 +82,9 @@ def test_code_blocks_run_in_the_browser_sandboxed_and_the_vote_says_so(
     side_a = page.get_by_test_id("response-a")
     side_b = page.get_by_test_id("response-b")
     runs_a = side_a.get_by_test_id("code-run")
-    expect(runs_a).to_have_count(5)
-    assert [runs_a.nth(i).get_attribute("data-language") for i in range(5)] == (
-        ["python"] * 4 + ["html"]
+    expect(runs_a).to_have_count(6)
+    assert [runs_a.nth(i).get_attribute("data-language") for i in range(6)] == (
+        ["python"] * 5 + ["html"]
     )
     # Pyodide is fetched only when a visitor asks for a run.
     loaded = page.evaluate("performance.getEntriesByType('resource').map((e) => e.name)")
@@ -116,13 +121,17 @@ def test_code_blocks_run_in_the_browser_sandboxed_and_the_vote_says_so(
     expect(printing.get_by_test_id("code-status")).to_have_text("Finished.", timeout=90_000)
     expect(printing.get_by_test_id("code-stdout")).to_have_text("line 0\nline 7\nline 14\n")
 
+    network = runs_a.nth(4)
+    network.get_by_test_id("code-run-button").click()
+    expect(network.get_by_test_id("code-stdout")).to_have_text("[None, None, None]\n")
+
     # The HTML answer, on side B.
     before = page.evaluate(PAGE_STATE)
     page.evaluate(
         """window.addEventListener('message', (event) => {
           if (event.data && event.data.probe) window.__probe = event.data.probe; })"""
     )
-    probe_run = side_b.get_by_test_id("code-run").nth(4)
+    probe_run = side_b.get_by_test_id("code-run").nth(5)
     probe_run.get_by_test_id("code-run-button").click()
     results = page.wait_for_function("() => window.__probe").json_value()
     assert results == {
@@ -162,3 +171,44 @@ def test_a_vote_after_running_one_side_only_is_not_code_ran(asgi_server, page):
     page.get_by_test_id("vote-b").click()
     expect(page.get_by_test_id("model-name-b")).not_to_have_text("Model B")
     assert Vote.objects.get().code_ran is False
+
+
+LIVE_PY = ["Here it is:\n\n", "```python\n", "print('from', 'python')\n", "```\n"]
+LIVE_JS = ["Try this:\n\n", "```javascript\n", "console.log('from', 'javascript');\n", "```\n"]
+
+
+@pytest.mark.parametrize("size", sorted(SIZES))
+def test_a_live_code_battle_from_a_suggested_task_is_run_on_both_sides_and_voted(
+    asgi_server, browser, fake_upstream, live_models, size
+):
+    from arena.code_tasks import CODE_TASKS
+    from arena.tests.fake_openai import FakeModel
+
+    fake_upstream.models["upstream-quokka-1"] = FakeModel(tokens=LIVE_PY, delay=0.02)
+    fake_upstream.models["upstream-quokka-2"] = FakeModel(tokens=LIVE_JS, delay=0.02)
+    context = browser.new_context(**SIZES[size])
+    violations = csp_violations(context)
+    page = context.new_page()
+    page.goto(asgi_server.url + "/?mode=live")
+    page.get_by_test_id("terms-accept").click()
+    expect(page.locator("#terms")).to_be_hidden()
+    page.get_by_test_id("suggest-code").click()
+    expect(page.get_by_test_id("prompt-input")).not_to_have_value("")
+    assert page.get_by_test_id("prompt-input").input_value() in CODE_TASKS
+    page.get_by_test_id("send").click()
+    expect(page.get_by_test_id("vote-a")).to_be_enabled()
+
+    outputs = {"python": "from python\n", "javascript": "from javascript\n"}
+    for side in "ab":
+        run = page.get_by_test_id(f"response-{side}").get_by_test_id("code-run")
+        expect(run).to_have_count(1)
+        run.get_by_test_id("code-run-button").click()
+        expected = outputs[run.get_attribute("data-language")]
+        expect(run.get_by_test_id("code-stdout")).to_have_text(expected, timeout=90_000)
+
+    page.get_by_test_id("vote-tie").click()
+    expect(page.get_by_test_id("model-name-a")).not_to_have_text("Model A")
+    vote = Vote.objects.get()
+    assert vote.code_ran is True and vote.winner == "tie"
+    context.close()
+    assert not violations, "\n".join(violations)
