@@ -211,6 +211,20 @@ function attach(side) {
   });
 }
 
+/* An answer drawn again once complete (live.js renders the last streamed text in the next
+   animation frame) loses its Run buttons with its old markup: they are added back. */
+let complete = false;
+const observer = new MutationObserver((records) => {
+  if (!complete) return;
+  SIDES.forEach((side) => {
+    if (records.some((r) => r.target.closest && r.target.closest("#response-" + side))) attach(side);
+  });
+});
+SIDES.forEach((side) => {
+  const container = document.getElementById("response-" + side);
+  if (container) observer.observe(container, { childList: true, subtree: true });
+});
+
 /* The battle on the page (or none): a new battle starts with nothing run; a complete one (open
    to a vote, or voted) gets its Run buttons. */
 export function codeRunners(data) {
@@ -221,5 +235,6 @@ export function codeRunners(data) {
     stopPython(null);
     frames.clear();
   }
-  if (data && (data.votable || data.state === "voted")) SIDES.forEach(attach);
+  complete = Boolean(data && (data.votable || data.state === "voted"));
+  if (complete) SIDES.forEach(attach);
 }
