@@ -2,6 +2,10 @@
 prompt of the code category: each asks for code that runs in the visitor's browser (Python in
 Pyodide, or one HTML page), so both answers can be run before the vote."""
 
+from django.utils.translation import gettext
+
+from arena.errors import ArenaError, ErrorCode
+
 CODE_TASKS = (
     "Write a Python function that returns the first n prime numbers, and print the first 15.",
     "Write Python code that prints a multiplication table from 1 to 9, aligned in columns.",
@@ -21,3 +25,12 @@ CODE_TASKS = (
 # The suggestion categories the page may ask for ("": any pool prompt), and the pool prompt
 # categories each one takes.
 SUGGESTION_CATEGORIES = {"": (), "code": ("code", "coding")}
+
+
+def suggestion_category(value: object) -> str:
+    """The suggestion category a page asked for; anything else is refused, naming the field."""
+    if not isinstance(value, str) or value not in SUGGESTION_CATEGORIES:
+        raise ArenaError(
+            ErrorCode.INVALID, gettext("category must be code, or left out."), field="category"
+        )
+    return value

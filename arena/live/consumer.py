@@ -52,7 +52,7 @@ from django.http import HttpRequest
 from django.utils import translation
 from django.utils.translation import gettext
 
-from arena.code_tasks import SUGGESTION_CATEGORIES
+from arena.code_tasks import suggestion_category
 from arena.errors import ArenaError, ErrorCode, server_error, still_streaming
 from arena.identity import session_hash
 from arena.inputs import json_parse
@@ -324,13 +324,7 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             models = await db(live_models_public)()
             await self._send({"type": "models", "models": models})
         elif kind == "suggest":
-            category = content.get("category", "")
-            if not isinstance(category, str) or category not in SUGGESTION_CATEGORIES:
-                raise ArenaError(
-                    ErrorCode.INVALID,
-                    gettext("category must be code, or left out."),
-                    field="category",
-                )
+            category = suggestion_category(content.get("category", ""))
             prompt = await db(prompt_suggestion)(category=category)
             await self._send({"type": "suggestion", "prompt": prompt})
         else:
