@@ -149,6 +149,8 @@ def test_code_blocks_run_in_the_browser_sandboxed_and_the_vote_says_so(
     ).to_be_visible()
     # The page is as it was, but for the frame the Run button added.
     assert page.evaluate(PAGE_STATE) == before
+    # The outputs and the frames fit the screen: nothing scrolls sideways.
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
 
     page.get_by_test_id("vote-a").click()
     expect(page.get_by_test_id("model-name-a")).not_to_have_text("Model A")
