@@ -48,10 +48,10 @@ fetch("/api/battles", { method: "POST" })
 ANSWER = "\n\n".join(["Some code:", PY_PRINT, PY_RAISE, PY_LOOP, PY_LOOP, PY_NETWORK, HTML_PROBE])
 
 
-# The page's DOM (without the run frames), title and cookies.
+# The page's DOM (without the blocks' run controls, outputs and frames), title and cookies.
 PAGE_STATE = """() => {
   const body = document.body.cloneNode(true);
-  body.querySelectorAll("iframe").forEach((frame) => frame.remove());
+  body.querySelectorAll("[data-testid=code-run]").forEach((run) => run.remove());
   return [body.innerHTML, document.title, document.cookie];
 }"""
 
@@ -147,10 +147,14 @@ def test_code_blocks_run_in_the_browser_sandboxed_and_the_vote_says_so(
     expect(
         page.frame_locator("[data-testid=response-b] [data-testid=code-frame]").get_by_text("probe")
     ).to_be_visible()
-    # The page is as it was, but for the frame the Run button added.
+    # The page is as it was, but for the block's own run controls and frame.
     assert page.evaluate(PAGE_STATE) == before
     # The outputs and the frames fit the screen: nothing scrolls sideways.
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    # Stop takes the frame's page away.
+    probe_run.get_by_test_id("code-stop-button").click()
+    expect(probe_run.get_by_test_id("code-frame")).to_have_count(0)
+    expect(probe_run.get_by_test_id("code-status")).to_have_text("Stopped.")
 
     page.get_by_test_id("vote-a").click()
     expect(page.get_by_test_id("model-name-a")).not_to_have_text("Model A")

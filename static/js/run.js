@@ -95,12 +95,13 @@ function runView(side, language, code) {
     begin() {
       stdout.textContent = ""; stderr.textContent = "";
       stdout.hidden = true; stderr.hidden = true;
-      run.disabled = true; stop.disabled = language !== "python";
+      run.disabled = language === "python"; stop.disabled = false;  // Run again redraws a frame
       status.textContent = language === "python" ? gettext("Loading Python…") : "";
     },
     started() {
       ran[side] = true;
-      status.textContent = gettext("Running…");
+      // A frame's page stays until Stop or the next Run; only a Python run is said to be running.
+      status.textContent = language === "python" ? gettext("Running…") : "";
       if (language === "python") {
         timer = setTimeout(() => stopPython(interpolate(
           gettext("Stopped: the time limit is %(seconds)s seconds."), { seconds: limitSeconds() }, true)),
@@ -122,7 +123,10 @@ function runView(side, language, code) {
     if (language === "python") runPython(code, view);
     else runFrame(language, code, view);
   });
-  stop.addEventListener("click", () => stopPython(gettext("Stopped.")));
+  stop.addEventListener("click", () => {
+    if (language === "python") stopPython(gettext("Stopped."));
+    else stopFrame(view);
+  });
   return view;
 }
 
@@ -170,9 +174,19 @@ function frameDocument(language, code) {
   return FRAME_PRELUDE + code;
 }
 
-function runFrame(language, code, view) {
+/* Removing the frame ends whatever its page runs (a loop included). */
+function removeFrame(view) {
   const old = view.box.querySelector("iframe");
   if (old) { frames.delete(old.contentWindow); old.remove(); }
+}
+
+function stopFrame(view) {
+  removeFrame(view);
+  view.finish(gettext("Stopped."));
+}
+
+function runFrame(language, code, view) {
+  removeFrame(view);
   view.begin();
   const frame = document.createElement("iframe");
   frame.setAttribute("sandbox", "allow-scripts");
@@ -193,7 +207,6 @@ window.addEventListener("message", (event) => {
     event.source.postMessage({ type: "arena-run", html: entry.html }, "*");
     entry.html = null;
     entry.view.started();
-    entry.view.finish(null);
   } else if (message.type === "arena-frame-output" && typeof message.text === "string") {
     entry.view.write(message.kind === "stderr" ? "stderr" : "stdout", message.text);
   }
