@@ -305,8 +305,8 @@ def make_vote(db):
     """Record a finished battle and its vote, the way the arena stores them.
 
     ``make_vote(model_a, model_b, winner, turns=1, prompt="...", category=..., language=...,
-    mode="anonymous", flagged=False, answers=("a text", "b text"), images=0)``; ``images``
-    is how many images the prompt had (``Prompt.image_count``).
+    mode="anonymous", flagged=False, answers=("a text", "b text"), images=0, code_ran=False)``;
+    ``images`` is how many images the prompt had (``Prompt.image_count``).
     """
     from answer_style import conv_metadata, style_counts
     from arena.models import Battle, BattleMessage, Vote
@@ -327,6 +327,7 @@ def make_vote(db):
         flagged=False,
         answers=("# Answer\n\n- one\n- two\n\n**yes**", "A plain answer."),
         images=0,
+        code_ran=False,
     ):
         counter["n"] += 1
         text = prompt or f"Question {counter['n']}?"
@@ -360,6 +361,7 @@ def make_vote(db):
             voter_id=f"voter-{counter['n']}",
             flagged=flagged,
             flags=["too_fast"] if flagged else [],
+            code_ran=code_ran,
             style=conv_metadata(
                 [style_counts(answers[0])] * turns, [style_counts(answers[1])] * turns
             ),

@@ -388,6 +388,8 @@ class Vote(models.Model):
     )
     # The language the visitor's page was in (``fr``, ``en``...), not the prompt's language.
     interface_language = models.CharField(max_length=INTERFACE_LANGUAGE_MAX, blank=True)
+    # The visitor ran at least one code block of each answer in the browser before voting.
+    code_ran = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

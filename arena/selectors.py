@@ -5,6 +5,7 @@ compose into the vote reads the ratings side and the exports share, and must sta
 shape for all of them; the battle reads beside them are the views' and the live battle's.
 """
 
+import secrets
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from django.db.models.functions import Coalesce, Length, RowNumber
 from django.utils import timezone
 from django.utils.translation import gettext
 
+from arena.code_tasks import CODE_TASKS, SUGGESTION_CATEGORIES
 from arena.errors import not_found
 from arena.identity import session_hash
 from arena.models import (
@@ -351,6 +353,7 @@ def votes_for_rating(
     - ``prompt_chars``: characters of user text over those turns;
     - ``prompt_has_code``: whether any of those turns holds a fenced code block;
     - ``prompt_has_image``: whether the prompt had images (``Prompt.image_count``).
+    - ``code_ran``: the visitor ran code of both answers in the browser before voting.
 
     ``duplicate_cap`` above 0 down-samples repeated visitors' prompts: of the votes whose
     prompt's first turn normalises to the same text (``Prompt.text_hash``), only the first
@@ -403,6 +406,7 @@ def votes_for_rating(
             "prompt_chars",
             "prompt_has_code",
             "prompt_has_image",
+            "code_ran",
             "rated_winner",
         )
     )
@@ -466,17 +470,23 @@ def votes_for_export(
     )
 
 
-def prompt_suggestion() -> str:
-    """A prompt from the pool to offer a visitor of the live battle page ("" when none)."""
+def prompt_suggestion(*, category: str = "") -> str:
+    """A prompt from the pool to offer a visitor of the live battle page ("" when none).
+
+    ``category`` "code" (Code mode) picks a pool prompt of the code or coding category, else one
+    of the built-in programming tasks (``arena.code_tasks``)."""
     # Neither a visitor's prompt nor a trainer's (environment prompts' source is "env:<run>").
-    prompt = (
-        Prompt.objects.exclude(source=USER_PROMPT_SOURCE)
-        .exclude(source__startswith="env:")
-        .order_by("?")
-        .only("turns")
-        .first()
-    )
-    return str(prompt.turns[0]) if prompt is not None and prompt.turns else ""
+    prompts = Prompt.objects.exclude(source=USER_PROMPT_SOURCE).exclude(source__startswith="env:")
+    categories = SUGGESTION_CATEGORIES[category]
+    if categories:
+        matches = Q()
+        for name in categories:
+            matches |= Q(category__iexact=name)
+        prompts = prompts.filter(matches)
+    prompt = prompts.order_by("?").only("turns").first()
+    if prompt is not None and prompt.turns:
+        return str(prompt.turns[0])
+    return secrets.choice(CODE_TASKS) if category == "code" else ""
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,13 @@ the rate limits; the JSON API's operations are in ``arena.visitor_api``."""
 import json
 import uuid
 
+from csp.decorators import csp
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.translation import gettext, gettext_lazy
+from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET
 
@@ -48,6 +50,29 @@ BATTLE_KINDS = (
 )
 
 
+# The policy of the frame code answers run in (templates/arena/run_frame.html): its own inline
+# scripts and styles run, images only from data: URLs, nothing else is fetched or connected to
+# (no fetch, no XHR, no websocket, no form posts), and only this site's pages may frame it.
+RUN_FRAME_CSP = {
+    "default-src": ["'none'"],
+    "script-src": ["'unsafe-inline'"],
+    "style-src": ["'unsafe-inline'"],
+    "img-src": ["data:"],
+    "base-uri": ["'none'"],
+    "form-action": ["'none'"],
+    "frame-ancestors": ["'self'"],
+}
+
+
+@require_GET
+@xframe_options_sameorigin
+@csp(RUN_FRAME_CSP)
+def run_frame(request: HttpRequest) -> HttpResponse:
+    """The sandboxed frame an HTML or JavaScript answer runs in: a fixed page that writes the
+    code its parent posts to it. Nothing of the answer reaches the server."""
+    return render(request, "arena/run_frame.html")
+
+
 @require_GET
 @ensure_csrf_cookie
 def battle_page(request: HttpRequest) -> HttpResponse:
@@ -84,6 +109,8 @@ def battle_page(request: HttpRequest) -> HttpResponse:
             # ``?mode=live`` asked for what this site cannot serve: the page says so.
             "live_off": requested == "live" and not available["live"],
             "image_max_per_prompt": settings.ARENA_IMAGE_MAX_PER_PROMPT,
+            # A Python block's run is stopped after this many seconds.
+            "code_run_seconds": f"{settings.ARENA_CODE_RUN_SECONDS:g}",
         },
     )
 

@@ -128,6 +128,16 @@ WINNER_VALUES: list[JsonValue] = [winner for winner in sorted(WINNERS)]
 class VoteIn(_Body):
     model_config = ConfigDict(json_schema_extra={"required": ["winner"]})
     winner: Any = Field(None, json_schema_extra={"type": "string", "enum": WINNER_VALUES})
+    ran: Any = Field(
+        None,
+        description="Which sides' code blocks the visitor ran in the browser before voting: "
+        '{"a": true, "b": true} marks the vote as cast after running code of both.',
+        json_schema_extra={
+            "type": "object",
+            "properties": {"a": {"type": "boolean"}, "b": {"type": "boolean"}},
+            "additionalProperties": False,
+        },
+    )
 
 
 class ChallengeVerifyIn(_Body):
@@ -356,6 +366,7 @@ def vote_create(request: HttpRequest, battle_id: str, payload: VoteIn) -> Status
             ip=ip,
             user_agent=request.META.get("HTTP_USER_AGENT"),
             interface_language=getattr(request, "LANGUAGE_CODE", ""),
+            ran=payload.ran,
         )
     except Exception:
         vote_caps_release(counted)

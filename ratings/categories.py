@@ -4,6 +4,8 @@ A battle belongs to every category whose rule it meets:
 
 - ``overall``: every rated vote.
 - ``coding``: the prompt's category is ``coding``, or a user turn holds a fenced code block.
+- ``code-ran``: the visitor ran code of both answers in the browser before voting (the
+  vote's ``code_ran``).
 - ``long_prompts``: the user turns shown hold ``RATINGS_LONG_PROMPT_CHARS`` characters or more
   in total (500 by default).
 - ``multi_turn``: the battle showed more than one user turn.
@@ -85,6 +87,12 @@ def categories_from_languages(
                 (df["prompt_category"].str.lower() == CODING_CATEGORY)
                 | df["prompt_has_code"].astype(bool)
             ),
+        ),
+        Category(
+            "code-ran",
+            "Code (ran)",
+            "Votes cast after running code of both answers in the browser.",
+            lambda df: df["code_ran"].astype(bool),
         ),
         Category(
             "long_prompts",

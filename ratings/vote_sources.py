@@ -67,6 +67,7 @@ BATTLE_COLUMNS = {
     "prompt_chars": "prompt_chars",
     "prompt_has_code": "prompt_has_code",
     "prompt_has_image": "prompt_has_image",
+    "code_ran": "code_ran",
 }
 
 
@@ -101,7 +102,7 @@ def _parquet_schema() -> pa.Schema:
     fields = [pa.field("vote_id", pa.int64(), nullable=False)]
     fields += [pa.field(c, pa.dictionary(pa.int32(), pa.string())) for c in _PARQUET_TEXT]
     fields += [pa.field(c, pa.int64()) for c in ("turns", "prompt_chars")]
-    fields += [pa.field("prompt_has_code", pa.bool_()), pa.field("prompt_has_image", pa.bool_())]
+    fields += [pa.field(c, pa.bool_()) for c in ("prompt_has_code", "prompt_has_image", "code_ran")]
     fields += [pa.field(STYLE_COMPLETE_COLUMN, pa.bool_())]
     fields += [pa.field(c, pa.int64()) for c in PARQUET_STYLE_COLUMNS]
     return pa.schema(fields)
@@ -132,6 +133,7 @@ _VOTE_COLUMNS = (
     "prompt_chars",
     "prompt_has_code",
     "prompt_has_image",
+    "code_ran",
 )
 
 
@@ -323,7 +325,8 @@ def rating_battles_parquet(
 
     Columns: ``vote_id``; ``model_a``, ``model_b``, ``winner``, ``prompt_category`` and
     ``language`` dictionary-encoded (``""`` where the prompt has none); ``turns``,
-    ``prompt_chars``, ``prompt_has_code``, ``prompt_has_image`` (what the categories read);
+    ``prompt_chars``, ``prompt_has_code``, ``prompt_has_image``, ``code_ran`` (what the
+    leaderboard's categories read);
     ``style_complete`` and the flat style counts of ``answer_style.CONV_METADATA_KEYS`` (zero
     where ``style_complete`` is false), which ``ratings.engine.read_battles`` accepts.
     ``observe`` sees each written batch before the next one is read (memory stays at about
@@ -440,6 +443,7 @@ _SELECT_COLUMNS = [
     "prompt_category",
     "prompt_has_code",
     "prompt_has_image",
+    "code_ran",
     "prompt_chars",
     "turns",
     "language",

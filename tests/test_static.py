@@ -1,5 +1,6 @@
 """Static files build with the storage production serves them from (whitenoise's manifest)."""
 
+import hashlib
 import json
 import os
 import re
@@ -10,6 +11,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VENDOR = ROOT / "static" / "vendor"
 SOURCE_MAP = re.compile(r"[#@]\s*sourceMappingURL=(\S+)")
+PYODIDE_FILES = (
+    "pyodide.mjs",
+    "pyodide.asm.mjs",
+    "pyodide.asm.wasm",
+    "python_stdlib.zip",
+    "pyodide-lock.json",
+)
 MODULE_IMPORT = re.compile(
     r"""^import\s.*?\sfrom\s*["'](\.[^"']+)["'];""", re.MULTILINE | re.DOTALL
 )
@@ -21,6 +29,24 @@ def test_no_vendored_file_names_a_source_map_that_is_not_shipped():
     for path in scripts:
         for name in SOURCE_MAP.findall(path.read_text(encoding="utf-8")):
             assert (path.parent / name).exists(), f"{path.name} names {name}, which is not shipped"
+
+
+def test_vendored_pyodide_is_the_recorded_bytes_and_nothing_more():
+    folder = VENDOR / "pyodide"
+    recorded = {}
+    for line in (folder / "SHA256SUMS").read_text(encoding="utf-8").splitlines():
+        digest, name = line.split()
+        recorded[name] = digest
+    assert sorted(recorded) == sorted(PYODIDE_FILES)
+    for name, digest in recorded.items():
+        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name
+    assert "sourceMappingURL" not in (folder / "pyodide.mjs").read_text(encoding="utf-8")
+    assert {p.name for p in folder.iterdir()} == {
+        *PYODIDE_FILES,
+        "SHA256SUMS",
+        "LICENSE.pyodide",
+        "LICENSE.python",
+    }
 
 
 def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manifest(tmp_path):
@@ -71,6 +97,8 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
         "js/reactions.js",
         "js/share.js",
         "js/attach.js",
+        "js/run.js",
+        "js/pyworker.js",
     ):
         text = (tmp_path / "static" / manifest[name]).read_text(encoding="utf-8")
         imports[name] = MODULE_IMPORT.findall(text)
@@ -87,6 +115,7 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
             "./" + Path(manifest["js/mixed.js"]).name,
             "./" + Path(manifest["js/reactions.js"]).name,
             "./" + Path(manifest["js/render.js"]).name,
+            "./" + Path(manifest["js/run.js"]).name,
             "./" + Path(manifest["js/share.js"]).name,
         ],
         "js/mixed.js": ["./" + Path(manifest["js/i18n.js"]).name],
@@ -98,4 +127,11 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
         "js/reactions.js": ["./" + Path(manifest["js/i18n.js"]).name],
         "js/share.js": ["./" + Path(manifest["js/i18n.js"]).name],
         "js/attach.js": [],
+        "js/run.js": ["./" + Path(manifest["js/i18n.js"]).name],
+        "js/pyworker.js": [],
     }
+    # Pyodide's module is loaded by its hashed name; it fetches the rest from its own folder
+    # by their plain names, which collectstatic keeps beside the hashed copies.
+    assert manifest["vendor/pyodide/pyodide.mjs"] != "vendor/pyodide/pyodide.mjs"
+    for name in PYODIDE_FILES:
+        assert (tmp_path / "static" / "vendor" / "pyodide" / name).is_file()

@@ -11,7 +11,8 @@ Frames from the page (JSON objects with a ``type``):
                   battle's ``turn_end`` says ``streaming`` while turns are left to answer
 - ``stop``        {}                       cancel the turn that is streaming
 - ``models``      {}                       the models named mode may pick from
-- ``suggest``     {}                       a prompt from the pool
+- ``suggest``     {category?: "code"}      a prompt from the pool; "code" (Code mode): a
+                  programming task whose answers run in the browser
 
 Frames to the page:
 
@@ -52,6 +53,7 @@ from django.http import HttpRequest
 from django.utils import translation
 from django.utils.translation import gettext
 
+from arena.code_tasks import suggestion_category
 from arena.errors import ArenaError, ErrorCode, server_error, still_streaming
 from arena.identity import session_hash
 from arena.inputs import json_parse
@@ -325,7 +327,8 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             models = await db(live_models_public)()
             await self._send({"type": "models", "models": models})
         elif kind == "suggest":
-            prompt = await db(prompt_suggestion)()
+            category = suggestion_category(content.get("category", ""))
+            prompt = await db(prompt_suggestion)(category=category)
             await self._send({"type": "suggestion", "prompt": prompt})
         else:
             if isinstance(kind, str) and len(kind) <= 40:

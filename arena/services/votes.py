@@ -1,5 +1,6 @@
 """Recording a visitor's vote."""
 
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -40,6 +41,7 @@ def vote_record(
     ip: str | None = None,
     user_agent: str | None = None,
     interface_language: str = "",
+    ran: object = None,
 ) -> RecordedVote:
     """Record the one vote a battle gets, from the session it was served to.
 
@@ -47,7 +49,9 @@ def vote_record(
     one-vote-per-battle constraint backs this up. The vote keeps the style counts of both sides,
     summed from those their answers got when saved, and downstream listeners hear of the vote
     only after commit. ``interface_language`` is the language the page was shown in (Django's
-    active language), kept apart from the prompt's language.
+    active language), kept apart from the prompt's language. ``ran`` is the page's
+    ``{"a": bool, "b": bool}``, which sides' code blocks the visitor ran: the vote is marked
+    ``code_ran`` when both were and both answers hold a fenced code block.
 
     Five statements in the transaction: the battle locked (its models, whether it has a vote row
     and whether the voter accepted the terms read in the same statement), its messages, the
@@ -59,6 +63,7 @@ def vote_record(
             gettext("winner must be one of %(winners)s.") % {"winners": ", ".join(sorted(WINNERS))},
             field="winner",
         )
+    ran_sides = _ran_sides(ran)
     pk = battle_pk(battle_id)
     # A live battle left streaming by a worker that is gone is settled first (it is then not
     # votable, and says so): the vote does not wait for the sweep to learn it.
@@ -71,6 +76,7 @@ def vote_record(
             ip=ip,
             user_agent=user_agent,
             interface_language=interface_language[:INTERFACE_LANGUAGE_MAX],
+            ran_sides=ran_sides,
         )
     )
 
@@ -84,6 +90,7 @@ def _vote_record(
     ip: str | None,
     user_agent: str | None,
     interface_language: str,
+    ran_sides: frozenset[str],
 ) -> RecordedVote:
     try:
         with transaction.atomic():
@@ -144,6 +151,11 @@ def _vote_record(
                 flags=flags,
                 style=style,
                 interface_language=interface_language,
+                code_ran=ran_sides == BOTH_SIDES
+                and all(
+                    any(m.side == side and _has_code(m.content) for m in messages)
+                    for side in (BattleMessage.Side.A, BattleMessage.Side.B)
+                ),
             )
             battle.state = Battle.State.VOTED
             battle.save(update_fields=["state", "updated_at"])
@@ -155,6 +167,31 @@ def _vote_record(
     except IntegrityError:
         raise ArenaError(ErrorCode.ALREADY_VOTED, ALREADY_VOTED_MESSAGE, status=409) from None
     return RecordedVote(vote=vote, messages=messages)
+
+
+BOTH_SIDES = frozenset({"a", "b"})
+# A fenced code block's opening line (CommonMark: three or more backticks or tildes).
+_FENCE = re.compile(r"^ {0,3}(```|~~~)", re.MULTILINE)
+
+
+def _ran_sides(ran: object) -> frozenset[str]:
+    """The sides the page says it ran code of; anything but ``{"a"?: bool, "b"?: bool}`` (or
+    nothing) is refused, naming the field."""
+    if ran is None:
+        return frozenset()
+    if not isinstance(ran, dict) or not all(
+        key in BOTH_SIDES and isinstance(value, bool) for key, value in ran.items()
+    ):
+        raise ArenaError(
+            ErrorCode.INVALID,
+            gettext('ran must be an object such as {"a": true, "b": false}.'),
+            field="ran",
+        )
+    return frozenset(key for key, value in ran.items() if value)
+
+
+def _has_code(text: str) -> bool:
+    return bool(_FENCE.search(text or ""))
 
 
 def _answer_style(message: BattleMessage) -> AnswerStyle:

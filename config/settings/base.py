@@ -483,6 +483,10 @@ if RATINGS_ANCHOR_MODEL:
 
 # --- Live battles ---------------------------------------------------------------------------
 # Defaults for the limits; a staff member overrides any of them in the admin (Live battle limits).
+# A Python block run in the visitor's browser (Pyodide in a Web Worker) is stopped after this
+# many seconds of running (Pyodide's first load does not count).
+ARENA_CODE_RUN_SECONDS = env_float("ARENA_CODE_RUN_SECONDS", default=10.0)
+_bounded("ARENA_CODE_RUN_SECONDS", ARENA_CODE_RUN_SECONDS, 0.5, 600)
 ARENA_LIVE_MAX_PROMPT_CHARS = env.int("ARENA_LIVE_MAX_PROMPT_CHARS", default=8000)
 ARENA_LIVE_MAX_TURNS = env.int("ARENA_LIVE_MAX_TURNS", default=8)
 ARENA_LIVE_MAX_OUTPUT_TOKENS = env.int("ARENA_LIVE_MAX_OUTPUT_TOKENS", default=1024)

@@ -33,8 +33,9 @@ def stream_settings(settings, tmp_path, monkeypatch):
 
 @pytest.fixture
 def votes(rated_models, make_vote):
-    """The 60 votes of ``rated_models`` plus coding, long, multi-turn and French battles, votes
-    without style counts, and votes the leaderboard leaves out (named, flagged, environment)."""
+    """The 60 votes of ``rated_models`` plus coding (its code run), long, multi-turn and French
+    battles, votes without style counts, and votes the leaderboard leaves out (named, flagged,
+    environment)."""
     alpha, beta, gamma = rated_models
     pairs = [(alpha, beta, "model_a"), (beta, gamma, "model_a"), (gamma, alpha, "model_b")]
     for i in range(36):
@@ -43,7 +44,7 @@ def votes(rated_models, make_vote):
             winner = "tie"
         kind = i % 3
         if kind == 0:
-            make_vote(a, b, winner, category="coding")
+            make_vote(a, b, winner, category="coding", code_ran=True)
         elif kind == 1:
             # Long prompts with an image: the vision category's votes.
             make_vote(
@@ -53,7 +54,7 @@ def votes(rated_models, make_vote):
             make_vote(a, b, winner, turns=2, language="en-GB")
     # Coding by a fenced code block rather than by the prompt's category.
     for winner in ("model_a", "model_b", "tie"):
-        make_vote(alpha, gamma, winner, prompt="Why?\n```py\nprint(1)\n```")
+        make_vote(alpha, gamma, winner, prompt="Why?\n```py\nprint(1)\n```", code_ran=True)
     # French: alpha always beats beta, so no two models can be rated in that category.
     for _ in range(12):
         make_vote(alpha, beta, "model_a", language="fr-FR")
@@ -136,6 +137,7 @@ def test_streamed_refresh_writes_the_same_payload_as_the_in_memory_one(votes, se
     assert keys == [
         "overall",
         "coding",
+        "code-ran",
         "long_prompts",
         "multi_turn",
         "vision",
@@ -146,6 +148,7 @@ def test_streamed_refresh_writes_the_same_payload_as_the_in_memory_one(votes, se
     assert overall["results"]["off"]["n_battles"] == 123
     assert overall["results"]["on"]["n_battles"] == 111  # the 12 without style counts left out
     assert category(streamed, "coding")["n_votes"] == 12 + 3
+    assert category(streamed, "code-ran")["n_votes"] == 12 + 3
     assert category(streamed, "lang-fr")["status"] == "insufficient"
     assert streamed.payload["sampling"]["counts"] and streamed.payload["sampling"]["se"]
     # Every fit read the whole file in batches of at most PARQUET_READ_ROWS (25) rows.
@@ -191,7 +194,14 @@ def write_and_compare(path, batch_rows=BATCH_ROWS, observe=None):
     for column in ("model_a", "model_b", "winner", "prompt_category", "language"):
         assert frame[column].astype(str).tolist() == battles[column].tolist()
     assert frame["prompt_has_image"].any() and not frame["prompt_has_image"].all()
-    for column in ("vote_id", "turns", "prompt_chars", "prompt_has_code", "prompt_has_image"):
+    for column in (
+        "vote_id",
+        "turns",
+        "prompt_chars",
+        "prompt_has_code",
+        "prompt_has_image",
+        "code_ran",
+    ):
         assert frame[column].tolist() == battles[column].tolist()
     complete = battles["conv_metadata"].map(vote_sources.style_complete)
     assert frame["style_complete"].tolist() == complete.tolist()

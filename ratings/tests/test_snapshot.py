@@ -46,6 +46,7 @@ def test_refresh_writes_every_category_with_and_without_style_control(rated_mode
     assert {c["key"] for c in snapshot.payload["categories"]} == {
         "overall",
         "coding",
+        "code-ran",
         "long_prompts",
         "multi_turn",
         "vision",
@@ -156,7 +157,7 @@ def test_categories_select_coding_long_multi_turn_and_language_battles(db, make_
             make_vote(a, b, winner, answers=answers[i % 3], **kwargs)
 
     votes(category="coding")
-    votes(prompt="Fix this:\n```py\nprint(1)\n```")
+    votes(prompt="Fix this:\n```py\nprint(1)\n```", code_ran=True)
     votes(prompt="x" * 250)
     votes(turns=2)
     votes(language="fr-FR")
@@ -168,6 +169,7 @@ def test_categories_select_coding_long_multi_turn_and_language_battles(db, make_
     assert counts == {
         "overall": 72,
         "coding": 24,
+        "code-ran": 12,
         "long_prompts": 12,
         "multi_turn": 12,
         "vision": 12,
@@ -178,12 +180,12 @@ def test_categories_select_coding_long_multi_turn_and_language_battles(db, make_
     assert all(c["status"] == "ok" for c in snapshot.payload["categories"])
 
 
-def test_votes_for_rating_carries_turns_prompt_length_and_code(db, make_vote):
+def test_votes_for_rating_carries_turns_prompt_length_code_and_code_ran(db, make_vote):
     from arena.tests.factories import ArenaModelFactory
 
     a, b = ArenaModelFactory(), ArenaModelFactory()
     make_vote(a, b, prompt="abc", turns=2)
-    make_vote(a, b, prompt="see ```x```", images=2)
+    make_vote(a, b, prompt="see ```x```", images=2, code_ran=True)
 
     rows = list(votes_for_rating())
     assert [r["prompt_has_image"] for r in rows] == [False, True]
@@ -191,6 +193,7 @@ def test_votes_for_rating_carries_turns_prompt_length_and_code(db, make_vote):
     assert [r["turns"] for r in rows] == [2, 1]
     assert rows[0]["prompt_chars"] == len("abc") + len("Follow-up 1")
     assert [r["prompt_has_code"] for r in rows] == [False, True]
+    assert [r["code_ran"] for r in rows] == [False, True]
 
 
 def test_hidden_models_are_left_out_but_deactivated_models_stay(rated_models):

@@ -9,6 +9,7 @@ import { gettext, interpolate } from "./i18n.js";
 import { streamMixed } from "./mixed.js";
 import { reactionsClose, reactionsOpen } from "./reactions.js";
 import { setMarkdown, turnBlock, turnLabel } from "./render.js";
+import { codeRan, codeRunners } from "./run.js";
 import { shareBlock } from "./share.js";
 
 const $ = (id) => document.getElementById(id);
@@ -68,12 +69,12 @@ function challengePassed() {
 async function postVote(winner) {
   await challengePassed();
   try {
-    return await api("POST", "/api/battles/" + battle.id + "/vote", { winner: winner });
+    return await api("POST", "/api/battles/" + battle.id + "/vote", { winner: winner, ran: codeRan() });
   } catch (error) {
     if (error.code !== "challenge_required") throw error;
     challengeDone = null;  // e.g. a new session meanwhile: solve again, then vote once more
     await challengePassed();
-    return await api("POST", "/api/battles/" + battle.id + "/vote", { winner: winner });
+    return await api("POST", "/api/battles/" + battle.id + "/vote", { winner: winner, ran: codeRan() });
   }
 }
 
@@ -175,6 +176,7 @@ function clearVerdict() { verdictEl.replaceChildren(); }
 
 /* Reactions are open on a battle whose answers are complete (votable, or voted already). */
 function syncReactions(data) {
+  codeRunners(data);  // Run buttons on a complete answer's code blocks (run.js)
   if (data && (data.votable || data.state === "voted")) reactionsOpen(data, api);
   else reactionsClose();
 }

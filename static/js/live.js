@@ -303,6 +303,8 @@ function startLive() {
   });
   newButton.addEventListener("click", startOver);
   suggestButton.addEventListener("click", () => send({ type: "suggest" }));
+  // Code mode: a programming task whose answers can be run (run.js).
+  $("suggest-code").addEventListener("click", () => send({ type: "suggest", category: "code" }));
   document.querySelectorAll("input[name=mode]").forEach((radio) => {
     radio.addEventListener("change", () => {
       const named = mode() === "named";
