@@ -126,9 +126,7 @@ def test_the_move_keeps_runs_submissions_completions_rewards_and_battles():
     )
 
     executor = _executor()
-    executor.migrate(
-        [("arena", "0017_env_models_to_environment"), ("environment", "0001_initial")]
-    )
+    executor.migrate([("arena", "0017_env_models_to_environment"), ("environment", "0001_initial")])
     # The move dropped, renamed and added no table: the rows stayed where they were.
     assert _tables() == tables_before
     # Later migrations (tables of their own) apply on top, as on a real upgrade.
