@@ -88,6 +88,11 @@ LIVE_ANSWERS = {
     "Heading one Some bold words from the first.",
     "item one item two code and the second.",
 }
+# The code battle's answers: a Python block each, run in the browser (6 * 7, sum(range(10))).
+CODE_ANSWERS = {
+    "upstream-quokka-1": ["Like this:\n\n", "```python\n", "print(6 * 7)\n", "```\n"],
+    "upstream-quokka-2": ["```python\n", "print(sum(range(10)))\n", "```\n"],
+}
 # A trainer's group of two completions (plain text: the page shows it as it is).
 ENV_COMPLETIONS = (
     "Rivers carry dissolved minerals from rocks into the sea.",
@@ -611,6 +616,30 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
         )
         assert images == [("image/png", 40, 30, 1)]
 
+        # --- A code battle: both answers hold a Python block, each run in the visitor's browser
+        # (Pyodide from /static/, in a worker), then the vote, marked as cast after running.
+        for upstream_id, tokens in CODE_ANSWERS.items():
+            shape.upstream.models[upstream_id] = FakeModel(tokens=tokens, delay=0.02)
+        page.get_by_test_id("next-battle").click()
+        page.get_by_test_id("prompt-input").fill("Print a number in Python")
+        page.get_by_test_id("send").click()
+        expect(page.get_by_test_id("vote-a")).to_be_enabled(timeout=UI_TIMEOUT_MS)
+        printed = set()
+        for side in "ab":
+            block = page.get_by_test_id(f"response-{side}").get_by_test_id("code-run")
+            block.get_by_test_id("code-run-button").click()
+            output = block.get_by_test_id("code-stdout")
+            expect(output).to_have_text(re.compile(r"^\d+\s*$"), timeout=120_000)
+            printed.add(output.inner_text().strip())
+        assert printed == {"42", "45"}
+        page.get_by_test_id("vote-b").click()
+        expect(page.get_by_test_id("model-name-b")).not_to_have_text(
+            "Model B", timeout=UI_TIMEOUT_MS
+        )
+        assert database.query("SELECT code_ran FROM arena_vote ORDER BY id DESC LIMIT 1") == [
+            (True,)
+        ]
+
         # --- The environment API: a trainer's token, a run, a group of two completions; the
         # visitor's next pool battle is that group's, named "Submitted answer" after the vote.
         status, document = shape.get("/api/env/v1/openapi.json")
@@ -736,7 +765,8 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
         assert shown["webhook_delivery"]["status"] == "delivered"
 
         # --- The votes export with the token's export scope, streamed by uvicorn: the live
-        # battles' votes, the image battle's last (an environment battle's is never exported).
+        # battles' votes, the image battle's and the code battle's last (an environment
+        # battle's is never exported).
         request = urllib.request.Request(
             f"{shape.url}/api/exports/votes?format=arena&model=zephyrine-1",
             headers={"Authorization": f"Bearer {token}"},
@@ -747,6 +777,7 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
         assert [(row["winner"], {row["model_a"], row["model_b"]}) for row in exported] == [
             ("model_b", set(LIVE_MODELS)),
             ("model_a", set(LIVE_MODELS)),
+            ("model_b", set(LIVE_MODELS)),
         ]
         page.goto(shape.url + "/leaderboard")
         assert f"· {new_votes} votes" in page.get_by_test_id("last-updated").inner_text()
@@ -802,6 +833,8 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
             "reactions",
             "share",
             "attach",
+            "run",
+            "pyworker",
         }
         assert errors == []
         assert shape.exited() == []  # web, beat and both workers ran through the whole walk
