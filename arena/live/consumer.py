@@ -1,5 +1,9 @@
 """The live battle websocket: one socket per battle page, one turn streaming at a time.
 
+Why one module: the consumer is one object whose state (the socket, the turn in flight, its
+streaming tasks and the frames buffered for the page) every frame handler reads and changes; the
+services it calls live elsewhere (``arena.live.turns``, ``arena.live.runtime``).
+
 Frames from the page (JSON objects with a ``type``):
 
 - ``start``       {prompt, mode?: "anonymous"|"named", models?: [slug_a, slug_b], images?: [id]}

@@ -142,7 +142,10 @@ def test_a_category_with_too_few_votes_is_marked_and_the_rest_is_still_written(r
 def test_no_votes_at_all_gives_a_snapshot_whose_categories_all_lack_votes(db):
     snapshot = services.snapshot_refresh().snapshot
     assert snapshot.n_votes == 0 and snapshot.vote_high_water == 0
-    assert [c["status"] for c in snapshot.payload["categories"]] == ["insufficient"] * 5
+    statuses = {c["key"]: c["status"] for c in snapshot.payload["categories"]}
+    assert statuses == dict.fromkeys(
+        ["overall", "coding", "code-ran", "long_prompts", "multi_turn", "vision"], "insufficient"
+    )
 
 
 def test_categories_select_coding_long_multi_turn_and_language_battles(db, make_vote):
