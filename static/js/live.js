@@ -119,8 +119,9 @@ function startLive() {
   function showAnswers(index) {
     const block = $("response-a").querySelector('.turn[data-turn="' + index + '"]');
     const target = index > 0 && block ? block : $("sides");
-    const still = window.matchMedia("(prefers-reduced-motion: reduce)").matches;
-    target.scrollIntoView({ block: "start", behavior: still ? "auto" : "smooth" });
+    // At once, not smoothly: a smooth scroll is cancelled by the layout changes of the first
+    // tokens (Chromium stops it midway on a busy machine), leaving the answers below the fold.
+    target.scrollIntoView({ block: "start", behavior: "auto" });
   }
 
   function current() { return turns[turns.length - 1]; }
