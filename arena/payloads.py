@@ -7,7 +7,10 @@ its schema). The
 …), spelled once here for the type checker; a test holds the two equal.
 """
 
-from typing import Literal, NotRequired, TypedDict, TypeGuard, get_args
+from typing import Literal, NotRequired, TypeGuard, get_args
+
+# The API's response schemas: pydantic needs typing_extensions' TypedDict on Python 3.11.
+from typing_extensions import TypedDict
 
 Winner = Literal["model_a", "model_b", "tie", "tie (bothbad)"]
 """A vote's verdict (``Vote.Winner``), in the public Chatbot Arena spelling."""

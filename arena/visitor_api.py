@@ -20,7 +20,7 @@ django-ratelimit's, whose 429 is ``arena.views.ratelimited``.
 import functools
 from collections.abc import AsyncIterator, Callable, Iterator
 from itertools import islice
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -30,6 +30,9 @@ from django_ratelimit.decorators import ratelimit
 from ninja import Field, Query, Router, Schema, Status
 from ninja.decorators import decorate_view
 from pydantic import ConfigDict, JsonValue
+
+# pydantic reads these as response schemas, and on Python 3.11 only typing_extensions' kind.
+from typing_extensions import TypedDict
 
 from arena.api import (
     FORM_CONTENT_TYPES,

@@ -20,13 +20,16 @@ import hashlib
 import hmac
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Literal, TypedDict
+from typing import Literal
 
 import altcha.v1 as altcha
 from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 from django.utils.translation import gettext
+
+# The API's response schema: pydantic needs typing_extensions' TypedDict on Python 3.11.
+from typing_extensions import TypedDict
 
 from arena.cache import counters_take
 from arena.errors import ArenaError, ErrorCode
