@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.utils.translation import gettext, gettext_lazy
 from django_stubs_ext import StrPromise
 
-from arena.errors import SERVER_ERROR_MESSAGE, ArenaError, ErrorCode
+from arena.errors import SERVER_ERROR_MESSAGE, ArenaError, ErrorCode, not_found
 from arena.identity import voter_id_new
 from arena.inputs import text_problem
 
@@ -190,3 +190,22 @@ class ApiErrorMiddleware:
                 shaped[header] = response[header]
         shaped.cookies = response.cookies
         return shaped
+
+
+# --- the django-ninja APIs' shared error handlers (the visitor API's and the environment's) ----
+
+
+def ninja_http_error(request: HttpRequest, exc: object) -> JsonResponse:
+    """ninja's ``HttpError`` (a body that does not parse, mostly) in the arena's error shape; the
+    body parser raises it from the ``ArenaError`` that names the field."""
+    from ninja.errors import HttpError
+
+    assert isinstance(exc, HttpError)
+    if isinstance(exc.__cause__, ArenaError):
+        return error_json(exc.__cause__)
+    code = ErrorCode.BAD_REQUEST if exc.status_code == 400 else ErrorCode.ERROR
+    return error_json(ArenaError(code, exc.message, status=exc.status_code))
+
+
+def ninja_not_found(request: HttpRequest, exc: object) -> JsonResponse:
+    return error_json(not_found("Resource"))

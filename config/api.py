@@ -20,8 +20,8 @@ from ninja.errors import HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 
-from arena.api import error_json
-from arena.errors import ArenaError, ErrorCode, not_found
+from arena.api import error_json, ninja_http_error, ninja_not_found
+from arena.errors import ArenaError, ErrorCode
 from arena.inputs import json_parse
 from arena.visitor_api import router as visitor_router
 from ratings.api import router as ratings_router
@@ -103,22 +103,10 @@ def _validation_error(request: HttpRequest, exc: object) -> HttpResponse:
     return error_json(ArenaError(ErrorCode.INVALID, f"{field}: {message}.", field=field))
 
 
-def _http_error(request: HttpRequest, exc: object) -> HttpResponse:
-    assert isinstance(exc, HttpError)
-    if isinstance(exc.__cause__, ArenaError):  # the body parser's
-        return error_json(exc.__cause__)
-    code = ErrorCode.BAD_REQUEST if exc.status_code == 400 else ErrorCode.ERROR
-    return error_json(ArenaError(code, exc.message, status=exc.status_code))
-
-
-def _not_found(request: HttpRequest, exc: object) -> HttpResponse:
-    return error_json(not_found("Resource"))
-
-
 api.add_exception_handler(ArenaError, _arena_error)
 api.add_exception_handler(NinjaValidationError, _validation_error)
-api.add_exception_handler(HttpError, _http_error)
-api.add_exception_handler(Http404, _not_found)
+api.add_exception_handler(HttpError, ninja_http_error)
+api.add_exception_handler(Http404, ninja_not_found)
 
 
 def csrf_checked(

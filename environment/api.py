@@ -34,8 +34,8 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer
 from pydantic import BeforeValidator, ConfigDict
 
-from arena.api import error_json
-from arena.errors import ArenaError, ErrorCode, not_found
+from arena.api import error_json, ninja_http_error, ninja_not_found
+from arena.errors import ArenaError, ErrorCode
 from arena.inputs import json_parse
 from arena.models import MODEL_SLUG_MAX, ApiToken
 from arena.tokens import BEARER_CHALLENGE, token_for_request
@@ -240,22 +240,10 @@ def _field_path(error: dict[str, Any], body: Any) -> list[str]:
     return path
 
 
-def _http_error(request: HttpRequest, exc: object) -> HttpResponse:
-    assert isinstance(exc, HttpError)
-    if isinstance(exc.__cause__, ArenaError):  # the body parser's
-        return _arena_error(request, exc.__cause__)
-    code = ErrorCode.BAD_REQUEST if exc.status_code == 400 else ErrorCode.ERROR
-    return error_json(ArenaError(code, exc.message, status=exc.status_code))
-
-
-def _not_found(request: HttpRequest, exc: object) -> HttpResponse:
-    return error_json(not_found("Resource"))
-
-
 api.add_exception_handler(ArenaError, _arena_error)
 api.add_exception_handler(NinjaValidationError, _validation_error)
-api.add_exception_handler(HttpError, _http_error)
-api.add_exception_handler(Http404, _not_found)
+api.add_exception_handler(HttpError, ninja_http_error)
+api.add_exception_handler(Http404, ninja_not_found)
 
 
 # --- schemas: requests, and the error body for the document ------------------------------------
