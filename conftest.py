@@ -258,6 +258,21 @@ def page(browser) -> Iterator[object]:
     assert not violations, "Content-Security-Policy violations:\n" + "\n".join(violations)
 
 
+@pytest.fixture(params=["desktop", "phone"])
+def sized_page(request, browser) -> Iterator[object]:
+    """A fresh page at a desktop's size, then at a phone's with touch (``tests.helpers.SIZES``);
+    ``page.size_name`` says which. As ``page``, it fails a test that met a CSP violation."""
+    from tests.helpers import SIZES, csp_violations
+
+    context = browser.new_context(**SIZES[request.param])
+    violations = csp_violations(context)
+    page = context.new_page()
+    page.size_name = request.param
+    yield page
+    context.close()
+    assert not violations, "Content-Security-Policy violations:\n" + "\n".join(violations)
+
+
 # --- Live battles -----------------------------------------------------------------------------
 @pytest.fixture
 def media_root(settings, tmp_path):

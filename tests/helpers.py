@@ -1,5 +1,11 @@
 """Assertions shared by the browser tests."""
 
+# The two screens every layout is tested at: a desktop's, and a phone's with touch.
+SIZES = {
+    "desktop": {"viewport": {"width": 1366, "height": 900}},
+    "phone": {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True},
+}
+
 
 def assert_names_revealed(page, battle) -> None:
     """After the vote, each side's name slot shows that side's model."""

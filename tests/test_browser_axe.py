@@ -13,27 +13,11 @@ from django.core.management import call_command
 from playwright.sync_api import expect
 
 from ratings import services
-from tests.helpers import axe_violations, csp_violations
+from tests.helpers import axe_violations
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "var" / "screenshots" / "axe"
-
-SIZES = {
-    "desktop": {"viewport": {"width": 1366, "height": 900}},
-    "phone": {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True},
-}
-
-
-@pytest.fixture(params=sorted(SIZES))
-def sized_page(request, browser):
-    context = browser.new_context(**SIZES[request.param])
-    violations = csp_violations(context)
-    page = context.new_page()
-    page.size_name = request.param
-    yield page
-    context.close()
-    assert not violations, "Content-Security-Policy violations:\n" + "\n".join(violations)
 
 
 def check(page, state: str) -> list[str]:

@@ -9,14 +9,10 @@ from playwright.sync_api import expect
 
 from arena.models import Vote
 from arena.tests.factories import ArenaModelFactory, CompletionFactory, PromptFactory
-from tests.helpers import csp_violations
+from tests.helpers import SIZES, csp_violations
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-SIZES = {
-    "desktop": {"viewport": {"width": 1366, "height": 900}},
-    "phone": {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True},
-}
 
 PY_PRINT = "```python\nfor i in range(3):\n    print('line', i * 7)\n```"
 PY_RAISE = "```python\nraise ValueError('no good value')\n```"

@@ -10,15 +10,11 @@ from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
 from ratings import services
-from tests.helpers import csp_violations
+from tests.helpers import SIZES, csp_violations
 from tests.test_catalogues import LOCALE, read_po
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-SIZES = {
-    "desktop": {"viewport": {"width": 1366, "height": 900}},
-    "phone": {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True},
-}
 
 # Content, not chrome: answers, prompts and model names are the models' and visitors' words.
 CONTENT = ", ".join(

@@ -8,20 +8,10 @@ import pytest
 
 from ratings import services
 from ratings.flag_reasons import FLAG_REASON_TEXT
-from tests.helpers import csp_violations
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "var" / "screenshots"
-SIZES = {
-    "desktop": {"viewport": {"width": 1366, "height": 900}},
-    "phone": {
-        "viewport": {"width": 390, "height": 844},
-        "is_mobile": True,
-        "has_touch": True,
-        "device_scale_factor": 2,
-    },
-}
 # Names as long as real ones, with hyphens and spaces where they may wrap.
 NAMES = {
     "alpha": ("Claude-Instant-1", "Anthropic"),
@@ -79,17 +69,6 @@ def computed(rated_models, make_vote, settings):
     for _ in range(4):
         make_vote(rated_models[1], rated_models[0], "model_a")
     return services.snapshot_refresh().snapshot
-
-
-@pytest.fixture(params=list(SIZES))
-def sized_page(request, browser):
-    context = browser.new_context(**SIZES[request.param])
-    violations = csp_violations(context)
-    page = context.new_page()
-    page.size_name = request.param
-    yield page
-    context.close()
-    assert not violations, "Content-Security-Policy violations:\n" + "\n".join(violations)
 
 
 def check_layout(page, name: str) -> None:

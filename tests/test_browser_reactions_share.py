@@ -11,15 +11,11 @@ from playwright.sync_api import expect
 
 from arena.exports import ExportStats, export_rows, voted_battles
 from arena.models import Battle, Reaction, Vote
-from tests.helpers import csp_violations
+from tests.helpers import SIZES, csp_violations
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "var" / "screenshots" / "reactions"
-SIZES = {
-    "desktop": {"viewport": {"width": 1366, "height": 900}},
-    "phone": {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True},
-}
 
 
 @pytest.mark.parametrize("size", sorted(SIZES))
