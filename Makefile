@@ -73,7 +73,7 @@ test-main: install
 	mkdir -p var
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy answer_style arena ratings config client/arena_env environment
+	$(BIN)/mypy answer_style arena ratings config client/arena_env environment redteam
 	$(BIN)/lint-imports
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	@if [ -n "$(TRAINERS_PYTHON)" ]; then $(MAKE) --no-print-directory install-trainers; fi
@@ -102,7 +102,7 @@ test-reward-model: install-reward-model
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy answer_style arena ratings config client/arena_env environment
+	$(BIN)/mypy answer_style arena ratings config client/arena_env environment redteam
 	$(BIN)/lint-imports
 
 format: install

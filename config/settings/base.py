@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "arena",
     "environment",
     "ratings",
+    "redteam",
 ]
 
 MIDDLEWARE = [
