@@ -598,7 +598,8 @@ class PromptImage(models.Model):
     stored (``arena.live.images.image_upload``); the stored file holds no metadata.
 
     Uploaded first, owned by the uploading session (its hash), then attached to the battle whose
-    first turn it was sent with (``battle``; null until then). The id is random (a UUID4), and
+    first turn it was sent with (``battle``, and that battle's ``prompt``; null until then). A
+    pool prompt's image (``import_pool``) has a prompt and no battle. The id is random (a UUID4), and
     the file is served by it to whoever holds it (``arena.views.prompt_image``).
     """
 
@@ -606,6 +607,16 @@ class PromptImage(models.Model):
     session_hash = models.CharField(max_length=64, db_index=True)
     battle = models.ForeignKey(
         Battle, null=True, blank=True, on_delete=models.CASCADE, related_name="images"
+    )
+    # The prompt the image belongs to: a live battle's own prompt once the battle takes it, or
+    # a pool prompt's image (``import_pool``), which has no battle. Exports read images by it.
+    prompt = models.ForeignKey(
+        Prompt,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="images",
+        db_index=False,  # the (prompt, position) index below serves it
     )
     position = models.PositiveSmallIntegerField(default=0, help_text="Order within its prompt.")
     file = models.FileField(upload_to=prompt_image_name, max_length=200)
@@ -618,6 +629,7 @@ class PromptImage(models.Model):
 
     class Meta:
         ordering = ["battle_id", "position", "created_at"]
+        indexes = [models.Index(fields=["prompt", "position"])]
 
     def __str__(self) -> str:
         return f"Image {self.id.hex[:12]} ({self.width}x{self.height} {self.mime})"

@@ -213,7 +213,8 @@ def images_for_prompt(*, image_ids: object, session_key: str) -> list[PromptImag
             ids.append(_image_pk(raw))
         except ValueError:
             raise _unknown_image() from None
-    found = {i.pk: i for i in PromptImage.objects.filter(pk__in=ids, battle__isnull=True)}
+    unattached = PromptImage.objects.filter(pk__in=ids, battle__isnull=True, prompt__isnull=True)
+    found = {i.pk: i for i in unattached}
     images = [found.get(pk) for pk in ids]
     if any(i is None or not session_hash_matches(i.session_hash, session_key) for i in images):
         raise _unknown_image()
@@ -256,8 +257,9 @@ def prompt_images_sweep(*, now: datetime | None = None) -> int:
     file, then the row); returns how many. A rerun finds nothing more to delete."""
     cutoff = (now or timezone.now()) - timedelta(hours=UNATTACHED_IMAGE_HOURS)
     deleted = 0
-    for image in PromptImage.objects.filter(battle__isnull=True, created_at__lt=cutoff):
+    unattached = {"battle__isnull": True, "prompt__isnull": True}  # a pool prompt's stays
+    for image in PromptImage.objects.filter(created_at__lt=cutoff, **unattached):
         image.file.delete(save=False)
         # Only while still unattached: a battle that took it meanwhile keeps its row.
-        deleted += PromptImage.objects.filter(pk=image.pk, battle__isnull=True).delete()[0]
+        deleted += PromptImage.objects.filter(pk=image.pk, **unattached).delete()[0]
     return deleted

@@ -144,9 +144,9 @@ def _images_attach(*, battle: Battle, images: list[PromptImage]) -> None:
     """Give the images to the battle, in order; one taken by another battle meanwhile (the
     same ids sent twice at once) refuses this one."""
     for position, image in enumerate(images):
-        taken = PromptImage.objects.filter(pk=image.pk, battle__isnull=True).update(
-            battle=battle, position=position
-        )
+        taken = PromptImage.objects.filter(
+            pk=image.pk, battle__isnull=True, prompt__isnull=True
+        ).update(battle=battle, prompt=battle.prompt_id, position=position)
         if not taken:
             raise ArenaError(
                 ErrorCode.INVALID,
@@ -407,7 +407,7 @@ def _plan_turn(
     if image_urls is None:
         image_urls = []
         if battle.prompt is not None and battle.prompt.image_count:
-            image_urls = [image_data_url(i) for i in battle.images.order_by("position")]
+            image_urls = [image_data_url(i) for i in battle.prompt.images.order_by("position")]
     earlier: dict[str, list[BattleMessage]] = {side: [] for side in SIDES}
     if not new_battle:  # a battle created just now has no earlier messages to read
         for message in battle.messages.filter(superseded_at__isnull=True, turn__lt=turn).order_by(
