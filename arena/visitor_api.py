@@ -176,8 +176,9 @@ class ExportQuery(Schema):
 
     format: str = Field(
         "",
-        description="arena (the public Chatbot Arena schema), trl (prompt/chosen/rejected "
-        "message lists), openai (preference fine-tuning), hh-rlhf (Human/Assistant "
+        description="arena (the public Chatbot Arena schema, images as data URLs), trl "
+        "(prompt/chosen/rejected message lists), trl-vision (trl's columns and the prompt's "
+        "images, image battles only), openai (preference fine-tuning), hh-rlhf (Human/Assistant "
         "transcripts), kto (prompt/completion message lists and a boolean label) or "
         "kto-reactions (the visitors' own thumbs up or down on single answers, with their "
         "reasons).",

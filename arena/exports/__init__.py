@@ -1,7 +1,7 @@
 """Votes as training data: the formats preference trainers load.
 
 One record per voted battle, built from the battle's current messages (a regenerated answer's
-replacement, never the superseded one) and its vote. Five formats:
+replacement, never the superseded one) and its vote. Seven formats:
 
 - ``arena``: the public Chatbot Arena schema (``question_id``, ``model_a``, ``model_b``,
   ``winner``, ``judge``, ``conversation_a``/``_b`` as role/content lists, ``turn``, ``anony``,
@@ -22,6 +22,11 @@ replacement, never the superseded one) and its vote. Five formats:
   first user turn), ``completion`` (one side's answers, follow-ups between them as in ``trl``)
   and ``label``: the chosen answer ``true``, the rejected one ``false``; a "both bad" vote gives
   two ``false`` rows, a tie none.
+- ``kto-reactions``: ``kto`` rows labelled by the visitor's own thumbs up or down on one
+  side's answers, with the model, the reason tags and whether the names were known.
+- ``trl-vision``: TRL's vision preference layout, ``trl``'s columns and the prompt's
+  ``images``; image battles only. ``arena`` rows carry the images too; the text-only formats
+  skip image battles and count them (``formats``).
 
 ``first_turn_only`` (``--first-turn-only``, ``?first_turn_only=1``) writes every format from the
 first turn alone: the prompt is the first user turn and each side's answer the first one, with
@@ -52,6 +57,7 @@ from arena.exports.filters import (
 )
 from arena.exports.formats import (
     FORMATS,
+    IMAGE_FORMATS,
     SHAPERS,
     ExportRow,
     arrow_schema,
@@ -61,6 +67,7 @@ from arena.exports.formats import (
     to_kto,
     to_openai,
     to_trl,
+    to_trl_vision,
 )
 from arena.exports.records import (
     ExportStats,
@@ -82,6 +89,7 @@ __all__ = [
     "ExportRow",
     "ExportStats",
     "FORMATS",
+    "IMAGE_FORMATS",
     "SHAPERS",
     "VOTES_LICENSE",
     "VotedBattle",
@@ -99,6 +107,7 @@ __all__ = [
     "to_kto",
     "to_openai",
     "to_trl",
+    "to_trl_vision",
     "voted_battle",
     "voted_battles",
     "write_dataset",

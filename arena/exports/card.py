@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from arena.exports.formats import FORMAT_CARDS, arrow_schema
+from arena.exports.formats import FORMAT_CARDS, arrow_image, arrow_schema
 from arena.exports.records import ExportStats
 
 if TYPE_CHECKING:
@@ -20,14 +20,16 @@ def _hf_feature(name: str, kind: pa.DataType) -> dict[str, Any]:
     """One column as the hub's ``dataset_info.features`` YAML spells it."""
     import pyarrow as pa
 
+    if kind == arrow_image():
+        return {"name": name, "dtype": "image"}
     if pa.types.is_struct(kind):
         return {"name": name, "struct": [_hf_feature(f.name, f.type) for f in kind.fields]}
     if pa.types.is_list(kind):
         inner = kind.value_type
-        if pa.types.is_struct(inner):
+        if pa.types.is_struct(inner) and inner != arrow_image():
             return {"name": name, "list": [_hf_feature(f.name, f.type) for f in inner.fields]}
         return {"name": name, "list": _hf_feature("", inner)["dtype"]}
-    dtypes = {pa.string(): "string", pa.bool_(): "bool", pa.int64(): "int64"}
+    dtypes = {pa.string(): "string", pa.bool_(): "bool", pa.int64(): "int64", pa.binary(): "binary"}
     return {"name": name, "dtype": dtypes.get(kind, "float64")}
 
 
@@ -43,11 +45,18 @@ def _moment(tstamp: float | None) -> str:
 
 
 def dataset_card(
-    fmt: str, data_file: str, stats: ExportStats, filters: Mapping[str, Any], *, license: str
+    fmt: str,
+    data_file: str,
+    stats: ExportStats,
+    filters: Mapping[str, Any],
+    *,
+    license: str,
+    jsonl: bool = False,
 ) -> str:
     """The ``README.md`` of an export folder: the YAML header the Hugging Face hub and
     ``datasets.load_dataset`` read (licence, task, tags, the file as the ``train`` split, its
-    features) and a body saying what the rows are, how many, and what was left out."""
+    features; ``jsonl``: the features of the JSONL file, whose images are data URLs) and a body
+    saying what the rows are, how many, and what was left out."""
     rows, trainers, tags = FORMAT_CARDS[fmt]
     header = {
         "license": license,
@@ -58,7 +67,9 @@ def dataset_card(
         "configs": [
             {"config_name": "default", "data_files": [{"split": "train", "path": data_file}]}
         ],
-        "dataset_info": {"features": [_hf_feature(f.name, f.type) for f in arrow_schema(fmt)]},
+        "dataset_info": {
+            "features": [_hf_feature(f.name, f.type) for f in arrow_schema(fmt, jsonl=jsonl)]
+        },
     }
     chosen = [
         f"- {name}: {filters[key]}"

@@ -1,13 +1,19 @@
-"""The six formats: each shapes a ``VotedBattle`` into its rows, or names why it cannot."""
+"""The seven formats: each shapes a ``VotedBattle`` into its rows, or names why it cannot.
+
+A battle on a prompt with images is written where the format holds images: ``arena`` (an
+``images`` column on every row, empty for a text prompt) and ``trl-vision`` (TRL's vision
+preference layout, image battles only). The text-only formats skip it and count it: a prompt
+that says "what is in this picture?" without the picture would teach the wrong thing."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from answer_style.schema import CONV_METADATA_KEYS
-from arena.exports.records import ExportStats, ReactionValue, VotedBattle, first_turn
+from arena.exports.records import ExportStats, ImageRef, ReactionValue, VotedBattle, first_turn
 from arena.payloads import Side, Winner
 
 if TYPE_CHECKING:
@@ -42,6 +48,9 @@ class ArenaRow(TypedDict):
     # The visitor's thumbs up or down on each side's answers, with reason tags (None: no
     # reaction on that side; the column is None when neither side has one).
     reactions: ArenaReactions | None
+    # The prompt's images, sent with its first user turn (empty for a text prompt): a data URL
+    # each in JSONL, ``datasets``' ``Image`` feature in Parquet (``records.ImageRef``).
+    images: list[ImageRef]
 
 
 class ArenaReactions(TypedDict):
@@ -53,6 +62,13 @@ class TrlRow(TypedDict):
     prompt: list[Message]
     chosen: list[Message]
     rejected: list[Message]
+
+
+class TrlVisionRow(TrlRow):
+    """TRL's vision preference layout: ``trl``'s columns and the prompt's ``images``, which TRL
+    puts before the first user message (``DataCollatorForVisionPreference``)."""
+
+    images: list[ImageRef]
 
 
 class OpenAIInput(TypedDict):
@@ -84,7 +100,7 @@ class KtoReactionRow(KtoRow):
     after_reveal: bool
 
 
-ExportRow = ArenaRow | TrlRow | OpenAIRow | HhRlhfRow | KtoRow | KtoReactionRow
+ExportRow = ArenaRow | TrlRow | TrlVisionRow | OpenAIRow | HhRlhfRow | KtoRow | KtoReactionRow
 
 
 def _conversation(user_turns: list[str], answers: list[str]) -> list[Message]:
@@ -116,6 +132,7 @@ def to_arena(record: VotedBattle) -> ArenaRow | str:
             if record.reactions
             else None
         ),
+        "images": list(record.images),
     }
 
 
@@ -134,7 +151,7 @@ def _prompt(record: VotedBattle) -> list[Message]:
     return [{"role": "user", "content": record.user_turns[0]}]
 
 
-def to_trl(record: VotedBattle) -> TrlRow | str:
+def _trl_text(record: VotedBattle) -> TrlRow | str:
     sides = _sides(record)
     if isinstance(sides, str):
         return sides
@@ -144,6 +161,15 @@ def to_trl(record: VotedBattle) -> TrlRow | str:
         "chosen": _conversation(record.user_turns, chosen)[1:],
         "rejected": _conversation(record.user_turns, rejected)[1:],
     }
+
+
+def to_trl_vision(record: VotedBattle) -> TrlVisionRow | str:
+    if not record.images:
+        return "battles without an image (the format is for vision models; use trl)"
+    shaped = _trl_text(record)
+    if isinstance(shaped, str):
+        return shaped
+    return {"images": list(record.images), **shaped}
 
 
 def to_openai(record: VotedBattle) -> OpenAIRow | str:
@@ -217,15 +243,36 @@ def to_kto_reactions(record: VotedBattle) -> list[KtoReactionRow] | str:
     ]
 
 
+#: Why a text-only format skips a battle whose prompt has images.
+TEXT_ONLY = "image battles (the format holds text only; use arena or trl-vision)"
+
+
+def to_trl(record: VotedBattle) -> TrlRow | str:
+    return TEXT_ONLY if record.images else _trl_text(record)
+
+
 Shaper = Callable[[VotedBattle], ExportRow | list[KtoRow] | list[KtoReactionRow] | str]
+
+
+def _text_only(shape: Shaper) -> Shaper:
+    def shaped(record: VotedBattle) -> ExportRow | list[KtoRow] | list[KtoReactionRow] | str:
+        return TEXT_ONLY if record.images else shape(record)
+
+    shaped.__doc__ = shape.__doc__
+    return shaped
+
+
 SHAPERS: dict[str, Shaper] = {
     "arena": to_arena,
     "trl": to_trl,
-    "openai": to_openai,
-    "hh-rlhf": to_hh_rlhf,
-    "kto": to_kto,
-    "kto-reactions": to_kto_reactions,
+    "trl-vision": to_trl_vision,
+    "openai": _text_only(to_openai),
+    "hh-rlhf": _text_only(to_hh_rlhf),
+    "kto": _text_only(to_kto),
+    "kto-reactions": _text_only(to_kto_reactions),
 }
+#: The formats whose rows hold images (an ``images`` column).
+IMAGE_FORMATS = ("arena", "trl-vision")
 FORMATS = tuple(SHAPERS)  # what --format and ?format= accept
 
 # What each format is for, in a dataset card: (the rows, the trainers that read them, tags).
@@ -239,6 +286,12 @@ FORMAT_CARDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "conversational preference pairs: `prompt`, `chosen`, `rejected` as message lists",
         "TRL's `DPOTrainer` and `RewardTrainer`",
         ("dpo", "reward-modeling"),
+    ),
+    "trl-vision": (
+        "TRL's vision preference layout: `images` (the prompt's images), `prompt`, `chosen`, "
+        "`rejected` as message lists; battles on prompts with images only",
+        "TRL's `DPOTrainer` with a vision-language model and its processor",
+        ("dpo", "vision", "image-text-to-text"),
     ),
     "openai": (
         "OpenAI preference fine-tuning records: `input.messages`, `preferred_output`, "
@@ -293,12 +346,38 @@ def export_rows(
         yield from rows
 
 
-@cache
-def arrow_schema(fmt: str) -> pa.Schema:
-    """The fixed Arrow schema of ``fmt``'s rows: every file of a format has the same columns
-    and types, whatever the first rows hold (an all-null column is still a struct)."""
+def arrow_image() -> pa.DataType:
+    """An image in Parquet: ``datasets``' ``Image`` storage (the file's bytes and a name)."""
     import pyarrow as pa
 
+    return pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+
+
+def json_image() -> pa.DataType:
+    """An image in JSONL (``records.JsonImage``), as the dataset card declares it."""
+    import pyarrow as pa
+
+    return pa.struct(
+        [
+            ("url", pa.string()),
+            ("sha256", pa.string()),
+            ("mime", pa.string()),
+            ("width", pa.int64()),
+            ("height", pa.int64()),
+        ]
+    )
+
+
+@cache
+def arrow_schema(fmt: str, *, jsonl: bool = False) -> pa.Schema:
+    """The fixed Arrow schema of ``fmt``'s rows: every file of a format has the same columns
+    and types, whatever the first rows hold (an all-null column is still a struct). Images
+    are ``arrow_image`` structs, or ``json_image`` ones for the JSONL file's card (``jsonl``).
+    The Parquet schema carries ``datasets``' features in its metadata, so that its images load
+    as images from the file alone."""
+    import pyarrow as pa
+
+    images = pa.list_(json_image() if jsonl else arrow_image())
     message = pa.struct([("role", pa.string()), ("content", pa.string())])
     messages = pa.list_(message)
     reaction = pa.struct(
@@ -325,8 +404,15 @@ def arrow_schema(fmt: str) -> pa.Schema:
             ("conv_metadata", pa.struct(counts)),
             ("source", pa.string()),
             ("reactions", pa.struct([("a", reaction), ("b", reaction)])),
+            ("images", images),
         ],
         "trl": [("prompt", messages), ("chosen", messages), ("rejected", messages)],
+        "trl-vision": [
+            ("images", images),
+            ("prompt", messages),
+            ("chosen", messages),
+            ("rejected", messages),
+        ],
         "openai": [
             ("input", pa.struct([("messages", messages)])),
             ("preferred_output", messages),
@@ -343,4 +429,23 @@ def arrow_schema(fmt: str) -> pa.Schema:
             ("after_reveal", pa.bool_()),
         ],
     }
-    return pa.schema(fields[fmt])
+    schema = pa.schema(fields[fmt])
+    if fmt in IMAGE_FORMATS and not jsonl:
+        features = {f.name: _hf_feature_json(f.type) for f in schema}
+        info = {"info": {"features": features}}
+        schema = schema.with_metadata({"huggingface": json.dumps(info)})
+    return schema
+
+
+def _hf_feature_json(kind: pa.DataType) -> Any:
+    """A column's type as ``datasets`` stores its features in a Parquet file's metadata."""
+    import pyarrow as pa
+
+    if kind == arrow_image():
+        return {"_type": "Image"}
+    if pa.types.is_struct(kind):
+        return {f.name: _hf_feature_json(f.type) for f in kind.fields}
+    if pa.types.is_list(kind):
+        return {"_type": "List", "feature": _hf_feature_json(kind.value_type)}
+    names = {pa.string(): "string", pa.bool_(): "bool", pa.int64(): "int64", pa.binary(): "binary"}
+    return {"_type": "Value", "dtype": names.get(kind, "float64")}

@@ -1,9 +1,11 @@
 """Reading votes for an export: one ``VotedBattle`` per vote, from plain values a chunk at a time
-(one query for a chunk's votes, one for their battles' current messages), so memory stays flat
-however many votes there are."""
+(one query for a chunk's votes, one for their battles' current messages, one for their
+reactions, and one for their prompts' images when a prompt of the chunk has any), so memory
+stays flat however many votes there are."""
 
 from __future__ import annotations
 
+import base64
 import hmac
 import uuid
 from collections import Counter
@@ -14,9 +16,10 @@ from itertools import islice
 from typing import Any, TypedDict, TypeVar, cast
 
 from django.conf import settings
+from django.core.files.storage import default_storage
 from django.db.models import Value
 
-from arena.models import Battle, BattleMessage, Reaction
+from arena.models import Battle, BattleMessage, PromptImage, Reaction
 from arena.payloads import Side, Winner
 from arena.selectors import votes_for_export
 
@@ -27,6 +30,54 @@ class ReactionValue(TypedDict):
     liked: bool
     tags: list[str]
     after_reveal: bool  # given once the names were known
+
+
+class JsonImage(TypedDict):
+    """An image as a JSONL row holds it: the file as a data URL, with what it is."""
+
+    url: str  # data:<mime>;base64,...
+    sha256: str
+    mime: str
+    width: int
+    height: int
+
+
+class ArrowImage(TypedDict):
+    """An image as a Parquet row holds it: the layout of ``datasets``' ``Image`` feature."""
+
+    bytes: bytes
+    path: str  # <sha256>.<extension>: a name, not a place to read
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A prompt's image in an export: the stored file's name and what it is. The bytes are
+    read when a row is written (``as_json``, ``as_arrow``), one image at a time."""
+
+    name: str  # in ``default_storage``
+    sha256: str
+    mime: str
+    width: int
+    height: int
+
+    def read(self) -> bytes:
+        with default_storage.open(self.name, "rb") as stored:
+            data: bytes = stored.read()
+        return data
+
+    def as_json(self) -> JsonImage:
+        encoded = base64.b64encode(self.read()).decode("ascii")
+        return {
+            "url": f"data:{self.mime};base64,{encoded}",
+            "sha256": self.sha256,
+            "mime": self.mime,
+            "width": self.width,
+            "height": self.height,
+        }
+
+    def as_arrow(self) -> ArrowImage:
+        extension = "png" if self.mime == "image/png" else "jpg"
+        return {"bytes": self.read(), "path": f"{self.sha256}.{extension}"}
 
 
 @dataclass(frozen=True)
@@ -48,6 +99,8 @@ class VotedBattle:
     source: str = ""  # the battle's source (``Battle.Source``)
     # side -> the visitor's reaction on that side's answers, for the sides they reacted to
     reactions: dict[Side, ReactionValue] = field(default_factory=dict)
+    # The prompt's images, in order (sent with the first user turn); empty for a text prompt.
+    images: tuple[ImageRef, ...] = ()
 
 
 @dataclass
@@ -92,12 +145,18 @@ _VOTE_COLUMNS = (
     "battle__prompt__language",
     "battle__prompt__category",
     "battle__source",
+    "battle__prompt_id",
+    "battle__prompt__image_count",
 )
 _MESSAGE_COLUMNS = ("battle_id", "turn", "side", "user_content", "content")
-VoteValues = tuple[uuid.UUID, str, str, datetime, Any, str, str, str, str | None, str | None, str]
+VoteValues = tuple[
+    uuid.UUID, str, str, datetime, Any, str, str, str, str | None, str | None, str, int | None, int
+]
 MessageValues = tuple[uuid.UUID, int, str, str, str]
 _REACTION_COLUMNS = ("battle_id", "side", "liked", "tags", "after_reveal")
 ReactionValues = tuple[uuid.UUID, str, bool, list[str], bool]
+_IMAGE_COLUMNS = ("prompt_id", "file", "sha256", "mime", "width", "height")
+ImageValues = tuple[int, str, str, str, int, int]
 #: Votes read (and their messages fetched) per query.
 CHUNK_SIZE = 2000
 
@@ -106,6 +165,7 @@ def voted_battle(
     vote: VoteValues,
     messages: Iterable[MessageValues],
     reactions: Iterable[ReactionValues] = (),
+    images: Iterable[ImageValues] = (),
 ) -> VotedBattle:
     """The record of one vote; ``messages`` are the battle's current (not superseded) ones.
     A vote read without its details has an empty ``judge`` and no style counts."""
@@ -137,6 +197,10 @@ def voted_battle(
             cast(Side, side): {"liked": liked, "tags": list(tags or []), "after_reveal": late}
             for _, side, liked, tags, late in reactions
         },
+        images=tuple(
+            ImageRef(name=name, sha256=sha, mime=mime, width=width, height=height)
+            for _, name, sha, mime, width, height in images
+        ),
     )
 
 
@@ -152,7 +216,8 @@ def voted_battles(
     """Every vote that ``selectors.votes_for_export(**filters)`` selects, oldest first.
 
     Three queries per ``chunk_size`` votes: the votes' values (from one server-side cursor on
-    PostgreSQL), the current messages of their battles and the visitors' reactions. ``details=False`` leaves out what
+    PostgreSQL), the current messages of their battles and the visitors' reactions; a fourth
+    for their prompts' images when a prompt of the chunk has any. ``details=False`` leaves out what
     only the ``arena`` format writes (the judge and the style counts), which costs a JSON
     decoding and a hash a vote.
     """
@@ -180,9 +245,22 @@ def voted_battles(
         )
         for reaction in reactions:
             reacted.setdefault(reaction[0], []).append(cast(ReactionValues, reaction))
+        pictured: dict[int, list[ImageValues]] = {}
+        with_images = [vote[11] for vote in chunk if vote[12]]
+        if with_images:
+            stored = (
+                PromptImage.objects.filter(prompt_id__in=with_images)
+                .order_by("prompt_id", "position")
+                .values_list(*_IMAGE_COLUMNS)
+            )
+            for image in stored:
+                pictured.setdefault(image[0], []).append(cast(ImageValues, image))
         for vote in chunk:
             yield voted_battle(
-                cast(VoteValues, vote), by_battle.get(vote[0], ()), reacted.get(vote[0], ())
+                cast(VoteValues, vote),
+                by_battle.get(vote[0], ()),
+                reacted.get(vote[0], ()),
+                pictured.get(vote[11], ()) if vote[12] else (),
             )
 
 

@@ -367,10 +367,13 @@ def hf_datasets(monkeypatch, tmp_path):
     return datasets
 
 
-def trl_features(datasets, fmt):
+def trl_features(datasets, fmt, *, parquet=False):
     """The columns and types TRL's docs give for each trainer's conversational dataset (and
-    the public arena schema for ``arena``)."""
+    the public arena schema for ``arena``); images are ``Image`` features in Parquet."""
     string, message = datasets.Value("string"), {"role": datasets.Value("string")}
+    int64 = datasets.Value("int64")
+    image = {"url": string, "sha256": string, "mime": string, "width": int64, "height": int64}
+    images = datasets.List(datasets.Image() if parquet else image)
     message["content"] = string
     messages = datasets.List(message)
     reaction = {
@@ -399,6 +402,7 @@ def trl_features(datasets, fmt):
                 "conv_metadata": side_counts,
                 "source": string,
                 "reactions": {"a": reaction, "b": reaction},
+                "images": images,
             },
             "trl": {"prompt": messages, "chosen": messages, "rejected": messages},
             "openai": {
@@ -438,7 +442,7 @@ def test_every_format_written_to_a_folder_loads_with_datasets_in_trls_layout(
     suffix = "parquet" if parquet else "jsonl"
     assert sorted(p.name for p in folder.iterdir()) == ["README.md", f"arena-votes-{fmt}.{suffix}"]
     train = hf_datasets.load_dataset(str(folder), split="train", cache_dir=str(tmp_path / "c"))
-    assert train.features == trl_features(hf_datasets, fmt)
+    assert train.features == trl_features(hf_datasets, fmt, parquet=parquet)
     expected = {
         "arena": (3, "winner", ["model_a", "tie (bothbad)", "model_b"]),
         "trl": (2, "chosen", [[{"role": "assistant", "content": t}] for t in ("good", "better")]),
