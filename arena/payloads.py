@@ -72,6 +72,7 @@ class BattlePayload(TypedDict):
     state: BattleState
     votable: bool
     turns: list[Turn]
+    images: list[str]  # the URLs of the prompt's images, sent with its first turn
     vote: VoteResult | None  # None until voted
     models: BattleModels | None  # None while the battle is anonymous and not voted on
 

@@ -33,6 +33,7 @@ from django.db.models import (
 )
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce, Length, RowNumber
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext
 
@@ -47,6 +48,7 @@ from arena.models import (
     Completion,
     LiveLimits,
     Prompt,
+    PromptImage,
     Provider,
     Reaction,
     ReactionTag,
@@ -169,6 +171,7 @@ def battle_payload(
         "state": cast(BattleState, battle.state),
         "votable": battle.state == Battle.State.READY,
         "turns": [turns[k] for k in sorted(turns)],
+        "images": _prompt_image_urls(battle),
         "vote": {"winner": cast(Winner, vote.winner)} if vote else None,
         "models": None,
     }
@@ -178,6 +181,17 @@ def battle_payload(
             "b": model_public_dict(battle.model_b),
         }
     return payload
+
+
+def _prompt_image_urls(battle: Battle) -> list[str]:
+    """The URLs of the battle's prompt's images, in order; no query when the prompt is in
+    memory and has none."""
+    if battle.prompt_id is None:
+        return []
+    if Battle.prompt.is_cached(battle) and battle.prompt and not battle.prompt.image_count:
+        return []
+    ids = PromptImage.objects.filter(prompt_id=battle.prompt_id).order_by("position")
+    return [reverse("arena:prompt-image", args=[pk]) for pk in ids.values_list("pk", flat=True)]
 
 
 def battle_payload_by_id(*, battle_id: uuid.UUID) -> BattlePayload:

@@ -7,11 +7,20 @@ Each line is a JSON object::
      "completion": ["first answer", "second answer"],      # or one string; as many turns as prompt
      "category": "coding",                                 # optional; one of PROMPT_CATEGORIES
      "language": "en",                                     # optional (default en); a language tag
-     "prompt_id": "q-17"}                                  # optional; groups lines on one prompt
+     "prompt_id": "q-17",                                  # optional; groups lines on one prompt
+     "images": ["cat.jpg", "https://host/dog.png"]}        # optional; the first turn's images
 
 Every line is checked before anything is written; every malformed line is reported with its
 1-based line number and nothing of the file is imported. Unknown models are registered as
 pool-only models.
+
+``images`` (or ``image``, one reference) are the prompt's images, sent with its first turn: a
+path relative to the file's folder, or an http(s) URL fetched at import time. Each is copied in
+through the same checks as a visitor's upload (``arena.live.images.image_validate``: type by
+content, size and pixel limits, decompression bombs, corruption), its metadata stripped and
+re-encoded, before anything is written; a bad image is reported with its line like any other
+problem. A reference named on several lines (one line per model's answer) is read once. The
+images are part of the prompt's identity: the same text with other images is another prompt.
 
 Several lines may give one model's answers to one prompt with different texts: each is a
 variant, and a pool battle shows one of them, drawn uniformly (``arena.pool_cache``), so that
@@ -22,17 +31,30 @@ repeating a stored text adds nothing; an import never changes or removes a store
 import hashlib
 import json
 import re
+import urllib.error
+import urllib.request
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from django.conf import settings
+from django.core.files.base import ContentFile
 from django.db import transaction
 from django.utils.text import slugify
 
 from arena.errors import ArenaError, ErrorCode
 from arena.inputs import text_problem
-from arena.models import MODEL_SLUG_MAX, ArenaModel, Completion, Prompt, completion_turns_hash
+from arena.live.images import CleanImage, image_validate
+from arena.models import (
+    MODEL_SLUG_MAX,
+    ArenaModel,
+    Completion,
+    Prompt,
+    PromptImage,
+    completion_turns_hash,
+)
 from arena.pool_cache import generation_bumps_deferred
 
 # The prompt categories a pool may use: MT-bench's eight (the demo pool's), and ``other``. The
@@ -75,6 +97,7 @@ class PoolLine:
     category: str
     language: str
     prompt_id: str
+    images: tuple[str, ...] = ()  # references as the line gives them (paths or URLs)
 
 
 @dataclass
@@ -83,6 +106,11 @@ class PoolImportResult:
     prompts_created: int = 0
     completions_created: int = 0
     models_created: list[str] = field(default_factory=list)
+    images_stored: int = 0
+
+
+#: Seconds an image URL may take to answer and send, per read.
+IMAGE_FETCH_TIMEOUT = 20.0
 
 
 def _text(value: str, name: str, line_no: int) -> str:
@@ -184,7 +212,93 @@ def pool_parse_line(raw: str, line_no: int) -> PoolLine:
         category=_category(obj, line_no),
         language=_language(obj, line_no),
         prompt_id=_optional_str(obj, "prompt_id", line_no),
+        images=_image_references(obj, line_no),
     )
+
+
+def _image_references(obj: dict[str, Any], line_no: int) -> tuple[str, ...]:
+    if "image" in obj and "images" in obj:
+        raise ArenaError(
+            ErrorCode.INVALID_LINE,
+            f"line {line_no}: give 'images' (a list) or 'image' (one), not both.",
+            field="images",
+        )
+    value = obj.get("images", obj.get("image"))
+    if value is None or value == []:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    limit = settings.ARENA_IMAGE_MAX_PER_PROMPT
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ArenaError(
+            ErrorCode.INVALID_LINE,
+            f"line {line_no}: 'images' must be a path or URL, or a list of them.",
+            field="images",
+        )
+    if len(value) > limit:
+        raise ArenaError(
+            ErrorCode.INVALID_LINE,
+            f"line {line_no}: 'images' names {len(value)} images; a prompt has at most {limit} "
+            "(ARENA_IMAGE_MAX_PER_PROMPT).",
+            field="images",
+        )
+    return tuple(_text(v.strip(), "images", line_no) for v in value)
+
+
+def _image_bytes(reference: str, folder: Path) -> bytes:
+    """The bytes ``reference`` names (a URL fetched, or a path under ``folder``), at most
+    ``ARENA_IMAGE_MAX_BYTES`` of them; an ``ArenaError`` saying why not."""
+    limit = settings.ARENA_IMAGE_MAX_BYTES
+    too_large = f"is larger than {limit} bytes (ARENA_IMAGE_MAX_BYTES)"
+    if reference.startswith(("http://", "https://")):
+        try:
+            # The scheme is checked above: urllib opens nothing but http(s) here.
+            with urllib.request.urlopen(reference, timeout=IMAGE_FETCH_TIMEOUT) as response:  # noqa: S310
+                data = response.read(limit + 1)
+        except urllib.error.HTTPError as exc:
+            raise _image_problem(f"{reference} answered HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise _image_problem(f"cannot fetch {reference} ({reason})") from None
+        if len(data) > limit:
+            raise _image_problem(f"{reference} {too_large}")
+        return bytes(data)
+    path = Path(reference)
+    if not path.is_absolute():
+        path = folder / path
+    try:
+        if path.stat().st_size > limit:
+            raise _image_problem(f"{reference} {too_large}")
+        return path.read_bytes()
+    except OSError as exc:
+        raise _image_problem(f"cannot read {reference}: {exc.strerror}") from None
+
+
+def _image_problem(message: str) -> ArenaError:
+    return ArenaError(ErrorCode.INVALID_LINE, message, field="images")
+
+
+def _images_read(
+    lines: list[PoolLine], folder: Path, progress: Progress
+) -> tuple[dict[str, CleanImage], list[str]]:
+    """Every distinct image reference of ``lines`` read and checked once: the clean images by
+    reference, and one problem per line naming a bad one."""
+    clean: dict[str, CleanImage] = {}
+    refused: dict[str, str] = {}
+    references = list(dict.fromkeys(r for line in lines for r in line.images))
+    for reference in progress(references, desc="checking images"):
+        try:
+            data = _image_bytes(reference, folder)
+            clean[reference] = image_validate(data=data, max_pixels=settings.ARENA_IMAGE_MAX_PIXELS)
+        except ArenaError as exc:
+            refused[reference] = exc.message
+    problems = [
+        f"line {line.line_no}: image {reference!r}: {refused[reference]}"
+        for line in lines
+        for reference in line.images
+        if reference in refused
+    ]
+    return clean, problems
 
 
 def _model_slug(name: str) -> str:
@@ -228,7 +342,9 @@ def pool_import(
             lines.append(pool_parse_line(text, line_no))
         except ArenaError as exc:
             problems.append(exc.message)
-    problems += _prompt_id_conflicts(lines, source)
+    images, image_problems = _images_read(lines, path.parent, progress)
+    problems += image_problems
+    problems += _prompt_id_conflicts(lines, source, images)
     if len(problems) == 1:
         raise ArenaError(
             ErrorCode.INVALID_FILE, f"{path}: {problems[0]} Nothing was imported.", field="file"
@@ -246,7 +362,7 @@ def pool_import(
         )
     if not lines:
         raise ArenaError(ErrorCode.EMPTY, f"{path} holds no pool lines.", field="file")
-    return pool_write(lines=lines, source=source, progress=progress)
+    return pool_write(lines=lines, source=source, progress=progress, images=images)
 
 
 def _line_number(problem: str) -> int:
@@ -254,8 +370,25 @@ def _line_number(problem: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-def _prompt_id_conflicts(lines: list[PoolLine], source: str) -> list[str]:
-    """Lines whose ``prompt_id`` names other turns than an earlier line or the stored prompt."""
+def _image_hashes(line: PoolLine, images: dict[str, CleanImage]) -> tuple[str, ...]:
+    return tuple(hashlib.sha256(images[r].data).hexdigest() for r in line.images if r in images)
+
+
+def _prompt_id_conflicts(
+    lines: list[PoolLine], source: str, images: dict[str, CleanImage] | None = None
+) -> list[str]:
+    """Lines whose ``prompt_id`` names other turns (or other images) than an earlier line or
+    the stored prompt."""
+    images = images or {}
+    pictures: dict[str, tuple[str, ...]] = {}
+    for line in lines:
+        if line.prompt_id and pictures.setdefault(
+            line.prompt_id, _image_hashes(line, images)
+        ) != _image_hashes(line, images):
+            return [
+                f"line {line.line_no}: prompt_id {line.prompt_id!r} was given other images on "
+                "an earlier line."
+            ]
     seen: dict[str, tuple[str, ...]] = {}
     ids = {line.prompt_id for line in lines if line.prompt_id}
     stored = {
@@ -287,56 +420,111 @@ def pool_write(
     source: str,
     model_defaults: dict[str, dict[str, str]] | None = None,
     progress: Progress = no_progress,
+    images: dict[str, CleanImage] | None = None,
 ) -> PoolImportResult:
-    """Write parsed pool lines in one transaction: models, prompts, pool completions (one
-    variant per distinct text of a model's answer to a prompt).
+    """Write parsed pool lines in one transaction: models, prompts, their images (``images``:
+    the checked images by the lines' references), pool completions (one variant per distinct
+    text of a model's answer to a prompt). A stored file whose transaction fails is deleted.
 
     ``model_defaults`` maps a model name to the fields a newly created model gets
     (display_name, organization, license).
     """
     model_defaults = model_defaults or {}
+    images = images or {}
     result = PoolImportResult(lines=len(lines))
-    with generation_bumps_deferred(), transaction.atomic():
-        models: dict[str, ArenaModel] = {}
-        for line in lines:
-            slug = _model_slug(line.model)
-            if slug not in models:
-                defaults = {
-                    "display_name": line.model.strip(),
-                    **model_defaults.get(line.model, {}),
-                }
-                model, created = ArenaModel.objects.get_or_create(slug=slug, defaults=defaults)
-                models[slug] = model
-                if created:
-                    result.models_created.append(slug)
-        for line in progress(lines, desc="writing the pool"):
-            external_id = (
-                line.prompt_id or hashlib.sha256(json.dumps(line.prompt).encode()).hexdigest()[:40]
-            )
-            prompt, created = Prompt.objects.get_or_create(
-                source=source,
-                external_id=external_id,
-                defaults={
-                    "turns": list(line.prompt),
-                    "category": line.category,
-                    "language": line.language,
-                },
-            )
-            result.prompts_created += created
-            if list(prompt.turns) != list(line.prompt):
-                raise ArenaError(
-                    ErrorCode.INVALID_LINE,
-                    f"line {line.line_no}: prompt_id '{external_id}' was given other turns earlier.",
-                    field="prompt",
-                )
-            # A text the model already has for this prompt is the same variant (re-importing a
-            # file changes nothing); another text is one more variant, shown in rotation.
-            _, created = Completion.objects.get_or_create(
-                prompt=prompt,
-                model=models[_model_slug(line.model)],
-                source=Completion.Source.POOL,
-                turns_hash=completion_turns_hash(line.completion),
-                defaults={"turns": list(line.completion)},
-            )
-            result.completions_created += created
+    stored: list[PromptImage] = []
+    try:
+        with generation_bumps_deferred(), transaction.atomic():
+            _pool_rows(lines, source, model_defaults, progress, images, result, stored)
+    except BaseException:
+        for image in stored:
+            image.file.delete(save=False)
+        raise
+    result.images_stored = len(stored)
     return result
+
+
+def _pool_rows(
+    lines: list[PoolLine],
+    source: str,
+    model_defaults: dict[str, dict[str, str]],
+    progress: Progress,
+    images: dict[str, CleanImage],
+    result: PoolImportResult,
+    stored: list[PromptImage],
+) -> None:
+    """``pool_write``'s rows, in its transaction; each image file stored is put in ``stored``."""
+    models: dict[str, ArenaModel] = {}
+    for line in lines:
+        slug = _model_slug(line.model)
+        if slug not in models:
+            defaults = {
+                "display_name": line.model.strip(),
+                **model_defaults.get(line.model, {}),
+            }
+            model, created = ArenaModel.objects.get_or_create(slug=slug, defaults=defaults)
+            models[slug] = model
+            if created:
+                result.models_created.append(slug)
+    for line in progress(lines, desc="writing the pool"):
+        hashes = _image_hashes(line, images)
+        # A prompt's identity is its turns and, when it has any, its images.
+        identity: list[Any] = [list(line.prompt), list(hashes)] if hashes else list(line.prompt)
+        external_id = (
+            line.prompt_id or hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:40]
+        )
+        prompt, created = Prompt.objects.get_or_create(
+            source=source,
+            external_id=external_id,
+            defaults={
+                "turns": list(line.prompt),
+                "category": line.category,
+                "language": line.language,
+                "image_count": len(hashes),
+            },
+        )
+        result.prompts_created += created
+        if created:
+            for position, reference in enumerate(line.images):
+                stored.append(_image_store(prompt, position, images[reference]))
+        elif tuple(prompt.images.order_by("position").values_list("sha256", flat=True)) != hashes:
+            raise ArenaError(
+                ErrorCode.INVALID_LINE,
+                f"line {line.line_no}: prompt_id '{external_id}' was imported earlier with "
+                "other images.",
+                field="images",
+            )
+        if list(prompt.turns) != list(line.prompt):
+            raise ArenaError(
+                ErrorCode.INVALID_LINE,
+                f"line {line.line_no}: prompt_id '{external_id}' was given other turns earlier.",
+                field="prompt",
+            )
+        # A text the model already has for this prompt is the same variant (re-importing a
+        # file changes nothing); another text is one more variant, shown in rotation.
+        _, created = Completion.objects.get_or_create(
+            prompt=prompt,
+            model=models[_model_slug(line.model)],
+            source=Completion.Source.POOL,
+            turns_hash=completion_turns_hash(line.completion),
+            defaults={"turns": list(line.completion)},
+        )
+        result.completions_created += created
+
+
+def _image_store(prompt: Prompt, position: int, clean: CleanImage) -> PromptImage:
+    """A pool prompt's image: the file stored, then its row (no session, no battle)."""
+    image = PromptImage(
+        id=uuid.uuid4(),
+        session_hash="",
+        prompt=prompt,
+        position=position,
+        sha256=hashlib.sha256(clean.data).hexdigest(),
+        mime=clean.mime,
+        width=clean.width,
+        height=clean.height,
+        size=len(clean.data),
+    )
+    image.file.save(f"image{clean.extension}", ContentFile(clean.data), save=False)
+    image.save()
+    return image

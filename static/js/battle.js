@@ -97,7 +97,8 @@ function renderSide(side, turns) {
   });
 }
 
-export function renderPrompt(turns) {
+/* The prompt's turns; the images (their URLs) go with the first turn, as they were sent. */
+export function renderPrompt(turns, images = []) {
   const container = $("prompt");
   container.replaceChildren();
   turns.forEach((turn) => {
@@ -107,7 +108,24 @@ export function renderPrompt(turns) {
     p.className = "turn-prompt";
     p.textContent = turn.prompt;  // user text is shown as text, never as HTML
     container.appendChild(p);
+    if (turn.index === 0 && images.length) container.appendChild(promptImages(images));
   });
+}
+
+function promptImages(images) {
+  const list = document.createElement("ul");
+  list.className = "prompt-images";
+  list.dataset.testid = "prompt-images";
+  images.forEach((url, i) => {
+    const item = document.createElement("li");
+    const img = document.createElement("img");
+    img.src = url;
+    img.alt = interpolate(gettext("Image %(n)s of the prompt"), { n: i + 1 }, true);
+    img.loading = "lazy";
+    item.appendChild(img);
+    list.appendChild(item);
+  });
+  return list;
 }
 
 export function resetNames() {
@@ -185,7 +203,7 @@ function syncReactions(data) {
 function setShown(shown) { root.dataset.shown = shown ? "true" : "false"; }
 
 function renderTurns(turns) {
-  renderPrompt(turns);
+  renderPrompt(turns, (battle && battle.images) || []);
   renderSide("a", turns);
   renderSide("b", turns);
 }

@@ -105,7 +105,7 @@ function startLive() {
     streaming = true;
     setBattle(Object.assign({}, battle, { votable: false }));
     if (battle.models) revealNames(battle.models);  // named mode: the visitor chose them
-    renderPrompt(turns);
+    renderPrompt(turns, battle.images || []);
     SIDES.forEach((side) => { renderSide(side); setSideStatus(side, gettext("Answering…")); });
     setStatus(frame.regenerated ? gettext("Regenerating both answers…") : gettext("Both models are answering…"));
     input.value = "";

@@ -32,7 +32,7 @@ class Command(BaseCommand):
             self.style.SUCCESS(
                 f"Imported {result.lines} lines: {result.prompts_created} new prompts, "
                 f"{result.completions_created} new completions, "
-                f"{len(result.models_created)} new models"
+                f"{len(result.models_created)} new models, {result.images_stored} images"
                 + (f" ({', '.join(result.models_created)})" if result.models_created else "")
                 + "."
             )
