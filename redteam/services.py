@@ -40,6 +40,7 @@ from arena.services.vote_guards import challenge_required_error
 from redteam.judges import JudgeVerdict, judge_model_ask, phrase_judge, secret_judge
 from redteam.models import Attempt, AttemptTurn, Challenge
 from redteam.payloads import AttemptJson, ChallengeJson, TurnJson
+from redteam.signals import attempt_ended
 
 # Turns that took the player's turn: an answer that failed upstream gives the turn back.
 _COUNTED = (AttemptTurn.Status.DONE, AttemptTurn.Status.STOPPED, AttemptTurn.Status.STREAMING)
@@ -306,10 +307,15 @@ def _refuse_unless_open(attempt: Attempt) -> None:
 
 
 def _end(attempt: Attempt, state: str, reason: str = "") -> None:
+    """End the attempt (inside the caller's transaction); listeners hear after commit."""
     attempt.state = state
     attempt.verdict_reason = reason
     attempt.ended_at = timezone.now()
     attempt.save(update_fields=["state", "verdict_reason", "evidence", "ended_at"])
+    attempt_id = attempt.pk
+    transaction.on_commit(
+        lambda: attempt_ended.send(sender=Attempt, attempt_id=attempt_id, state=state)
+    )
 
 
 def _out_of_limits(attempt: Attempt, turns_used: int) -> str:

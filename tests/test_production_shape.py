@@ -663,6 +663,7 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
         )
         assert len(attempts) == 1 and attempts[0][0] == "succeeded"
         expect(page.get_by_test_id("opponent")).to_contain_text(attempts[0][1])
+        page.goto(shape.url + "/?mode=live")  # back to the battles, as the walk goes on
 
         # --- The environment API: a trainer's token, a run, a group of two completions; the
         # visitor's next pool battle is that group's, named "Submitted answer" after the vote.

@@ -20,6 +20,7 @@ from redteam.services import (
     attempt_turn_add,
     attempt_turn_finish,
 )
+from redteam.signals import attempt_ended
 
 pytestmark = pytest.mark.django_db
 
@@ -233,3 +234,24 @@ def test_a_bot_user_agent_flags_the_attempt(make_player, phrase_challenge, live_
     attempt = attempt_start(player=bot, challenge_slug=phrase_challenge.slug)
     saved = Attempt.objects.get(pk=attempt["id"])
     assert saved.flagged and saved.flags == ["bot_user_agent"]
+
+
+def test_listeners_hear_of_an_attempts_end_after_commit(
+    make_player, phrase_challenge, live_models, django_capture_on_commit_callbacks
+):
+    heard = []
+
+    def listener(sender, **kwargs):
+        heard.append(kwargs)
+
+    attempt_ended.connect(listener)
+    try:
+        player = make_player()
+        attempt = attempt_start(player=player, challenge_slug=phrase_challenge.slug)
+        with django_capture_on_commit_callbacks(execute=True):
+            attempt_surrender(attempt_id=attempt["id"], session_key=player.session_key)
+    finally:
+        attempt_ended.disconnect(listener)
+    assert heard == [
+        {"signal": attempt_ended, "attempt_id": Attempt.objects.get().pk, "state": "surrendered"}
+    ]

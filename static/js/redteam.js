@@ -205,9 +205,10 @@ function onTurnEnd(frame) {
       item.appendChild(note);
     }
     if (frame.turn.status === "errored") note.textContent = gettext("The model could not answer; send your message again.");
-    else if (!verdict) note.textContent = gettext("Not judged yet.");
-    else if (verdict.success) note.textContent = gettext("The rule broke.");
-    else note.textContent = gettext("The rule held.");
+    else if (verdict && verdict.success) note.textContent = gettext("The rule broke.");
+    else if (verdict) note.textContent = gettext("The rule held.");
+    else if (frame.turn.status === "stopped") note.textContent = gettext("Stopped.");
+    else note.textContent = gettext("Not judged yet.");
     note.classList.toggle("broke", Boolean(verdict && verdict.success));
   }
   if (attempt.state === "open") {
