@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 from arena.models import ArenaModel, Provider
 from arena.tests.fake_openai import FakeModel
 from redteam.models import Attempt, AttemptTurn, Challenge
+from tests.helpers import axe_violations
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -25,6 +26,7 @@ def gives_in_on_turn(n: int, text: str, refusal: str = "I will not say that."):
 
 def open_challenge(page, server, challenge):
     page.goto(server.url + "/redteam/")
+    assert axe_violations(page) == []
     expect(page.get_by_test_id("nav-redteam")).to_have_attribute("aria-current", "page")
     card = page.get_by_test_id(f"challenge-{challenge.slug}")
     expect(card).to_contain_text(challenge.rule)
@@ -87,6 +89,7 @@ def test_a_player_breaks_a_say_the_phrase_rule_on_the_third_turn_and_sees_the_re
     expect(page.get_by_test_id("surrender")).to_be_disabled()
     assert page.get_by_test_id("evidence").is_visible()
     assert_fits_the_screen(page)
+    assert axe_violations(page) == []
 
     # Another attempt on the same page: anonymous again; surrender reveals it.
     page.get_by_test_id("again").click()
