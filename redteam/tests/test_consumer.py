@@ -185,3 +185,74 @@ async def test_a_failing_judge_is_an_error_frame_then_judge_again_decides(
         "raw": "yes it said arr",
     }
     await comm.disconnect()
+
+
+async def test_a_failed_answer_is_an_error_frame_and_gives_the_turn_back(
+    fake_upstream, live_models, phrase_challenge
+):
+    fake_upstream.default = FakeModel(fault="http_500")
+    comm = await open_socket()
+    await comm.send_json_to({"type": "start", "challenge": phrase_challenge.slug})
+    attempt = (await frames_until(comm, "attempt_start"))[-1]["attempt"]
+    await comm.send_json_to({"type": "turn", "attempt_id": attempt["id"], "prompt": "Hi"})
+    frames = await frames_until(comm, "turn_end")
+    error = next(f for f in frames if f["type"] == "error")
+    assert error["code"] == "error" and "server" in error["message"]
+    end = frames[-1]
+    assert end["turn"]["status"] == "errored" and end["turn"]["verdict"] is None
+    assert end["attempt"]["turns_used"] == 0 and end["attempt"]["state"] == "open"
+    # The next turn is taken: nothing waits for a judge.
+    fake_upstream.default = FakeModel(tokens=["Hello."])
+    await comm.send_json_to({"type": "turn", "attempt_id": attempt["id"], "prompt": "Hi again"})
+    assert (await frames_until(comm, "turn_end"))[-1]["turn"]["status"] == "done"
+    await comm.disconnect()
+
+
+async def test_a_socket_without_terms_accepted_cannot_start(
+    fake_upstream, live_models, phrase_challenge
+):
+    def session_without_terms() -> str:
+        store = SessionStore()
+        store[VOTER_SESSION_KEY] = "player-2"
+        store.create()
+        return store.session_key
+
+    key = await database_sync_to_async(session_without_terms)()
+    headers = [
+        (b"origin", b"http://testserver"),
+        (b"host", b"testserver"),
+        (b"cookie", f"sessionid={key}".encode()),
+    ]
+    comm = WebsocketCommunicator(application, "/ws/redteam", headers=headers)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"type": "start", "challenge": phrase_challenge.slug})
+    error = (await frames_until(comm, "error"))[-1]
+    assert error["code"] == "terms_required" and error["field"] == "terms"
+    # Accepted over HTTP meanwhile (the page does): the same socket starts now.
+    await database_sync_to_async(terms_accept)(voter_id="player-2")
+    await comm.send_json_to({"type": "start", "challenge": phrase_challenge.slug})
+    assert (await frames_until(comm, "attempt_start"))[-1]["attempt"]["state"] == "open"
+    await comm.disconnect()
+
+
+async def test_two_sockets_of_one_session_cannot_stream_two_turns_of_one_attempt(
+    fake_upstream, live_models, phrase_challenge
+):
+    fake_upstream.default = FakeModel(tokens=["slow "] * 20, delay=0.05)
+    first = await open_socket()
+    await first.send_json_to({"type": "start", "challenge": phrase_challenge.slug})
+    attempt = (await frames_until(first, "attempt_start"))[-1]["attempt"]
+    cookie = next(value for name, value in first.scope["headers"] if name == b"cookie")
+    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver"), (b"cookie", cookie)]
+    second = WebsocketCommunicator(application, "/ws/redteam", headers=headers)
+    assert (await second.connect())[0]
+    turn = {"type": "turn", "attempt_id": attempt["id"], "prompt": "Go"}
+    await first.send_json_to(turn)
+    await second.send_json_to(turn)
+    answers = [await comm.receive_json_from(FRAME_TIMEOUT) for comm in (first, second)]
+    assert sorted(a["type"] for a in answers) == ["error", "turn_start"]
+    assert next(a for a in answers if a["type"] == "error")["code"] == "still_streaming"
+    count = await database_sync_to_async(AttemptTurn.objects.count)()
+    assert count == 1
+    await first.disconnect()
+    await second.disconnect()
