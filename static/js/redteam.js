@@ -25,6 +25,7 @@ let streaming = false;
 let current = null;  // the model's answer element of the turn streaming
 let termsAccepted = root.dataset.termsAccepted === "true";
 let challengePending = root.dataset.challengePending === "true";
+let clock = null;  // the countdown's interval while a time-limited attempt is open
 
 function csrfToken() {
   const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
@@ -57,6 +58,25 @@ function updateButtons() {
   stopButton.disabled = !streaming;
   surrenderButton.disabled = !open;
   input.disabled = !open;
+}
+
+/* A time-limited attempt's countdown. At zero the server ends the attempt (expired) on the
+   next message, so Send stays on and says what happens. */
+function showTimeLeft() {
+  const el = $("time-left");
+  if (clock) { clearInterval(clock); clock = null; }
+  if (!attempt || attempt.state !== "open" || !attempt.deadline) { el.hidden = true; return; }
+  const deadline = Date.parse(attempt.deadline);
+  const tick = () => {
+    const left = Math.max(0, Math.round((deadline - Date.now()) / 1000));
+    const clockText = Math.floor(left / 60) + ":" + String(left % 60).padStart(2, "0");
+    el.textContent = left > 0 ? interpolate(gettext("Time left: %(time)s"), { time: clockText }, true)
+      : gettext("Time is up: your next message ends the attempt.");
+    if (left === 0 && clock) { clearInterval(clock); clock = null; }
+  };
+  el.hidden = false;
+  tick();
+  clock = setInterval(tick, 1000);
 }
 
 // --- terms and challenge, then the attempt ---------------------------------------------------
@@ -128,6 +148,7 @@ async function send(frame) {
 
 async function begin() {
   attempt = null;
+  showTimeLeft();
   chat.replaceChildren();
   outcome.hidden = true;
   $("opponent").textContent = gettext("An anonymous model");
@@ -148,6 +169,7 @@ function onFrame(frame) {
   switch (frame.type) {
     case "attempt_start":
       attempt = frame.attempt;
+      showTimeLeft();
       setStatus(gettext("Your opponent is ready: write your first message."));
       updateButtons();
       input.focus();
@@ -249,6 +271,7 @@ function onAttemptEnd(ended) {
   streaming = false;
   current = null;
   attempt = ended;
+  showTimeLeft();
   outcome.hidden = false;
   outcome.dataset.state = ended.state;
   $("outcome-headline").textContent = (HEADLINES[ended.state] || HEADLINES.errored)();
