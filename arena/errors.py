@@ -51,6 +51,9 @@ class ErrorCode(StrEnum):
     TURN_LOST = "turn_lost"
     PROMPT_REFUSED = "prompt_refused"
     MODERATION_UNAVAILABLE = "moderation_unavailable"
+    # red-teaming attempts (the redteam app)
+    ATTEMPT_CAP = "attempt_cap"
+    JUDGE_UNAVAILABLE = "judge_unavailable"
     # models, pools and demo data (management commands and the admin)
     EXISTS = "exists"
     INVALID_FILE = "invalid_file"

@@ -2,6 +2,7 @@
 
 import gc
 import os
+from importlib import import_module
 
 import django
 
@@ -21,7 +22,14 @@ from django.core.cache import caches  # noqa: E402
 
 from answer_style import count_tokens  # noqa: E402
 from arena.origin import SameOriginValidator  # noqa: E402
-from arena.routing import websocket_urlpatterns  # noqa: E402
+
+# Each app's websocket routes, by module name, as config/urls.py includes each app's URLconf:
+# the battle's and the red-teaming arena's. Named rather than imported, so that the arena (whose
+# tests serve this application) does not come to import the apps that build on it.
+WEBSOCKET_ROUTES = ("arena.routing", "redteam.routing")
+websocket_urlpatterns = [
+    pattern for name in WEBSOCKET_ROUTES for pattern in import_module(name).websocket_urlpatterns
+]
 
 application = ProtocolTypeRouter(
     {

@@ -13,7 +13,9 @@ case-insensitive substring) is flagged (category ``harassment``); the ``model`` 
 picks its :class:`FakeModel`, whose ``http_400``/``http_500`` and ``hang`` faults apply.
 
 A whole answer of a ``numbered`` model ends with its number (each answer another text), and a
-model's ``fail_on`` text fails each request that holds it with an HTTP 500.
+model's ``fail_on`` text fails each request that holds it with an HTTP 500. A model's ``reply``
+scripts its answer from the conversation: a function of the request's messages returning the
+text, streamed word by word (for instance, a model that gives in on the third turn).
 
 Faults: ``error_midstream`` (an error event after ``fail_after`` tokens), ``http_500``, ``hang``
 (after ``fail_after`` tokens, nothing more is sent, the connection stays open), ``endless``
@@ -31,9 +33,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 FAULTS = ("none", "error_midstream", "garbage_midstream", "http_400", "http_500", "hang", "endless")
@@ -55,6 +59,8 @@ class FakeModel:
     numbered: bool = False
     # An HTTP 500 for a request any of whose messages holds this text (one prompt failing).
     fail_on: str = ""
+    # The answer as a function of the request's messages (None: ``tokens``).
+    reply: Callable[[list[dict[str, Any]]], str] | None = None
     answered: int = 0
 
     def __post_init__(self) -> None:
@@ -345,6 +351,10 @@ class FakeUpstream:
         """Answer one request; returns whether the connection stays open, and any byte of the
         client's next request that the disconnect watch read."""
         spec = self.models.get(request.model, self.default)
+        if spec.reply is not None:
+            # Word by word, each word with the spaces that follow it.
+            words = re.findall(r"\S+\s*|\s+", spec.reply(request.messages)) or [""]
+            spec = replace(spec, tokens=words, reply=None)
         fails_here = bool(spec.fail_on) and any(
             spec.fail_on in str(m.get("content", "")) for m in request.messages
         )

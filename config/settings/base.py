@@ -320,6 +320,9 @@ RATELIMIT_VIEW = "arena.views.ratelimited"
 # counted in the cache like the rate limits; 0 turns a cap off. Over a cap: 429 vote_cap.
 ARENA_VOTES_PER_SESSION_PER_DAY = env.int("ARENA_VOTES_PER_SESSION_PER_DAY", default=300)
 ARENA_VOTES_PER_IP_PER_DAY = env.int("ARENA_VOTES_PER_IP_PER_DAY", default=1000)
+# Red teaming: attempts one player may start against one model per UTC day (0: no cap), so a
+# player cannot farm one weak model's successes; the next attempt is drawn from the others.
+ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY = env.int("ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY", default=5)
 # A proof-of-work challenge (ALTCHA, self-hosted) before a session's first vote. Off here and in
 # local and test settings; production.py turns it on unless ARENA_CHALLENGE=false. The HMAC key
 # signs the challenges: empty derives one from SECRET_KEY for this one purpose.
