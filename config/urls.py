@@ -33,6 +33,7 @@ urlpatterns = [
     path("i18n/js/", javascript_catalog, name="javascript-catalog"),
     # The environment API (django-ninja), before the arena's /api/ patterns.
     path("api/env/v1/", env_api.urls),
+    path("redteam/leaderboard/", include("redteam.board_urls")),
     path("", include("ratings.urls")),
     path("", include("arena.urls")),
     # The visitor API and the leaderboard downloads (django-ninja), after the pages: its root
