@@ -27,7 +27,7 @@ def _plot(rows: list[dict[str, Any]]) -> dict[str, Any]:
     left, right = 160, PLOT_WIDTH - 20
 
     def x(v: float) -> float:
-        return round(left + (v - low) / span * (right - left), 1)
+        return round(float(left + (v - low) / span * (right - left)), 1)
 
     return {
         "width": PLOT_WIDTH,
