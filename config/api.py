@@ -25,6 +25,7 @@ from arena.errors import ArenaError, ErrorCode
 from arena.inputs import json_parse
 from arena.visitor_api import router as visitor_router
 from ratings.api import router as ratings_router
+from redteam.api import router as redteam_router
 
 
 class _JsonParser(Parser):
@@ -79,6 +80,7 @@ api = NinjaAPI(
 )
 api.add_router("/api/", visitor_router)
 api.add_router("/", ratings_router)
+api.add_router("/api/", redteam_router)
 
 
 # --- errors: each one in the arena's error body ------------------------------------------------

@@ -23,6 +23,7 @@ TASK_QUEUES: dict[str, str] = {
     "ratings.tasks.env_rewards_sweep": "default",
     "ratings.tasks.snapshot_refresh": "ratings",
     "ratings.tasks.voters_flag": "ratings",
+    "redteam.refit": "ratings",
     "arena.tasks.pool_recognisability": "ratings",
     "arena.tasks.env_webhook_deliver": "webhooks",
     "arena.tasks.env_webhook_sweep": "webhooks",

@@ -4,6 +4,12 @@ to its task's queue (config/queues.py)."""
 from celery.schedules import crontab
 
 BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    # The sweep behind the enqueue when an attempt ends; a no-op when no attempt ended since.
+    "redteam-refit-sweep": {
+        "task": "redteam.refit",
+        "schedule": crontab(minute="*/15"),
+        "options": {"expires": 14 * 60},
+    },
     # The sweep behind the after-vote enqueue: a lost or debounced enqueue is picked up here.
     # A run on unchanged votes is a no-op, so the sweep costs one count query when idle.
     "ratings-snapshot-sweep": {

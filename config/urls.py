@@ -10,6 +10,7 @@ from django.views.i18n import set_language
 from config.api import urls as api_urls
 from config.views import favicon, javascript_catalog
 from environment.api import api as env_api
+from redteam.env_api import api as redteam_env_api
 
 admin.site.site_header = "Arena administration"
 admin.site.site_title = "Arena admin"
@@ -32,7 +33,9 @@ urlpatterns = [
     # allows; base.html loads it before the pages' own scripts.
     path("i18n/js/", javascript_catalog, name="javascript-catalog"),
     # The environment API (django-ninja), before the arena's /api/ patterns.
+    path("api/env/v1/redteam/", redteam_env_api.urls),
     path("api/env/v1/", env_api.urls),
+    path("redteam/leaderboard/", include("redteam.board_urls")),
     # The red-teaming arena's pages (the redteam app).
     path("redteam/", include("redteam.urls")),
     path("", include("ratings.urls")),

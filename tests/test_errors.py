@@ -85,7 +85,7 @@ def test_every_write_of_the_api_document_is_refused_without_a_csrf_token(db):
         for method in item
         if method in ("post", "put", "patch", "delete")
     ]
-    assert len(writes) == 7
+    assert len(writes) == 8  # the visitor API and the red-team profile opt-in
     for method, path in writes:
         url = path.replace("{battle_id}", "00000000-0000-0000-0000-000000000000")
         url = url.replace("{side}", "a")

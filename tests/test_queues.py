@@ -20,7 +20,7 @@ def _registered() -> set[str]:
     return {
         name
         for name in current_app.tasks
-        if name.startswith(("arena.", "ratings.")) and ".tests." not in name
+        if name.startswith(("arena.", "ratings.", "redteam.")) and ".tests." not in name
     }
 
 

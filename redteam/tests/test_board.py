@@ -1,0 +1,22 @@
+import pytest
+
+from redteam import tasks
+from redteam.models import PlayerProfile
+from redteam.tests.test_fits import _attempts
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_board_shows_each_model_and_only_opted_in_players(client):
+    _attempts()
+    PlayerProfile.objects.create(player_id="p1", pseudonym="Mallory", on_board=True)
+    PlayerProfile.objects.create(player_id="p2", pseudonym="Hidden", on_board=False)
+    tasks.refit()
+    page = client.get("/redteam/leaderboard/").content.decode()
+    assert 'data-model="strong"' in page and 'data-model="weak"' in page
+    assert "<svg" in page
+    assert "Mallory" in page and "Hidden" not in page
+
+
+def test_the_board_says_when_nothing_is_computed(client):
+    assert b'data-testid="redteam-empty"' in client.get("/redteam/leaderboard/").content
