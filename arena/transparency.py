@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from typing import Any
 
 from celery import current_app
 from django.conf import settings
@@ -223,6 +224,47 @@ def models_served() -> ServedSummary:
             battles=int(env_battles["n"]),
             votes=int(env_battles["votes"]),
         ),
+    )
+
+
+def served_summary_json(summary: ServedSummary) -> dict[str, Any]:
+    """``summary`` as JSON (dates in ISO 8601), for a leaderboard snapshot to keep: the
+    /transparency page reads it back (``served_summary_from_json``) instead of counting."""
+    data = asdict(summary)
+    for model in data["models"]:
+        model["first_battle"] = model["first_battle"].isoformat()
+        model["last_battle"] = model["last_battle"].isoformat()
+    return data
+
+
+def served_summary_from_json(data: dict[str, Any]) -> ServedSummary:
+    """The ``ServedSummary`` that ``served_summary_json`` wrote."""
+    return ServedSummary(
+        models=[
+            ServedModel(
+                **{
+                    **m,
+                    "first_battle": datetime.fromisoformat(m["first_battle"]),
+                    "last_battle": datetime.fromisoformat(m["last_battle"]),
+                }
+            )
+            for m in data["models"]
+        ],
+        battles=int(data["battles"]),
+        votes=int(data["votes"]),
+        flagged=int(data["flagged"]),
+        flagged_by_reason=dict(data["flagged_by_reason"]),
+        trainer=TrainerSubmissions(**data["trainer"]),
+        # The label in the reader's language, not the writer's.
+        by_source=[
+            SourceCount(
+                source=s["source"],
+                label=str(Battle.Source(s["source"]).label),
+                battles=int(s["battles"]),
+                votes=int(s["votes"]),
+            )
+            for s in data["by_source"]
+        ],
     )
 
 

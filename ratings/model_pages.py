@@ -2,7 +2,15 @@
 
 A model page shows what the registry says about a public model (its catalogue fields), its
 rating in every category of the latest snapshot, its rating across snapshots and its record
-against each opponent in the votes the leaderboard counts (``ratings.selectors.rated_votes``).
+against each opponent in the votes the leaderboard counts (``ratings.selectors.rated_votes``),
+on the verdict the fit reads (``rated_winner``).
+
+The record comes from the snapshot (``payload["records"]``, counted by the rating task from the
+very votes it fitted), and everything the page derives from the snapshot is kept per snapshot
+(``ratings.page_cache``), so a visit costs a few queries whatever the number of votes. A
+snapshot written before the records were kept has its records counted from the votes once
+(``model_opponents_counted``) and kept the same way; before the first snapshot they are counted
+on each visit, when there are few votes to count.
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ from django.db.models import Count, Q
 
 from arena.models import ArenaModel
 from ratings.models import LeaderboardSnapshot
-from ratings.selectors import DEFAULT_CATEGORY, rated_votes, snapshot_latest, snapshot_payload
+from ratings.page_cache import SnapshotHead, snapshot_cached, snapshot_head, snapshot_row
+from ratings.selectors import DEFAULT_CATEGORY, rated_votes, snapshot_payload
 
 #: How many snapshots, newest first, a rating-over-time series reads (each is a full payload).
 SERIES_SNAPSHOTS = 60
@@ -177,13 +186,15 @@ def _rating_series(
     return [RatingSeries(model=s, name=names.get(s, s), points=points[s]) for s in models]
 
 
-def model_opponents(*, model: ArenaModel) -> list[OpponentRecord]:
-    """The model's record against each public opponent in the counted votes, most battles
-    first (the votes a refit rates: anonymous, unflagged, duplicate prompts and sources capped)."""
+def model_opponents_counted(*, model: ArenaModel) -> list[OpponentRecord]:
+    """The model's record against each public opponent counted from the votes, most battles
+    first (the votes a refit rates: anonymous, unflagged, duplicate prompts and sources capped,
+    each on its ``rated_winner``). One grouped query and one for the names; its time grows with
+    the votes, so the page reads a snapshot's records instead (``model_opponents``)."""
     votes = rated_votes().filter(Q(battle__model_a=model) | Q(battle__model_b=model))
     grouped = (
         votes.order_by()
-        .values_list("battle__model_a_id", "battle__model_b_id", "winner")
+        .values_list("battle__model_a_id", "battle__model_b_id", "rated_winner")
         .annotate(n=Count("id"))
     )
     tally: dict[int, list[int]] = {}  # opponent id -> [wins, losses, ties]
@@ -212,10 +223,37 @@ def model_opponents(*, model: ArenaModel) -> list[OpponentRecord]:
     return sorted(records, key=lambda r: (-r.battles, r.name))
 
 
+def model_opponents(*, slug: str, snapshot: LeaderboardSnapshot) -> list[OpponentRecord] | None:
+    """The model's record against each public opponent in ``snapshot``'s rated votes, most
+    battles first; None for a snapshot written before it kept the records (schema 5)."""
+    payload = snapshot_payload(snapshot)
+    kept = payload.get("records")
+    if kept is None:
+        return None
+    meta = payload.get("models", {})
+    records = []
+    for first, second, first_wins, second_wins, ties in kept:
+        if slug not in (first, second) or first == second:
+            continue
+        opponent = second if first == slug else first
+        wins, losses = (first_wins, second_wins) if first == slug else (second_wins, first_wins)
+        records.append(
+            OpponentRecord(
+                model=opponent,
+                name=meta[opponent]["name"] if opponent in meta else opponent,
+                battles=wins + losses + ties,
+                wins=wins,
+                losses=losses,
+                ties=ties,
+            )
+        )
+    return sorted(records, key=lambda r: (-r.battles, r.name))
+
+
 @dataclass(frozen=True)
 class ModelPage:
     model: ArenaModel
-    snapshot: LeaderboardSnapshot | None
+    snapshot: SnapshotHead | None
     ratings: list[CategoryRating]
     series: RatingSeries
     opponents: list[OpponentRecord]
@@ -225,12 +263,39 @@ class ModelPage:
         return next((r for r in self.ratings if r.key == DEFAULT_CATEGORY), None)
 
 
-def model_page(*, model: ArenaModel) -> ModelPage:
-    snapshot = snapshot_latest()
-    return ModelPage(
-        model=model,
-        snapshot=snapshot,
+@dataclass(frozen=True)
+class _SnapshotPieces:
+    ratings: list[CategoryRating]
+    series: RatingSeries
+    opponents: list[OpponentRecord]
+
+
+def _pieces(head: SnapshotHead, model: ArenaModel) -> _SnapshotPieces:
+    snapshot = snapshot_row(head)
+    opponents = model_opponents(slug=model.slug, snapshot=snapshot)
+    return _SnapshotPieces(
         ratings=model_category_ratings(slug=model.slug, snapshot=snapshot),
         series=rating_series(models=[model.slug])[0],
-        opponents=model_opponents(model=model),
+        opponents=model_opponents_counted(model=model) if opponents is None else opponents,
+    )
+
+
+def model_page(*, model: ArenaModel) -> ModelPage:
+    """The page's figures: from the cache for the newest snapshot after its first visit."""
+    head = snapshot_head()
+    if head is None:
+        return ModelPage(
+            model=model,
+            snapshot=None,
+            ratings=[],
+            series=RatingSeries(model=model.slug, name=model.slug),
+            opponents=model_opponents_counted(model=model),
+        )
+    pieces = snapshot_cached(head, "model", (model.slug,), lambda: _pieces(head, model))
+    return ModelPage(
+        model=model,
+        snapshot=head,
+        ratings=pieces.ratings,
+        series=pieces.series,
+        opponents=pieces.opponents,
     )

@@ -8,7 +8,7 @@ Changing a key here is a change of ``PAYLOAD_SCHEMA``. Django-free, like the eng
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from ratings.engine import ModelRatingDict, RatingResultDict
 
@@ -16,7 +16,9 @@ from ratings.engine import ModelRatingDict, RatingResultDict
 # 3: ``excluded`` (votes left out, by reason) and ``sampling`` (the active sampling's inputs).
 # 4: ``preliminary`` on each rated row; ``centre``, ``established_min_votes`` and ``warnings``
 #    (e.g. an anchor that could not serve) in each result's ``method``.
-PAYLOAD_SCHEMA = 4
+# 5: ``records`` (each pair's rated outcomes) and ``served`` (what /transparency lists), so
+#    that the pages read them from the snapshot instead of counting votes per visit.
+PAYLOAD_SCHEMA = 5
 
 #: Why a model is listed as provisional in a snapshot: the engine's reasons, and ``few_votes``
 #: for a model in a view that has too few votes to rate anyone.
@@ -124,3 +126,10 @@ class SnapshotPayload(TypedDict):
     # Rated votes by their battle's source (``pool``, ``live``, ``mixed``, ``import``); an older
     # snapshot lacks it.
     by_source: NotRequired[dict[str, int]]
+    # Each pair of public models' rated outcomes, ``[slug, slug, first's wins, second's wins,
+    # ties]`` (slugs in string order; ``ratings.vote_sources.PairRecord``): the model pages'
+    # record against each opponent. Schema 5; an older snapshot lacks it.
+    records: NotRequired[list[tuple[str, str, int, int, int]]]
+    # Every model served, battles and votes by source, flags by reason, as the snapshot was
+    # written (``arena.transparency.served_summary_json``). Schema 5; an older one lacks it.
+    served: NotRequired[dict[str, Any]]

@@ -63,7 +63,7 @@ from django.db import connection, transaction
 
 from arena.sampling.stats import sampling_stats_snapshot_id
 from arena.sampling.store import sampling_stats_store
-from arena.transparency import votes_excluded_counts
+from arena.transparency import models_served, served_summary_json, votes_excluded_counts
 from ratings import engine
 from ratings.models import LeaderboardSnapshot
 from ratings.payload import (
@@ -316,6 +316,7 @@ def _payload(
             "counts": votes.pair_counts(),
             "established": established,
         },
+        "records": [r for r in votes.pair_records() if r[0] in public and r[1] in public],
     }
 
 
@@ -451,6 +452,8 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
             rated_votes = len(battles)
         payload["excluded"] = excluded
         payload["by_source"] = rated_votes_by_source()
+        # What /transparency lists, counted once here rather than on every visit.
+        payload["served"] = served_summary_json(models_served())
         snapshot = LeaderboardSnapshot.objects.create(
             vote_high_water=rated_high_water,
             n_votes=rated_votes,

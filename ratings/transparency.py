@@ -12,6 +12,13 @@
 - Flagged votes by reason, the leaderboard's excluded votes (from the latest snapshot: named,
   flagged, repeated visitors' prompts past ``RATINGS_DUPLICATE_PROMPT_CAP``) and when
   snapshots are written (the beat schedule's sweep, the after-vote refresh, the latest one).
+
+The models served, the battles and votes by source and the flags by reason are the newest
+snapshot's (``payload["served"]``, counted by the rating task when it writes the snapshot), read
+once per snapshot into the cache (``ratings.page_cache``), so a visit does not count votes; a
+snapshot written before they were kept has them counted once and kept the same way, and before
+the first snapshot they are counted on each visit (when there are few votes to count). The
+sampling policy and the draw shares follow the models' current weights, read live.
 """
 
 from __future__ import annotations
@@ -30,10 +37,12 @@ from arena.transparency import (
     bridging_now,
     models_served,
     pool_recognisability,
+    served_summary_from_json,
+    served_summary_json,
 )
-from ratings.models import LeaderboardSnapshot
-from ratings.payload import ExcludedCounts, SnapshotPayload
-from ratings.selectors import snapshot_latest
+from ratings.page_cache import SnapshotHead, snapshot_cached, snapshot_head, snapshot_row
+from ratings.payload import ExcludedCounts
+from ratings.selectors import snapshot_payload
 
 #: The beat entry that writes snapshots (``config/schedule.py``).
 SNAPSHOT_SWEEP = "ratings-snapshot-sweep"
@@ -64,7 +73,7 @@ class Transparency:
     top_pairs: list[PairShare]
     n_pairs: int
     served: ServedSummary
-    snapshot: LeaderboardSnapshot | None
+    snapshot: SnapshotHead | None
     excluded: ExcludedCounts | None
     sweep_crontab: str
     refresh_on_vote: bool
@@ -116,12 +125,25 @@ def _draws() -> tuple[list[DrawShare], list[PairShare], int]:
     return draws, pairs, len(probabilities)
 
 
+def _snapshot_figures(head: SnapshotHead) -> tuple[dict[str, Any], ExcludedCounts | None]:
+    """The snapshot's models served (as JSON) and excluded votes, for the cache to keep."""
+    payload = snapshot_payload(snapshot_row(head))
+    served = payload.get("served")
+    return served if served is not None else served_summary_json(models_served()), payload.get(
+        "excluded"
+    )
+
+
 def transparency() -> Transparency:
-    snapshot = snapshot_latest()
+    snapshot = snapshot_head()
     excluded = None
-    if snapshot is not None:
-        payload: SnapshotPayload = snapshot.payload
-        excluded = payload.get("excluded")
+    if snapshot is None:
+        served = models_served()
+    else:
+        head = snapshot
+        kept, excluded = snapshot_cached(head, "transparency", (), lambda: _snapshot_figures(head))
+        # Decoded on each visit (a few dozen rows): the labels follow the visitor's language.
+        served = served_summary_from_json(kept)
     draws, pairs, n_pairs = _draws()
     sweep = settings.CELERY_BEAT_SCHEDULE.get(SNAPSHOT_SWEEP, {})
     return Transparency(
@@ -129,7 +151,7 @@ def transparency() -> Transparency:
         draws=draws,
         top_pairs=pairs,
         n_pairs=n_pairs,
-        served=models_served(),
+        served=served,
         snapshot=snapshot,
         excluded=excluded,
         sweep_crontab=crontab_text(sweep.get("schedule")) if sweep else "",

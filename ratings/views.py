@@ -1,22 +1,35 @@
-"""The leaderboard page and its downloads. They read the latest snapshot and never fit."""
+"""The leaderboard page and its downloads. They read the latest snapshot and never fit.
+
+Each view of a snapshot (a category and a style setting), its charts in the visitor's language
+and its downloads' bodies are built once per snapshot and kept in the cache
+(``ratings.page_cache``): a visit reads the newest snapshot's head and the cache, whatever the
+number of votes. The snapshot a cached view carries is a copy without the categories' results
+(``_light``), so that each view's entry holds one view's figures, not the whole payload.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils.http import urlencode
-from django.utils.translation import gettext, gettext_lazy, ngettext
+from django.utils.safestring import SafeString
+from django.utils.translation import get_language, gettext, gettext_lazy, ngettext
 from django.views.decorators.http import require_GET
 
 from ratings import plots
 from ratings.csv_cells import neutralise
 from ratings.model_pages import SERIES_TOP_MODELS, model_page, model_public, rating_series
-from ratings.selectors import LeaderboardView, leaderboard_view, snapshot_latest
+from ratings.models import LeaderboardSnapshot
+from ratings.page_cache import SnapshotHead, snapshot_cached, snapshot_head, snapshot_row
+from ratings.selectors import STYLE_OPTIONS, LeaderboardView, leaderboard_view, snapshot_payload
 from ratings.transparency import transparency
 
 RATED_FIELDS = (
@@ -69,13 +82,68 @@ def _not_computed() -> JsonResponse:
     )
 
 
-def _view(request: HttpRequest) -> LeaderboardView | None:
-    snapshot = snapshot_latest()
-    if snapshot is None:
-        return None
-    return leaderboard_view(
-        snapshot, category=request.GET.get("category"), style=request.GET.get("style")
+# What a cached view's snapshot keeps of each category: the tabs' fields, not the results.
+_CATEGORY_TAB_FIELDS = ("key", "label", "description", "n_votes", "status", "reason")
+
+
+def _light(snapshot: LeaderboardSnapshot) -> LeaderboardSnapshot:
+    """A copy of ``snapshot`` whose payload keeps what the page and the downloads read from it
+    besides the chosen view: the categories' tabs, the excluded votes, the votes by source."""
+    payload = snapshot_payload(snapshot)
+    light: dict[str, Any] = {
+        "schema": payload.get("schema"),
+        "models": {},
+        "categories": [
+            {k: c[k] for k in _CATEGORY_TAB_FIELDS if k in c}  # type: ignore[literal-required]
+            for c in payload.get("categories", [])
+        ],
+    }
+    for key in ("excluded", "by_source"):
+        if key in payload:
+            light[key] = payload[key]
+    return LeaderboardSnapshot(
+        pk=snapshot.pk,
+        created_at=snapshot.created_at,
+        vote_high_water=snapshot.vote_high_water,
+        n_votes=snapshot.n_votes,
+        params=snapshot.params,
+        params_digest=snapshot.params_digest,
+        duration_seconds=snapshot.duration_seconds,
+        payload=light,
     )
+
+
+def _built(head: SnapshotHead, category: str, style: str) -> LeaderboardView:
+    view = leaderboard_view(snapshot_row(head), category=category or None, style=style)
+    return replace(view, snapshot=_light(view.snapshot))
+
+
+def _view_at(request: HttpRequest) -> tuple[SnapshotHead, LeaderboardView] | None:
+    """The newest snapshot's head and the view the query asks for (cached per snapshot).
+
+    The query is resolved against the snapshot's category keys first (themselves cached), so
+    an unknown category shares overall's entry instead of adding one per query string.
+    """
+    head = snapshot_head()
+    if head is None:
+        return None
+    keys: list[str] = snapshot_cached(
+        head,
+        "category-keys",
+        (),
+        lambda: [c["key"] for c in snapshot_payload(snapshot_row(head)).get("categories", [])],
+    )
+    asked = request.GET.get("category") or ""
+    category = asked if asked in keys else ""
+    style = request.GET.get("style") or ""
+    style = style if style in STYLE_OPTIONS else "on"
+    view = snapshot_cached(head, "view", (category, style), lambda: _built(head, category, style))
+    return head, view
+
+
+def _view(request: HttpRequest) -> LeaderboardView | None:
+    found = _view_at(request)
+    return found[1] if found else None
 
 
 def _charts(view: LeaderboardView) -> dict[str, Any]:
@@ -154,13 +222,22 @@ def _charts(view: LeaderboardView) -> dict[str, Any]:
 
 @require_GET
 def leaderboard_page(request: HttpRequest) -> HttpResponse:
-    view = _view(request)
+    found = _view_at(request)
+    view = found[1] if found else None
     context: dict[str, Any] = {"view": view}
-    if view is not None:
+    if found is not None and view is not None:
+        head = found[0]
         query = urlencode({"category": view.category["key"], "style": view.style})
+        # The charts' titles and descriptions are in the visitor's language.
+        charts = snapshot_cached(
+            head,
+            "charts",
+            (view.category["key"], view.style, get_language() or ""),
+            lambda: _charts(view),
+        )
         context.update(
             query=query,
-            charts=_charts(view),
+            charts=charts,
             other_style="off" if view.style == "on" else "on",
         )
     return render(request, "ratings/leaderboard.html", context)
@@ -179,11 +256,18 @@ def model_detail_page(request: HttpRequest, name: str) -> HttpResponse:
     if model is None:
         raise Http404(gettext("No public model by that name."))
     page = model_page(model=model)
-    chart = plots.rating_time_plot(
-        [page.series],
-        plot_id="model-over-time",
-        title=gettext("%(name)s: rating over time") % {"name": model.display_name},
-    )
+
+    def draw() -> SafeString:
+        return plots.rating_time_plot(
+            [page.series],
+            plot_id="model-over-time",
+            title=gettext("%(name)s: rating over time") % {"name": model.display_name},
+        )
+
+    head = page.snapshot
+    # By display name too: a renamed model's title changes before the next snapshot.
+    parts = (model.slug, model.display_name, get_language() or "")
+    chart = draw() if head is None else snapshot_cached(head, "model-chart", parts, draw)
     return render(request, "ratings/model.html", {"page": page, "m": model, "chart": chart})
 
 
@@ -193,9 +277,17 @@ def _filename(view: LeaderboardView, ext: str) -> str:
 
 @require_GET
 def leaderboard_csv(request: HttpRequest) -> HttpResponse:
-    view = _view(request)
-    if view is None:
+    found = _view_at(request)
+    if found is None:
         return _not_computed()
+    head, view = found
+    text = snapshot_cached(head, "csv", (view.category["key"], view.style), lambda: _csv_text(view))
+    response = HttpResponse(text, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{_filename(view, "csv")}"'
+    return response
+
+
+def _csv_text(view: LeaderboardView) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, extrasaction="ignore")
     writer.writeheader()
@@ -220,9 +312,7 @@ def leaderboard_csv(request: HttpRequest) -> HttpResponse:
                 "status": "provisional",
             }
         )
-    response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{_filename(view, "csv")}"'
-    return response
+    return buffer.getvalue()
 
 
 def _pick(row: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
@@ -230,10 +320,21 @@ def _pick(row: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 @require_GET
-def leaderboard_json(request: HttpRequest) -> JsonResponse:
-    view = _view(request)
-    if view is None:
+def leaderboard_json(request: HttpRequest) -> HttpResponse:
+    found = _view_at(request)
+    if found is None:
         return _not_computed()
+    head, view = found
+    text = snapshot_cached(
+        head, "json", (view.category["key"], view.style), lambda: _json_text(view)
+    )
+    response = HttpResponse(text, content_type="application/json")
+    response["Content-Disposition"] = f'inline; filename="{_filename(view, "json")}"'
+    return response
+
+
+def _json_text(view: LeaderboardView) -> str:
+    """The download's body, as ``JsonResponse`` would write it."""
     snapshot = view.snapshot
     result = view.result
     category: dict[str, Any] = dict(view.category)
@@ -267,6 +368,4 @@ def leaderboard_json(request: HttpRequest) -> JsonResponse:
         "warnings": view.warnings,
         "matrices": result.get("matrices") if result else None,
     }
-    response = JsonResponse(body, json_dumps_params={"indent": 1})
-    response["Content-Disposition"] = f'inline; filename="{_filename(view, "json")}"'
-    return response
+    return json.dumps(body, cls=DjangoJSONEncoder, indent=1)

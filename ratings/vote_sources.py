@@ -393,6 +393,47 @@ class Votes(Protocol):
 
     def pair_counts(self) -> list[tuple[str, str, int]]: ...
 
+    def pair_records(self) -> list[PairRecord]:
+        """Each pair's rated outcomes, ``(low, high, low_wins, high_wins, ties)``."""
+        ...
+
+
+#: A pair's rated outcomes: ``(slug, slug, first's wins, second's wins, ties)``, slugs in string
+#: order, counted on the verdict the fit reads (``rated_winner``); both-bad counts as a tie.
+PairRecord = tuple[str, str, int, int, int]
+
+
+def _record_keys(
+    rank_a: IntArray, rank_b: IntArray, winner_a: BoolArray, winner_b: BoolArray, n_models: int
+) -> tuple[IntArray, IntArray]:
+    """Per row, the pair's key (``low * n_models + high``) and the outcome seen from the pair's
+    first model: 0 it won, 1 the other won, 2 a tie."""
+    swapped = rank_a > rank_b
+    low, high = np.minimum(rank_a, rank_b), np.maximum(rank_a, rank_b)
+    low_won = np.where(swapped, winner_b, winner_a)
+    high_won = np.where(swapped, winner_a, winner_b)
+    outcome = np.where(low_won, 0, np.where(high_won, 1, 2)).astype(np.int64)
+    return low * n_models + high, outcome
+
+
+def _tally_records(
+    into: dict[tuple[str, str], list[int]], ordered: list[str], keys: IntArray, outcome: IntArray
+) -> None:
+    """Add the rows' outcomes to ``into`` (by slug pair), one ``bincount`` per batch."""
+    if not len(keys):
+        return
+    codes = keys * 3 + outcome
+    found, counts = np.unique(codes, return_counts=True)
+    n = len(ordered)
+    for code, count in zip(found.tolist(), counts.tolist(), strict=True):
+        pair, kind = divmod(code, 3)
+        slugs = (ordered[pair // n], ordered[pair % n])
+        into.setdefault(slugs, [0, 0, 0])[kind] += count
+
+
+def _records_list(records: dict[tuple[str, str], list[int]]) -> list[PairRecord]:
+    return [(a, b, w, losses, t) for (a, b), (w, losses, t) in sorted(records.items())]
+
 
 class FrameVotes:
     """The votes in one DataFrame (``rating_battles``)."""
@@ -431,6 +472,26 @@ class FrameVotes:
 
     def pair_counts(self) -> list[tuple[str, str, int]]:
         return _pair_counts(self.battles)
+
+    def pair_records(self) -> list[PairRecord]:
+        battles = self.battles
+        if not len(battles):
+            return []
+        a = battles["model_a"].astype(str).to_numpy()
+        b = battles["model_b"].astype(str).to_numpy()
+        ordered = sorted(set(a) | set(b))
+        rank = {slug: i for i, slug in enumerate(ordered)}
+        winner = battles["winner"].astype(str).to_numpy()
+        keys, outcome = _record_keys(
+            np.array([rank[s] for s in a], dtype=np.int64),
+            np.array([rank[s] for s in b], dtype=np.int64),
+            winner == "model_a",
+            winner == "model_b",
+            len(ordered),
+        )
+        records: dict[tuple[str, str], list[int]] = {}
+        _tally_records(records, ordered, keys, outcome)
+        return _records_list(records)
 
 
 # Rows per batch when the Parquet file is read back. A row is a few numeric and dictionary
@@ -472,6 +533,7 @@ class ParquetVotes:
         self.languages: dict[str, int] = {}
         self.rated: set[str] = set()
         self.pairs: Counter[tuple[str, str]] = Counter()
+        self.records: dict[tuple[str, str], list[int]] = {}
 
     def observe(self, batch: pa.RecordBatch) -> None:
         """Count one written batch (the file's schema) as ``language_counts``, ``models`` and
@@ -496,6 +558,12 @@ class ParquetVotes:
         keys, counts = np.unique(low * len(ordered) + high, return_counts=True)
         for key, n in zip(keys.tolist(), counts.tolist(), strict=True):
             self.pairs[(ordered[key // len(ordered)], ordered[key % len(ordered)])] += n
+        winner = batch.column("winner")
+        verdicts = np.array(winner.dictionary.to_pylist(), dtype=object)[winner.indices]
+        pair_keys, outcome = _record_keys(
+            rank_a, rank_b, verdicts == "model_a", verdicts == "model_b", len(ordered)
+        )
+        _tally_records(self.records, ordered, pair_keys, outcome)
 
     def _batches(self, columns: list[str]) -> Iterator[pd.DataFrame]:
         import pyarrow.parquet as pq  # only a streamed refit reads Parquet
@@ -558,6 +626,9 @@ class ParquetVotes:
 
     def pair_counts(self) -> list[tuple[str, str, int]]:
         return [(a, b, n) for (a, b), n in sorted(self.pairs.items())]
+
+    def pair_records(self) -> list[PairRecord]:
+        return _records_list(self.records)
 
 
 _TABLE = ["model_a", "model_b", "winner"]

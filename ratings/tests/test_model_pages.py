@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from arena.tests.factories import ArenaModelFactory
 from ratings import services
 from ratings.flag_reasons import FLAG_REASON_TEXT, flag_reason_text
-from ratings.model_pages import model_opponents, rating_series
+from ratings.model_pages import model_opponents_counted, rating_series
 
 
 @pytest.fixture(autouse=True)
@@ -98,7 +98,7 @@ def test_win_rate_against_each_opponent_counts_votes(db, make_vote):
     make_vote(c, a, "model_a")
     make_vote(a, hidden, "model_a")
 
-    records = model_opponents(model=a)
+    records = model_opponents_counted(model=a)
 
     assert [r.model for r in records] == ["b-model", "c-model"]
     vs_b, vs_c = records
