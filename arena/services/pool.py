@@ -1,5 +1,9 @@
 """Importing a pool of prompts and completions from a JSONL file.
 
+Why one module: an import is one check-then-write pass over the file's lines, and its parts
+(the line parser, the image reader, the prompt-id conflicts and the write) share the line type
+and the rule that nothing is written unless every line is good; split, each would re-state it.
+
 Each line is a JSON object::
 
     {"prompt": ["first user turn", "second user turn"],   # or one string
