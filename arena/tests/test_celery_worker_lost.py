@@ -149,4 +149,5 @@ def test_a_visibility_timeout_a_refit_can_outlast_is_refused(settings):
     errors = [e for e in run_checks() if e.id == "arena.E005"]
     assert len(errors) == 1
     assert "ratings.tasks.snapshot_refresh" in errors[0].msg
+    assert "redteam.refit" in errors[0].msg
     assert "CELERY_VISIBILITY_TIMEOUT_SECONDS" in errors[0].hint
