@@ -4,7 +4,7 @@ stored in the shared cache.
 Every pool battle reads the same rows until an operator changes a model or imports a pool: the
 active models with pool answers and their weights, the prompts each pair of them answered, the
 answers' text (every variant of a model's answer) with their style counts and identity-leak
-checks, and whether any environment run is open. Each process keeps its own copy of these,
+checks, the ids of each prompt's images, and whether any environment run is open. Each process keeps its own copy of these,
 valid while the generation token stored in the shared cache (Redis in production: one
 ``get_many`` per battle) is the one the copy was read under:
 
@@ -52,7 +52,15 @@ from answer_style import AnswerStyle, style_counts
 from arena.battle_sources import battle_sources_open
 from arena.inputs import text_storable
 from arena.leaks import answer_names_model
-from arena.models import USER_PROMPT_SOURCE, ArenaModel, Completion, LiveLimits, Prompt, Provider
+from arena.models import (
+    USER_PROMPT_SOURCE,
+    ArenaModel,
+    Completion,
+    LiveLimits,
+    Prompt,
+    PromptImage,
+    Provider,
+)
 from arena.selectors import Limits, live_limits
 
 Scope = Literal["pool", "env", "live"]
@@ -193,6 +201,18 @@ class PoolCache:
             )
 
         return self._get("pool", ("pair", low, high), load)
+
+    def prompt_image_ids(self, prompt_id: int) -> tuple[int, ...]:
+        """The ids of the prompt's images, in order (empty for most prompts)."""
+        return self._get(
+            "pool",
+            ("images", prompt_id),
+            lambda: tuple(
+                PromptImage.objects.filter(prompt_id=prompt_id)
+                .order_by("position")
+                .values_list("pk", flat=True)
+            ),
+        )
 
     def model_prompts(self, model_id: int) -> list[int]:
         """The pool prompts the model answered, by id (in id order)."""

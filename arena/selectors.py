@@ -133,6 +133,7 @@ def battle_payload(
     battle: Battle,
     new_messages: list[BattleMessage] | None = None,
     vote: Vote | None = None,
+    image_ids: Sequence[int] | None = None,
 ) -> BattlePayload:
     """What a client is shown of a battle.
 
@@ -141,7 +142,8 @@ def battle_payload(
 
     ``new_messages``: the battle's current messages, in memory already (a battle created or
     voted on in this request); then neither its messages nor its vote are read back: the vote
-    is ``vote`` (None for a battle just created).
+    is ``vote`` (None for a battle just created). ``image_ids``: the ids of the prompt's
+    images, when known without a read (a pool battle's, from the process's copies).
 
     The choice columns are read as the ``Literal``s of ``arena.payloads`` (their choices are
     the same values; the casts say so to the type checker, nothing is converted).
@@ -171,7 +173,7 @@ def battle_payload(
         "state": cast(BattleState, battle.state),
         "votable": battle.state == Battle.State.READY,
         "turns": [turns[k] for k in sorted(turns)],
-        "images": _prompt_image_urls(battle),
+        "images": _prompt_image_urls(battle, image_ids),
         "vote": {"winner": cast(Winner, vote.winner)} if vote else None,
         "models": None,
     }
@@ -183,15 +185,29 @@ def battle_payload(
     return payload
 
 
-def _prompt_image_urls(battle: Battle) -> list[str]:
-    """The URLs of the battle's prompt's images, in order; no query when the prompt is in
-    memory and has none."""
+def prompt_image_count() -> Subquery:
+    """The battle's prompt's ``image_count``, for ``annotate(prompt_image_count=...)`` on a read
+    of battles whose payload is built next: ``battle_payload`` then reads the images' ids only
+    when there are some."""
+    return Subquery(Prompt.objects.filter(pk=OuterRef("prompt_id")).values("image_count")[:1])
+
+
+def _prompt_image_urls(battle: Battle, image_ids: Sequence[int] | None) -> list[str]:
+    """The URLs of the battle's prompt's images, in order. No query when the ids are given,
+    or the prompt is known to have none: in memory, or its ``image_count`` annotated on the
+    battle (``prompt_image_count``, as the vote's locked read does)."""
     if battle.prompt_id is None:
         return []
-    if Battle.prompt.is_cached(battle) and battle.prompt and not battle.prompt.image_count:
-        return []
-    ids = PromptImage.objects.filter(prompt_id=battle.prompt_id).order_by("position")
-    return [reverse("arena:prompt-image", args=[pk]) for pk in ids.values_list("pk", flat=True)]
+    if image_ids is None:
+        if Battle.prompt.is_cached(battle):
+            count = battle.prompt.image_count if battle.prompt else 0
+        else:
+            count = getattr(battle, "prompt_image_count", None)
+        if count == 0:
+            return []
+        ids = PromptImage.objects.filter(prompt_id=battle.prompt_id).order_by("position")
+        image_ids = list(ids.values_list("pk", flat=True))
+    return [reverse("arena:prompt-image", args=[pk]) for pk in image_ids]
 
 
 def battle_payload_by_id(*, battle_id: uuid.UUID) -> BattlePayload:

@@ -325,7 +325,12 @@ def battle_create(request: HttpRequest, payload: BattleIn = NO_BODY) -> Status[B
     prompt."""
     session_key, _ = session_identity(request)
     started = battle_start_pool(session_key=session_key)
-    return Status(201, battle_payload(battle=started.battle, new_messages=started.messages))
+    return Status(
+        201,
+        battle_payload(
+            battle=started.battle, new_messages=started.messages, image_ids=started.image_ids
+        ),
+    )
 
 
 @router.get(

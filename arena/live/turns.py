@@ -52,6 +52,7 @@ from arena.selectors import (
     battle_payload_by_id,
     battle_pk,
     live_limits,
+    prompt_image_count,
 )
 
 SIDES: tuple[Side, Side] = ("a", "b")
@@ -537,6 +538,7 @@ def _turn_settle(
         battle = (
             Battle.objects.select_related("model_a__provider", "model_b__provider")
             .select_for_update(of=("self",))
+            .annotate(prompt_image_count=prompt_image_count())
             .get(pk=battle_id)
         )
         if battle.state != Battle.State.STREAMING:

@@ -35,6 +35,8 @@ class StartedBattle:
 
     battle: Battle
     messages: list[BattleMessage] | None
+    # The ids of the prompt's images, when known without a read (a pool battle's).
+    image_ids: tuple[int, ...] | None = None
 
 
 def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> StartedBattle:
@@ -135,4 +137,6 @@ def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> 
                 for side, model_id in (("a", side_a), ("b", side_b))
             ]
         )
-    return StartedBattle(battle=battle, messages=messages)
+    return StartedBattle(
+        battle=battle, messages=messages, image_ids=kept.prompt_image_ids(prompt_id)
+    )

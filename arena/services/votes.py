@@ -17,9 +17,15 @@ from arena.errors import ALREADY_VOTED_MESSAGE, ArenaError, ErrorCode, not_found
 from arena.identity import ip_hash, session_hash_matches, user_agent_class
 from arena.leaks import IDENTITY_LEAK
 from arena.live.sweep import orphan_check, settling_orphans
-from arena.models import INTERFACE_LANGUAGE_MAX, Battle, BattleMessage, TermsAcceptance, Vote
+from arena.models import (
+    INTERFACE_LANGUAGE_MAX,
+    Battle,
+    BattleMessage,
+    TermsAcceptance,
+    Vote,
+)
 from arena.payloads import WINNERS, Winner, is_winner
-from arena.selectors import battle_current_messages, battle_pk
+from arena.selectors import battle_current_messages, battle_pk, prompt_image_count
 from arena.signals import vote_recorded
 
 
@@ -106,6 +112,8 @@ def _vote_record(
                             voter_id=voter_id, terms_version=settings.ARENA_TERMS_VERSION
                         )
                     ),
+                    # The answer's image URLs are read only when the prompt has images.
+                    prompt_image_count=prompt_image_count(),
                 )
                 .filter(pk=pk)
                 .first()

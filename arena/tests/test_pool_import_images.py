@@ -155,3 +155,20 @@ def test_a_pool_battle_on_an_image_prompt_shows_its_images(tmp_path, client):
     image = client.get(url)
     assert image.status_code == 200 and image["Content-Type"] == "image/png"
     assert Image.open(io.BytesIO(image.content)).size == (30, 20)
+
+
+def test_the_images_stay_on_the_next_battle_and_the_vote_answer(tmp_path, visitor):
+    client = visitor
+    (tmp_path / "cat.png").write_bytes(png_bytes(30, 20))
+    call_command("import_pool", str(pool_file(tmp_path, ["cat.png"])), stdout=io.StringIO())
+    first = client.post("/api/battles", content_type="application/json").json()
+    # The second start reads the ids from the process's copies, not the table.
+    second = client.post("/api/battles", content_type="application/json").json()
+    assert second["images"] == first["images"] and len(first["images"]) == 1
+    voted = client.post(
+        f"/api/battles/{second['id']}/vote",
+        json.dumps({"winner": "tie"}),
+        content_type="application/json",
+    )
+    assert voted.status_code == 201, voted.content
+    assert voted.json()["images"] == first["images"]
