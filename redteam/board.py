@@ -1,7 +1,10 @@
 """The red-team leaderboard: the newest robustness snapshot's models, challenges and players.
 
 The interval plot is server-side SVG (no script, CSP-compliant), with the same numbers in a table.
-Only players who opted in (``PlayerProfile.on_board``) appear, by pseudonym.
+Only players who opted in (``PlayerProfile.on_board``) appear, by pseudonym. The opt-ins are
+read when the page is, not when the snapshot was fitted: a player who leaves the board is gone
+at once, and one who joins shows the skill of the newest fit that has their attempts. The page
+ends with the visitor's own opt-in form (``static/js/redteam-profile.js``).
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from redteam.models import RobustnessSnapshot
+from arena.api import VOTER_SESSION_KEY
+from redteam.models import PlayerProfile, RobustnessSnapshot
 
 PLOT_WIDTH = 600
 ROW_HEIGHT = 22
@@ -47,16 +51,30 @@ def _plot(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def leaderboard(request: HttpRequest) -> HttpResponse:
     snapshot = RobustnessSnapshot.objects.order_by("-created_at").first()
-    context: dict[str, Any] = {"snapshot": snapshot}
+    player_id = request.session.get(VOTER_SESSION_KEY)
+    context: dict[str, Any] = {
+        "snapshot": snapshot,
+        "me": PlayerProfile.objects.filter(player_id=player_id).first() if player_id else None,
+    }
     if snapshot is not None:
         payload = snapshot.payload
         models = sorted(payload.get("models", []), key=lambda r: -r["robustness"])
+        fitted = payload.get("players", [])
+        on_board = dict(
+            PlayerProfile.objects.filter(
+                on_board=True, player_id__in=[p["player_id"] for p in fitted]
+            ).values_list("player_id", "pseudonym")
+        )
         context.update(
             models=models,
             plot=_plot(models),
             challenges=sorted(payload.get("challenges", []), key=lambda r: -r["difficulty"]),
             players=sorted(
-                (p for p in payload.get("players", []) if p.get("pseudonym")),
+                (
+                    {**p, "pseudonym": on_board[p["player_id"]]}
+                    for p in fitted
+                    if p["player_id"] in on_board
+                ),
                 key=lambda r: -r["skill"],
             ),
         )

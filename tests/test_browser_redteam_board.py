@@ -19,3 +19,25 @@ def test_the_board_shows_the_models_robustness_after_a_refit(sized_page, live_se
     expect(sized_page.locator("svg[role=img]")).to_be_visible()
     width = sized_page.evaluate("document.documentElement.scrollWidth")
     assert width <= sized_page.viewport_size["width"] + 1
+
+
+def test_a_player_joins_the_board_from_the_form_and_a_taken_name_is_refused(
+    sized_page, live_server
+):
+    from redteam.models import PlayerProfile
+
+    PlayerProfile.objects.create(player_id="someone-else", pseudonym="Mallory", on_board=True)
+    sized_page.goto(f"{live_server.url}/redteam/leaderboard/")
+    form = sized_page.get_by_test_id("rt-profile")
+    form.get_by_label("Pseudonym").fill("Mallory")
+    form.get_by_label("Show me on the players' board").check()
+    form.get_by_role("button", name="Save").click()
+    expect(form.get_by_role("status")).to_have_text("That pseudonym is taken.")
+    expect(form.get_by_label("Pseudonym")).to_have_attribute("aria-invalid", "true")
+    form.get_by_label("Pseudonym").fill("Trudy")
+    form.get_by_role("button", name="Save").click()
+    expect(form.get_by_role("status")).to_have_text("Saved: you are on the players' board.")
+    assert PlayerProfile.objects.get(pseudonym="Trudy").on_board is True
+    sized_page.reload()
+    expect(sized_page.get_by_label("Pseudonym")).to_have_value("Trudy")
+    expect(sized_page.get_by_label("Show me on the players' board")).to_be_checked()

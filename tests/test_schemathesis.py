@@ -117,6 +117,7 @@ def test_the_document_covers_every_api_endpoint_and_the_leaderboard_downloads(cl
         ("GET", "/api/challenge"),
         ("POST", "/api/challenge/verify"),
         ("POST", "/api/terms"),
+        ("POST", "/api/redteam/profile"),
         ("GET", "/api/exports/votes"),
         ("GET", "/leaderboard.json"),
         ("GET", "/leaderboard.csv"),

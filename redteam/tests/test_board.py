@@ -20,3 +20,24 @@ def test_the_board_shows_each_model_and_only_opted_in_players(client):
 
 def test_the_board_says_when_nothing_is_computed(client):
     assert b'data-testid="redteam-empty"' in client.get("/redteam/leaderboard/").content
+
+
+def test_leaving_the_board_hides_the_player_before_any_refit(client):
+    _attempts()
+    profile = PlayerProfile.objects.create(player_id="p1", pseudonym="Mallory", on_board=True)
+    tasks.refit()
+    assert "Mallory" in client.get("/redteam/leaderboard/").content.decode()
+    profile.on_board = False
+    profile.save()
+    assert "Mallory" not in client.get("/redteam/leaderboard/").content.decode()
+
+
+def test_joining_the_board_shows_the_fitted_skill_under_the_new_pseudonym(client):
+    _attempts()
+    tasks.refit()
+    assert (
+        'data-testid="redteam-players"' not in client.get("/redteam/leaderboard/").content.decode()
+    )
+    PlayerProfile.objects.create(player_id="p1", pseudonym="Trudy", on_board=True)
+    page = client.get("/redteam/leaderboard/").content.decode()
+    assert 'data-testid="redteam-players"' in page and "Trudy" in page

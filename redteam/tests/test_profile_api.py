@@ -49,3 +49,21 @@ def test_a_too_short_pseudonym_is_refused():
 def test_a_post_without_the_csrf_token_is_refused():
     client, _ = _client()
     assert _post(client, "", {"pseudonym": "Mallory", "on_board": True}).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "pseudonym"),
+        ({"pseudonym": 7, "on_board": True}, "pseudonym"),
+        ({"pseudonym": "Mallory", "on_board": "yes"}, "on_board"),
+        ({"pseudonym": "Mallory", "on_board": None}, "on_board"),
+        ({"pseudonym": "Mallory"}, "on_board"),
+    ],
+)
+def test_a_missing_or_mistyped_field_is_a_400_naming_it(body, field):
+    client, token = _client()
+    response = _post(client, token, body)
+    assert response.status_code == 400
+    assert response.json()["error"]["field"] == field
+    assert not PlayerProfile.objects.exists()
