@@ -202,7 +202,7 @@ class PoolCache:
 
         return self._get("pool", ("pair", low, high), load)
 
-    def prompt_image_ids(self, prompt_id: int) -> tuple[int, ...]:
+    def prompt_image_ids(self, prompt_id: int) -> tuple[uuid.UUID, ...]:
         """The ids of the prompt's images, in order (empty for most prompts)."""
         return self._get(
             "pool",

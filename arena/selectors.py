@@ -133,7 +133,7 @@ def battle_payload(
     battle: Battle,
     new_messages: list[BattleMessage] | None = None,
     vote: Vote | None = None,
-    image_ids: Sequence[int] | None = None,
+    image_ids: Sequence[uuid.UUID] | None = None,
 ) -> BattlePayload:
     """What a client is shown of a battle.
 
@@ -192,13 +192,14 @@ def prompt_image_count() -> Subquery:
     return Subquery(Prompt.objects.filter(pk=OuterRef("prompt_id")).values("image_count")[:1])
 
 
-def _prompt_image_urls(battle: Battle, image_ids: Sequence[int] | None) -> list[str]:
+def _prompt_image_urls(battle: Battle, image_ids: Sequence[uuid.UUID] | None) -> list[str]:
     """The URLs of the battle's prompt's images, in order. No query when the ids are given,
     or the prompt is known to have none: in memory, or its ``image_count`` annotated on the
     battle (``prompt_image_count``, as the vote's locked read does)."""
     if battle.prompt_id is None:
         return []
     if image_ids is None:
+        count: int | None
         if Battle.prompt.is_cached(battle):
             count = battle.prompt.image_count if battle.prompt else 0
         else:

@@ -1,6 +1,7 @@
 """Starting battles from the prompt pool."""
 
 import random
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,7 +37,7 @@ class StartedBattle:
     battle: Battle
     messages: list[BattleMessage] | None
     # The ids of the prompt's images, when known without a read (a pool battle's).
-    image_ids: tuple[int, ...] | None = None
+    image_ids: tuple[uuid.UUID, ...] | None = None
 
 
 def battle_start_pool(*, session_key: str, rng: random.Random | None = None) -> StartedBattle:
