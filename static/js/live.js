@@ -122,7 +122,15 @@ function startLive() {
     // At once, not smoothly: a smooth scroll is cancelled by the layout changes of the first
     // tokens (Chromium stops it midway on a busy machine), leaving the answers below the fold.
     target.scrollIntoView({ block: "start", behavior: "auto" });
+    // Before the first tokens the page may be too short to bring the answers up that far: the
+    // scroll is made again as they are drawn, until the answers reach the top, unless the
+    // visitor has scrolled since.
+    showPending = target;
   }
+
+  let showPending = null;
+  ["wheel", "touchmove", "keydown"].forEach((type) =>
+    window.addEventListener(type, () => { showPending = null; }, { passive: true }));
 
   function current() { return turns[turns.length - 1]; }
 
@@ -145,6 +153,10 @@ function startLive() {
     frameRequested = false;
     dirty.forEach((side) => renderCurrent(side));
     dirty = new Set();
+    if (showPending) {
+      showPending.scrollIntoView({ block: "start", behavior: "auto" });
+      if (Math.abs(showPending.getBoundingClientRect().top) <= 1) showPending = null;
+    }
   }
 
   const SIDE_ENDS = { done: gettext("Done."), aborted: gettext("Stopped."), error: gettext("Failed.") };
