@@ -30,8 +30,9 @@ The target, at most 250 MB per web worker, is read against each; the ratio and t
 to the baseline's figure of the same kind, measured in the same run, are printed.
 
 Settings changed from production for the run (printed): bench/battles.py's (no per-address
-limits, no minimum seconds before a vote, very high daily vote caps) and no mixed battles
-(``ARENA_BRIDGE_SHARE=0``: the pool battle is a pool one).
+limits, no minimum seconds before a vote, very high daily vote caps), no mixed battles
+(``ARENA_BRIDGE_SHARE=0``: the pool battle is a pool one) and no cap on one address's sockets
+(``ARENA_WS_MAX_PER_ADDRESS``: every visitor here is 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ from bench.shape import (  # noqa: E402
 TARGET_MB = 250.0
 # The tree before the style counts' tokenizer was loaded without bpe-openai's Python package.
 DEFAULT_BASELINE = "85508db"
-MEMORY_ENV = BENCH_ENV | {"ARENA_BRIDGE_SHARE": "0"}
+# Every visitor is 127.0.0.1: its sockets are under one address's cap.
+MEMORY_ENV = BENCH_ENV | {"ARENA_BRIDGE_SHARE": "0", "ARENA_WS_MAX_PER_ADDRESS": "10000"}
 FIGURES = ("rss", "pss", "uss")
 
 
