@@ -316,15 +316,11 @@ class Tree:
     def checkout(
         cls, rev: str, prefix: str, settings: dict[str, str], web_workers: int = 2
     ) -> Tree:
-        path = Path(tempfile.mkdtemp(prefix="arena-bench-baseline-")) / "tree"
+        path = worktree_add(rev)
         try:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(path), rev],
-                check=True,
-            )
             return cls(f"baseline {rev}", path, prefix, settings, web_workers, worktree=True)
         except BaseException:
-            _remove_worktree(path)
+            remove_worktree(path)
             raise
 
     def prepare(self, live_models: tuple[str, ...] = (), upstream_url: str = "") -> None:
@@ -348,11 +344,25 @@ class Tree:
         self.database.drop()
         self.redis_db.release()
         if self.worktree:
-            _remove_worktree(self.root)
+            remove_worktree(self.root)
 
 
-def _remove_worktree(path: Path) -> None:
-    """Remove a ``Tree.checkout`` worktree (if git added it) and its temporary parent."""
+def worktree_add(rev: str) -> Path:
+    """A detached git worktree of REV in a temporary folder (``remove_worktree`` removes it)."""
+    path = Path(tempfile.mkdtemp(prefix="arena-bench-baseline-")) / "tree"
+    try:
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(path), rev],
+            check=True,
+        )
+    except BaseException:
+        remove_worktree(path)
+        raise
+    return path
+
+
+def remove_worktree(path: Path) -> None:
+    """Remove a ``worktree_add`` worktree (if git added it) and its temporary parent."""
     subprocess.run(
         ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
         check=False,

@@ -23,6 +23,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 HEAVY = (
     "bpe_openai",
+    "bpe_openai._bindings",
     "daphne",
     "numpy",
     "openai",
@@ -101,6 +102,17 @@ def test_celery_worker_app_imports_no_heavy_library_before_a_task_runs():
     assert run_python(code, PRODUCTION_ENV)[0] == []
 
 
+def test_the_asgi_application_loads_the_style_tokenizer_and_not_bpe_openais_package():
+    # With the server, not at the first answer's count; the extension only (answer_style.counts).
+    code = (
+        "import config.asgi\n"
+        "from answer_style import counts\n"
+        "assert counts._tokenizer.cache_info().currsize == 1\n"
+        f"{REPORT}"
+    )
+    assert run_python(code, PRODUCTION_ENV)[0] == ["bpe_openai._bindings"]
+
+
 def _database_url() -> str:
     db = connection.settings_dict
     if db["ENGINE"] == "django.db.backends.sqlite3":
@@ -155,8 +167,10 @@ def test_a_web_worker_serves_pages_battles_and_votes_without_heavy_libraries(rat
     }
     # The tokenizer only: the style counts of the answers a web worker serves (each pool
     # answer's once per process when first drawn, arena.pool_cache: the pool's rows do not
-    # store them; live and env answers' when saved). config.asgi loads it with the server.
-    assert run_python(SERVE + REPORT, env)[0] == ["bpe_openai"]
+    # store them; live and env answers' when saved). config.asgi loads it with the server. Its
+    # Rust extension alone: the package's Python side holds every vocabulary in dicts
+    # (answer_style.counts).
+    assert run_python(SERVE + REPORT, env)[0] == ["bpe_openai._bindings"]
 
 
 def _rate(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:

@@ -10,6 +10,7 @@ import pytest
 
 from answer_style import (
     CONV_METADATA_KEYS,
+    ENCODING_NAME,
     STYLE_COLUMNS,
     conv_metadata,
     count_tokens,
@@ -51,6 +52,34 @@ def test_token_counts_are_within_one_percent_of_lmarena_token_len_on_every_answe
         if abs(count_tokens(text) - meta["token_len"]) > 0.01 * meta["token_len"]
     ]
     assert off == []
+
+
+# Texts beyond the answers: special-token text, a lone surrogate (replaced before counting), no
+# text, whitespace runs, emoji, a long repetition, several scripts.
+EDGE_TEXTS = [
+    "",
+    "<|endoftext|> and <|endofprompt|>",
+    "half a pair: \ud800 here",
+    " \n\n\t  \r\n",
+    "\U0001f600" * 50,
+    "ab" * 20_000,
+    "Ça, 東京, Москва, عربى, हिन्दी 123456789",
+]
+
+
+def test_token_counts_equal_bpe_openais_encoding_on_every_answer_and_edge_case():
+    # The counter calls the package's extension directly; its Python Encoding (what the counts
+    # were made with before) must give the same number on everything.
+    import bpe_openai
+
+    encoding = bpe_openai.get_encoding(ENCODING_NAME)
+    texts = [text for text, _ in ALL] + EDGE_TEXTS
+    differ = [
+        i
+        for i, text in enumerate(texts)
+        if count_tokens(text) != len(encoding.encode(text, disallowed_special=()))
+    ]
+    assert differ == []
 
 
 def test_the_data_exercises_every_kind_of_element():
