@@ -15,11 +15,12 @@ think time), each window after a warm-up that reaches both nodes:
 
 Printed for each: battles/s (votes acknowledged in the window), TTFT, overhead over the direct
 stream, and vote round trip p50/p99, errors, votes acknowledged versus rows in ``arena_vote``
-for those battles, and uvicorn CPU per battle (both nodes); then the ratio of battles/s, two
-nodes over one. Every host shares this machine's cores: two nodes on two cores show that the
-shape scales out without losing or doubling a vote and what the proxy's hop costs, not the
-throughput two machines would reach. The settings bench/battles.py changes for a closed loop
-(limits and caps) are changed here too.
+for those battles, uvicorn CPU per battle (both nodes), the connections PostgreSQL holds for
+the site once the window has run (the pools' and the workers') and Redis's memory; then the
+ratio of battles/s, two nodes over one. Every host shares this machine's cores: two nodes on two
+cores show that the shape scales out without losing or doubling a vote and what the proxy's hop
+costs, not the throughput two machines would reach. The settings bench/battles.py changes for a
+closed loop (limits and caps) are changed here too.
 """
 
 from __future__ import annotations
@@ -78,13 +79,23 @@ def measure(
     stored = stored_votes(cluster.postgres, [d.battle_id for d in level.done])  # type: ignore[arg-type]
     result = row(level, used, seconds, direct_ms, stored)
     result["label"] = label
+    # Sizing: the connections the pools hold once the load has run, and Redis's memory.
+    result["pg_connections"] = cluster.postgres.query(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", cluster.postgres.database
+    )[0][0]
+    with cluster.redis.client() as client:
+        memory = client.info("memory")
+    result["redis_mb"] = memory["used_memory"] / 2**20
+    result["redis_peak_mb"] = memory["used_memory_peak"] / 2**20
     print(
         f"{label}: {visitors} visitors, {result['battles_per_s']:.1f} battles/s, TTFT p50/p99 "
         f"{result['ttft_p50']:.0f}/{result['ttft_p99']:.0f} ms, overhead p50/p99 "
         f"{result['overhead_p50']:.0f}/{result['overhead_p99']:.0f} ms, vote p50/p99 "
         f"{result['vote_p50']:.0f}/{result['vote_p99']:.0f} ms, errors "
         f"{result['error_kinds'] or 0}, acked/in DB {result['acknowledged']}/{result['stored']}, "
-        f"uvicorn CPU {result['web_cpu_ms']:.1f} ms/battle; load {os.getloadavg()[0]:.1f}",
+        f"uvicorn CPU {result['web_cpu_ms']:.1f} ms/battle; PostgreSQL connections "
+        f"{result['pg_connections']}, Redis {result['redis_mb']:.1f} MiB (peak "
+        f"{result['redis_peak_mb']:.1f}); load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
     return result
@@ -98,7 +109,10 @@ def main() -> None:
     parser.add_argument("--web-workers", type=int, default=1, help="uvicorn workers per node")
     parser.add_argument("--tokens", type=int, default=26, help="content chunks per answer")
     parser.add_argument("--delay", type=float, default=0.02, help="seconds between chunks")
+    parser.add_argument("--quick", action="store_true", help="10 visitors for 8 s")
     args = parser.parse_args()
+    if args.quick:
+        args.visitors, args.seconds = 10, 8.0
     reason = unavailable()
     if reason:
         sys.exit(f"bench/multihost.py {reason}")
@@ -180,16 +194,17 @@ def main() -> None:
     )
     print(
         "| shape | battles/s | TTFT p50/p99 ms | overhead p50/p99 ms | vote p50/p99 ms "
-        "| errors | acked / in DB | uvicorn CPU ms/battle |"
+        "| errors | acked / in DB | uvicorn CPU ms/battle | PostgreSQL connections | Redis MiB |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(
             f"| {r['label']} | {r['battles_per_s']:.1f} "
             f"| {r['ttft_p50']:.0f} / {r['ttft_p99']:.0f} "
             f"| {r['overhead_p50']:.0f} / {r['overhead_p99']:.0f} "
             f"| {r['vote_p50']:.0f} / {r['vote_p99']:.0f} | {r['errors']} "
-            f"| {r['acknowledged']} / {r['stored']} | {r['web_cpu_ms']:.1f} |"
+            f"| {r['acknowledged']} / {r['stored']} | {r['web_cpu_ms']:.1f} "
+            f"| {r['pg_connections']} | {r['redis_mb']:.1f} |"
         )
     ratio = two["battles_per_s"] / one["battles_per_s"] if one["battles_per_s"] else float("nan")
     lost = sum(r["acknowledged"] - r["stored"] for r in results)
