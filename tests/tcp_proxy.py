@@ -18,8 +18,10 @@ proxy adds no ``X-Forwarded-For``: the web nodes see the proxy's address as ever
 real deployment's HTTP proxy (nginx, an ingress) sets it, and ``ARENA_FORWARDED_ALLOW_IPS``
 names that proxy (docs/deployment.md).
 
-Each connection's backend is printed (``conn <n> -> host:port``), and each refusal, so a test
-reads from the log which node served what.
+Each connection's backend is printed with its first request line (``conn <n> -> host:port GET
+/ws/battle HTTP/1.1``), and each refusal, so a test reads from the log which node holds what.
+The backend is picked when the client's first bytes arrive (HTTP's client speaks first), so a
+browser's speculative connection that is never used pins no node.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class Proxy:
         self.numbers = itertools.count(1)
 
     async def _connect(
-        self, number: int
+        self, number: int, request_line: str
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         first = next(self.turn)
         for offset in range(len(self.backends)):
@@ -56,18 +58,29 @@ class Proxy:
             except (OSError, TimeoutError) as exc:
                 print(f"conn {number} refused by {host}:{port}: {exc!r}", flush=True)
                 continue
-            print(f"conn {number} -> {host}:{port}", flush=True)
+            print(f"conn {number} -> {host}:{port} {request_line}", flush=True)
             return streams
         return None
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         number = next(self.numbers)
-        backend = await self._connect(number)
+        # HTTP's client speaks first: the backend is chosen when the first request arrives (a
+        # browser's speculative, still idle connection pins none), and its line is logged.
+        try:
+            first = await reader.read(65536)
+        except OSError:
+            first = b""
+        if not first:
+            writer.close()
+            return
+        request_line = first.split(b"\r\n", 1)[0][:120].decode(errors="replace")
+        backend = await self._connect(number, request_line)
         if backend is None:
             print(f"conn {number}: no backend accepts it", flush=True)
             writer.close()
             return
         upstream_reader, upstream_writer = backend
+        upstream_writer.write(first)
         await asyncio.gather(
             _pipe(reader, upstream_writer), _pipe(upstream_reader, writer), return_exceptions=True
         )

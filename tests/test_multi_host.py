@@ -9,9 +9,11 @@ they reach a provider.
 
 The walk shows that no web node holds state of its own: a visitor plays a pool battle and a live
 one (its websocket through the proxy); a battle started on web1 is voted through web2 with the
-same session's cookies; the refit that follows runs on the worker host; then web1 is lost (its
-processes killed) while the visitor is on the page, and the visitor's next battle and vote,
-through the proxy, are web2's. Every vote cast is stored, none twice.
+same session's cookies; the refit that follows runs on the worker host; then, while a live
+battle streams, the web node holding the visitor's websocket (named by the proxy's log: the
+node whose loss the visitor feels) is lost, its processes killed. The page says the battle was
+interrupted; the visitor's next live battle, on a new socket, its vote and a pool battle after
+it are the other node's, through the same proxy. Every vote cast is stored, none twice.
 
 Without root (or without ``ip netns``) the test skips with the reason; under
 ARENA_REQUIRE_SERVICES=1 (CI) it fails instead. Each process's output is printed at teardown.
@@ -233,24 +235,55 @@ def test_several_hosts_serve_one_site_a_battle_moves_between_nodes_and_survives_
         )
         assert _snapshot(cluster.url("web1")) == _snapshot(cluster.url("web2"))
 
-        # --- web1 is lost while the visitor is on the page (a revealed battle): the proxy
-        # finds it refusing and sends every new connection to web2.
+        # --- A node is lost mid-battle: a live battle streams slowly, and the web node that
+        # holds the visitor's websocket (the proxy's log names it) is killed while it streams.
+        for _, upstream_id, tokens in LIVE_MODELS.values():
+            upstream.models[upstream_id] = FakeModel(tokens=tokens, delay=0.5)
         with page.expect_navigation():
-            page.get_by_test_id("kind-pool").click()
-        _play_pool_battle(page, "a")
-        cast.append("model_a")
-        cluster.kill("web1")
-        for _ in range(4):  # new connections: every other one is web1's turn
+            page.get_by_test_id("kind-live").click()
+        page.get_by_test_id("prompt-input").fill("Tell me something slowly")
+        page.get_by_test_id("send").click()
+        expect(page.get_by_test_id("response-a")).not_to_be_empty(timeout=UI_TIMEOUT_MS)
+        sockets = re.findall(r"-> ([\d.]+):\d+ GET /ws/battle ", cluster.log("proxy", "proxy"))
+        addresses = {cluster.network.address(role): role for role in cluster.web_nodes}
+        lost = addresses[sockets[-1]]
+        [survivor] = set(cluster.web_nodes) - {lost}
+        cluster.kill(lost)
+        for side in "ab":
+            expect(page.get_by_test_id(f"side-status-{side}")).to_have_text(
+                "Interrupted.", timeout=UI_TIMEOUT_MS
+            )
+        for _, upstream_id, tokens in LIVE_MODELS.values():
+            upstream.models[upstream_id] = FakeModel(tokens=tokens, delay=0.02)
+        # The proxy finds the lost node refusing and sends every new connection to the other.
+        for _ in range(4):  # new connections: every other one is the lost node's turn
             with urllib.request.urlopen(proxy + "/about", timeout=10) as response:
                 assert response.status == 200
         assert re.search(
-            rf"refused by {re.escape(cluster.network.address('web1'))}:",
+            rf"refused by {re.escape(cluster.network.address(lost))}:",
             cluster.log("proxy", "proxy"),
         )
-        # The visitor's next battle and vote, on the same page, are web2's.
+        # The visitor's next live battle, on a new socket, and its vote are the survivor's.
+        with page.expect_navigation():
+            page.get_by_test_id("kind-live").click()
+        page.get_by_test_id("prompt-input").fill("Tell me something again")
+        page.get_by_test_id("send").click()
+        for side in "ab":
+            expect(page.get_by_test_id(f"side-status-{side}")).to_have_text(
+                re.compile("^Done"), timeout=UI_TIMEOUT_MS
+            )
+        page.get_by_test_id("vote-a").click()
+        expect(page.get_by_test_id("model-name-a")).not_to_have_text(
+            "Model A", timeout=UI_TIMEOUT_MS
+        )
+        cast.append("model_a")
+        assert _latest_vote(database)[:2] == ("live", "model_a")
+        sockets = re.findall(r"-> ([\d.]+):\d+ GET /ws/battle ", cluster.log("proxy", "proxy"))
+        assert addresses[sockets[-1]] == survivor
+        # And a pool battle after it (HTTP only), voted on the survivor.
         before = len(_visitor_votes(cluster))
-        page.get_by_test_id("next-battle").click()
-        expect(page.get_by_test_id("model-name-b")).to_have_text("Model B", timeout=UI_TIMEOUT_MS)
+        with page.expect_navigation():
+            page.get_by_test_id("kind-pool").click()
         _play_pool_battle(page, "b")
         cast.append("model_b")
         votes = _visitor_votes(cluster)
@@ -258,12 +291,12 @@ def test_several_hosts_serve_one_site_a_battle_moves_between_nodes_and_survives_
         last_battle = database.query(
             "SELECT battle_id::text FROM arena_vote ORDER BY id DESC LIMIT 1"
         )[0][0]
-        assert _served(cluster, "web2", "POST", f"/api/battles/{last_battle}/vote", 201)
+        assert _served(cluster, survivor, "POST", f"/api/battles/{last_battle}/vote", 201)
 
         # --- Nothing lost, nothing twice: every vote cast is stored once.
         assert sorted(winner for _, winner in votes) == sorted(cast)
         assert len({battle_id for battle_id, _ in votes}) == len(cast)
         assert errors == []
-        assert cluster.exited() == []  # web2, the workers, beat and the proxy ran throughout
+        assert cluster.exited() == []  # the survivor, the workers, beat and the proxy throughout
     finally:
         context.close()
