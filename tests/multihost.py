@@ -95,11 +95,17 @@ def unavailable() -> str | None:
 
 
 def _pid_alive(pid: int) -> bool:
-    return Path(f"/proc/{pid}").exists()
+    """Whether ``pid`` runs (a zombie, killed and not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def remove_leftovers() -> None:
-    """Namespaces and bridges of earlier runs whose process is gone (killed before ``close``)."""
+    """Namespaces, bridges and temporary folders of earlier runs whose process is gone (killed
+    before ``close``)."""
     for line in _ip("netns", "list").stdout.splitlines():
         match = re.match(r"arena-(\d+)-\w+", line)
         if match and not _pid_alive(int(match[1])):
@@ -108,6 +114,10 @@ def remove_leftovers() -> None:
         match = re.search(r": (arb(\d+)):", line)
         if match and not _pid_alive(int(match[2])):
             _ip("link", "del", match[1], check=False)
+    for folder in Path(tempfile.gettempdir()).glob("arena-mh-*-*"):
+        match = re.match(r"arena-mh-(\d+)-", folder.name)
+        if match and not _pid_alive(int(match[1])):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _kill_namespace(name: str) -> None:
@@ -217,7 +227,9 @@ class Postgres:
 
     network: Network
     database: str = "arena"
-    folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="arena-mh-pg-")))
+    folder: Path = field(
+        default_factory=lambda: Path(tempfile.mkdtemp(prefix=f"arena-mh-{os.getpid()}-pg-"))
+    )
     popen: subprocess.Popen[bytes] | None = None
 
     @property
@@ -306,7 +318,9 @@ class Redis:
     """A Redis server of its own in the db namespace (no persistence)."""
 
     network: Network
-    folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="arena-mh-redis-")))
+    folder: Path = field(
+        default_factory=lambda: Path(tempfile.mkdtemp(prefix=f"arena-mh-{os.getpid()}-redis-"))
+    )
     popen: subprocess.Popen[bytes] | None = None
 
     @property
@@ -351,7 +365,9 @@ class Cluster:
     web_workers: int = 1
     web_nodes: tuple[str, ...] = ("web1", "web2")
     network: Network = field(default_factory=Network)
-    tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="arena-mh-")))
+    tmp: Path = field(
+        default_factory=lambda: Path(tempfile.mkdtemp(prefix=f"arena-mh-{os.getpid()}-"))
+    )
     postgres: Postgres = field(init=False)
     redis: Redis = field(init=False)
     nodes: dict[str, Shape] = field(default_factory=dict)
