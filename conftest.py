@@ -7,6 +7,8 @@ bundled MiniLM) and skip with the reason without it; ARENA_REQUIRE_REWARD_MODEL=
 fail instead (the extra's CI job).
 Tests marked ``trainers`` need the trainers' virtualenv (``make install-trainers``); they fail
 without it under ARENA_REQUIRE_TRAINERS=1 or ARENA_REQUIRE_SERVICES=1.
+Tests marked ``multihost`` need root and ``ip netns`` (tests/multihost.py); they skip with the
+reason without them, and fail instead under ARENA_REQUIRE_SERVICES=1.
 """
 
 import asyncio
@@ -111,6 +113,12 @@ def _no_dns(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(outbound, "resolve_host", StubResolver({"localhost": ["127.0.0.1", "::1"]}))
 
 
+def _multihost_missing() -> str | None:
+    from tests.multihost import unavailable
+
+    return unavailable()
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     checks = [
         ("postgres", _postgres_missing, REQUIRE_SERVICES),
@@ -118,6 +126,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         ("browser", _browser_missing, REQUIRE_BROWSER),
         ("reward_model", _reward_model_missing, REQUIRE_REWARD_MODEL),
         ("trainers", _trainers_missing, REQUIRE_TRAINERS),
+        ("multihost", _multihost_missing, REQUIRE_SERVICES),
     ]
     for marker, missing, required in checks:
         if item.get_closest_marker(marker) is None:

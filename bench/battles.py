@@ -110,7 +110,9 @@ from arena.tests.fake_openai import FakeModel, FakeUpstream
 import uvloop
 
 async def main():
-    upstream = FakeUpstream(default=FakeModel(tokens={tokens}, delay={delay}), record=False)
+    upstream = FakeUpstream(
+        host={host!r}, default=FakeModel(tokens={tokens}, delay={delay}), record=False
+    )
     await upstream.serve()
     print(upstream.port, flush=True)
     await asyncio.Event().wait()
@@ -844,7 +846,7 @@ def main() -> None:
         [
             str(BIN / "python"),
             "-c",
-            UPSTREAM.format(root=str(ROOT), tokens=args.tokens, delay=args.delay),
+            UPSTREAM.format(root=str(ROOT), host="127.0.0.1", tokens=args.tokens, delay=args.delay),
         ],
         stdout=subprocess.PIPE,
         text=True,

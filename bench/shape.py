@@ -116,10 +116,18 @@ class Shape:
     tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="arena-bench-")))
     port: int = field(default_factory=free_port)
     processes: list[tuple[str, subprocess.Popen[bytes], Path]] = field(default_factory=list)
+    # Where uvicorn listens, and the network namespace every process runs in (``ip netns
+    # exec``): one host of tests/multihost.py's several. Loopback and this machine's own by default.
+    host: str = "127.0.0.1"
+    netns: str = ""
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
+
+    def command(self, *args: str) -> list[str]:
+        """``args``, run inside this shape's network namespace if it has one."""
+        return ["ip", "netns", "exec", self.netns, *args] if self.netns else list(args)
 
     @property
     def env(self) -> dict[str, str]:
@@ -145,7 +153,7 @@ class Shape:
         log = self.tmp / f"manage-{args[0]}.log"
         with log.open("wb") as out:
             done = subprocess.run(
-                [str(BIN / "python"), "manage.py", *args],
+                self.command(str(BIN / "python"), "manage.py", *args),
                 cwd=self.root,
                 env=self.env,
                 stdout=out,
@@ -161,7 +169,7 @@ class Shape:
         log = self.tmp / f"{name}.log"
         with log.open("wb") as out:
             popen = subprocess.Popen(
-                args,
+                self.command(*args),
                 cwd=self.root,
                 env=self.env | (env or {}),
                 stdout=out,
@@ -203,7 +211,7 @@ class Shape:
             str(self.root / "bin" / "serve"),
             env={
                 "ARENA_PYTHON": str(BIN / "python"),
-                "ARENA_HOST": "127.0.0.1",
+                "ARENA_HOST": self.host,
                 "ARENA_PORT": str(self.port),
                 "ARENA_WEB_WORKERS": str(self.web_workers),
             },
@@ -233,6 +241,23 @@ class Shape:
                 f"bench-{name}-{self.port}@%h",
             )
             self.wait_for(name, lambda log=log: " ready." in log.read_text(errors="replace"))
+
+    def start_beat(self) -> None:
+        """Celery beat, as docker-compose.yml's beat service runs it (one in the whole site)."""
+        log = self.start(
+            "celery-beat",
+            str(BIN / "celery"),
+            "-A",
+            "config",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(self.tmp / "celerybeat-schedule"),
+            "--pidfile",
+            str(self.tmp / "celerybeat.pid"),
+        )
+        self.wait_for("beat", lambda: "beat: Starting..." in log.read_text(errors="replace"))
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU time (user + system) so far of every live process in each started process's
