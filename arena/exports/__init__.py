@@ -69,6 +69,7 @@ from arena.exports.formats import (
     to_trl,
     to_trl_vision,
 )
+from arena.exports.pgcopy import copied_battles, copied_rows, export_battles, supported
 from arena.exports.records import (
     ExportStats,
     VotedBattle,
@@ -82,6 +83,7 @@ from arena.exports.writers import (
     jsonl_line,
     write_dataset,
     write_jsonl,
+    write_jsonl_bytes,
     write_parquet,
 )
 
@@ -94,7 +96,10 @@ __all__ = [
     "VOTES_LICENSE",
     "VotedBattle",
     "arrow_schema",
+    "copied_battles",
+    "copied_rows",
     "dataset_card",
+    "export_battles",
     "export_options",
     "export_rows",
     "first_turn",
@@ -102,6 +107,7 @@ __all__ = [
     "jsonl_line",
     "judge_hash",
     "parse_moment",
+    "supported",
     "to_arena",
     "to_hh_rlhf",
     "to_kto",
@@ -112,5 +118,6 @@ __all__ = [
     "voted_battles",
     "write_dataset",
     "write_jsonl",
+    "write_jsonl_bytes",
     "write_parquet",
 ]
