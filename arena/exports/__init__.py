@@ -38,15 +38,19 @@ The three pairwise formats need a preferred side, so ties and "both bad" are ski
 counted). ``judge`` is a keyed hash of the pseudonymous voter id: stable across exports, so
 one judge's votes can be grouped, but not the id the site stores; no IP hash leaves the site.
 
-Exports stream: votes are read as plain values a chunk at a time (one query for the votes of a
-chunk, one for their messages), JSONL is written a line at a time and Parquet a row group at a
-time under a fixed Arrow schema per format, so memory stays flat however many votes there are.
+Exports stream. On PostgreSQL one ``COPY ... TO STDOUT`` statement reads the votes with their
+current messages and each row's JSON line is joined from bytes (``pgcopy``); elsewhere
+(SQLite) votes are read as plain values a chunk at a time (one query for the votes of a chunk,
+one for their messages) and shaped here; the rows are the same. JSONL is written a line at a
+time and Parquet a row group at a time under a fixed Arrow schema per format, so memory stays
+flat however many votes there are.
 ``write_dataset`` writes a folder ``datasets.load_dataset`` reads as it is: the data file and a
 dataset card (``README.md``) whose YAML header names the file, the licence and the features.
 
-The package: ``records`` reads votes, ``formats`` shapes them (and holds each format's Arrow
-schema), ``filters`` turns parameters into the selector's filters, ``writers`` writes JSONL,
-Parquet and dataset folders, ``card`` writes the card.
+The package: ``records`` reads votes through the ORM, ``pgcopy`` with COPY, ``formats``
+shapes them (and holds each format's Arrow schema), ``filters`` turns parameters into the
+selector's filters, ``writers`` writes JSONL, Parquet and dataset folders, ``card`` writes the
+card.
 """
 
 from arena.exports.card import dataset_card
