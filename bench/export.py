@@ -47,6 +47,7 @@ FORMATS = ("arena", "trl", "openai", "hh-rlhf", "kto")
 TARGET_ROWS_PER_S = 50_000
 TARGET_PEAK_MB = 300
 LOAD_CHUNK = 20_000  # battles per COPY round
+START = datetime(2026, 1, 1, tzinfo=UTC)  # the first vote's time; one every 30 seconds
 
 
 def database_urls() -> tuple[str, str]:
@@ -182,7 +183,7 @@ def load(url: str, n: int, seed: int = 7) -> None:
 
     battles, categories, prompts = templates()
     rng = random.Random(seed)
-    now = datetime(2026, 1, 1, tzinfo=UTC)
+    now = START
     model_ids, prompt_ids = _models_and_prompts(battles, categories, prompts)
     from arena.models import Battle, BattleMessage, Vote
 
@@ -239,8 +240,10 @@ def load(url: str, n: int, seed: int = 7) -> None:
         conn.execute("VACUUM ANALYZE")
 
 
-def child(fmt: str, parquet: bool, out: Path) -> None:
-    """One export, as ``manage.py export_votes`` runs it; prints its figures as JSON."""
+def child(fmt: str, parquet: bool, out: Path, *, orm: bool = False, until: str = "") -> None:
+    """One export, as ``manage.py export_votes`` runs it; prints its figures as JSON. ``orm``:
+    through the ORM path (``records.voted_battles``), as before the COPY path and as on SQLite;
+    ``until``: the votes before that moment only."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
     import django
 
@@ -250,8 +253,13 @@ def child(fmt: str, parquet: bool, out: Path) -> None:
 
     from django.core.management import call_command
 
+    if orm:
+        from arena.management.commands import export_votes
+
+        export_votes.supported = lambda: False  # type: ignore[attr-defined]
     err = StringIO()
     args = ["export_votes", f"--format={fmt}", f"--output={out}/"]
+    args += [f"--until={until}"] if until else []
     setup_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     start, cpu = time.perf_counter(), time.process_time()
     call_command(*args, *(["--parquet"] if parquet else []), stderr=err)
@@ -266,16 +274,19 @@ def child(fmt: str, parquet: bool, out: Path) -> None:
     print(json.dumps({**figures, "setup_mb": setup_mb}))
 
 
-def run_child(url: str, fmt: str, parquet: bool) -> dict[str, Any]:
+def run_child(
+    url: str, fmt: str, parquet: bool, *, orm: bool = False, until: str = ""
+) -> dict[str, Any]:
     """One export in a child process: its figures and its peak resident MiB (``os.wait4``)."""
-    out = OUT / f"{fmt}-{'parquet' if parquet else 'jsonl'}"
+    out = OUT / f"{fmt}-{'parquet' if parquet else 'jsonl'}{'-orm' if orm else ''}"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "config.settings.local"}
     env.pop("REDIS_URL", None)
     command = [sys.executable, __file__, "--child", fmt, "--out", str(out)]
     command += ["--parquet"] if parquet else []
-    logs = OUT / f"{fmt}-{'parquet' if parquet else 'jsonl'}.log"
+    command += (["--orm"] if orm else []) + ([f"--until={until}"] if until else [])
+    logs = out.with_name(out.name + ".log")
     with logs.open("w+b") as log:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
         _, status, usage = os.wait4(process.pid, 0)
@@ -296,6 +307,15 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--reuse", action="store_true", help="export the kept database again")
     parser.add_argument("--formats", default=",".join(FORMATS))
+    parser.add_argument(
+        "--old-votes",
+        type=int,
+        default=100_000,
+        help="time the old ORM path too, on the first N votes (0: not at all); the ratio is "
+        "the COPY path's rows/s over all the votes against the ORM path's on these",
+    )
+    parser.add_argument("--orm", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--until", default="", help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--load", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
@@ -303,7 +323,7 @@ def main() -> None:
     parser.add_argument("--parquet", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.parquet, args.out)
+        child(args.child, args.parquet, args.out, orm=args.orm, until=args.until)
         return
     if args.load:
         load(args.url, args.load)
@@ -331,12 +351,17 @@ def main() -> None:
         print(f"database {DATABASE}: {size.fetchone()[0]}")  # type: ignore[index]
     OUT.mkdir(parents=True, exist_ok=True)
     results = []
+    old_votes = min(args.old_votes, n)
+    # The loader's votes are 30 s apart from START: the first K are those before this moment.
+    until = (START + timedelta(seconds=30 * old_votes)).isoformat() if old_votes < n else ""
     try:
         for fmt in args.formats.split(","):
             for parquet in (False, True):
                 figures = run_child(url, fmt, parquet)
-                results.append((fmt, "Parquet" if parquet else "JSONL", figures))
+                old = run_child(url, fmt, parquet, orm=True, until=until) if old_votes else None
+                results.append((fmt, "Parquet" if parquet else "JSONL", figures, old))
                 print(f"  {fmt} {'parquet' if parquet else 'jsonl'}: {figures}", flush=True)
+                print(f"    old ORM path, {old_votes:,} votes: {old}", flush=True)
     finally:
         if not args.keep:
             with psycopg.connect(server, autocommit=True) as conn:
@@ -349,19 +374,32 @@ def main() -> None:
     print()
     print(
         "| format | file | votes | rows | wall s | CPU s | rows/s | rows per CPU s "
-        "| peak MiB (after start-up) | MB written |"
+        "| peak MiB (after start-up) | MB written | target met | old rows/s | old peak MiB "
+        "| rows/s vs old |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for fmt, kind, f in results:
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
+    for fmt, kind, f, old in results:
+        rate = f["rows"] / f["seconds"]
+        met = rate >= TARGET_ROWS_PER_S and f["peak_mb"] * 1.048576 <= TARGET_PEAK_MB
+        old_rate = old["rows"] / old["seconds"] if old else None
+        versus = (
+            f"{old_rate:,.0f} | {old['peak_mb']:.0f} | {rate / old_rate:.1f}x"
+            if old and old_rate
+            else "– | – | –"
+        )
         print(
             f"| {fmt} | {kind} | {f['votes']:,} | {f['rows']:,} | {f['seconds']:.1f} | "
-            f"{f['cpu']:.1f} | {f['rows'] / f['seconds']:,.0f} | {f['rows'] / f['cpu']:,.0f} | "
-            f"{f['peak_mb']:.0f} ({f['setup_mb']:.0f}) | {f['bytes'] / 1e6:,.0f} |"
+            f"{f['cpu']:.1f} | {rate:,.0f} | {f['rows'] / f['cpu']:,.0f} | "
+            f"{f['peak_mb']:.0f} ({f['setup_mb']:.0f}) | {f['bytes'] / 1e6:,.0f} | "
+            f"{'yes' if met else 'no'} | {versus} |"
         )
     print()
     print("wall s, CPU s: the export itself in the child (Django's start-up excluded; CPU is the")
     print("child's own, the database server's not counted); peak: the child's ru_maxrss, with")
-    print("its size after django.setup() in brackets.")
+    print("its size after django.setup() in brackets. old: the ORM path (records.voted_battles,")
+    print(f"as SQLite exports) in the same run, on the first {old_votes:,} votes; target met:")
+    print(f">= {TARGET_ROWS_PER_S:,} rows/s and <= {TARGET_PEAK_MB} MB (10^6 bytes) peak.")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

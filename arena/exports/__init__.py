@@ -38,15 +38,19 @@ The three pairwise formats need a preferred side, so ties and "both bad" are ski
 counted). ``judge`` is a keyed hash of the pseudonymous voter id: stable across exports, so
 one judge's votes can be grouped, but not the id the site stores; no IP hash leaves the site.
 
-Exports stream: votes are read as plain values a chunk at a time (one query for the votes of a
-chunk, one for their messages), JSONL is written a line at a time and Parquet a row group at a
-time under a fixed Arrow schema per format, so memory stays flat however many votes there are.
+Exports stream. On PostgreSQL one ``COPY ... TO STDOUT`` statement reads the votes with their
+current messages and each row's JSON line is joined from bytes (``pgcopy``); elsewhere
+(SQLite) votes are read as plain values a chunk at a time (one query for the votes of a chunk,
+one for their messages) and shaped here; the rows are the same. JSONL is written a line at a
+time and Parquet a row group at a time under a fixed Arrow schema per format, so memory stays
+flat however many votes there are.
 ``write_dataset`` writes a folder ``datasets.load_dataset`` reads as it is: the data file and a
 dataset card (``README.md``) whose YAML header names the file, the licence and the features.
 
-The package: ``records`` reads votes, ``formats`` shapes them (and holds each format's Arrow
-schema), ``filters`` turns parameters into the selector's filters, ``writers`` writes JSONL,
-Parquet and dataset folders, ``card`` writes the card.
+The package: ``records`` reads votes through the ORM, ``pgcopy`` with COPY, ``formats``
+shapes them (and holds each format's Arrow schema), ``filters`` turns parameters into the
+selector's filters, ``writers`` writes JSONL, Parquet and dataset folders, ``card`` writes the
+card.
 """
 
 from arena.exports.card import dataset_card
@@ -69,6 +73,7 @@ from arena.exports.formats import (
     to_trl,
     to_trl_vision,
 )
+from arena.exports.pgcopy import copied_battles, copied_rows, export_battles, supported
 from arena.exports.records import (
     ExportStats,
     VotedBattle,
@@ -82,6 +87,7 @@ from arena.exports.writers import (
     jsonl_line,
     write_dataset,
     write_jsonl,
+    write_jsonl_bytes,
     write_parquet,
 )
 
@@ -94,7 +100,10 @@ __all__ = [
     "VOTES_LICENSE",
     "VotedBattle",
     "arrow_schema",
+    "copied_battles",
+    "copied_rows",
     "dataset_card",
+    "export_battles",
     "export_options",
     "export_rows",
     "first_turn",
@@ -102,6 +111,7 @@ __all__ = [
     "jsonl_line",
     "judge_hash",
     "parse_moment",
+    "supported",
     "to_arena",
     "to_hh_rlhf",
     "to_kto",
@@ -112,5 +122,6 @@ __all__ = [
     "voted_battles",
     "write_dataset",
     "write_jsonl",
+    "write_jsonl_bytes",
     "write_parquet",
 ]

@@ -170,7 +170,7 @@ def test_a_failed_export_leaves_no_file_behind(make_vote, pair, tmp_path, monkey
     def explode(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("arena.management.commands.export_votes.write_jsonl", explode)
+    monkeypatch.setattr("arena.management.commands.export_votes.write_jsonl_bytes", explode)
     with pytest.raises(RuntimeError):
         call_command("export_votes", "--format=trl", f"--output={target}", stderr=StringIO())
     assert list(tmp_path.iterdir()) == []
@@ -531,7 +531,7 @@ def test_a_failed_folder_export_leaves_neither_file_nor_card(
     def explode(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("arena.exports.writers.write_jsonl", explode)
+    monkeypatch.setattr("arena.exports.writers.write_jsonl_bytes", explode)
     with pytest.raises(RuntimeError):
         call_command("export_votes", "--format=trl", f"-o={tmp_path}/", stderr=StringIO())
     assert list(tmp_path.iterdir()) == []

@@ -12,13 +12,17 @@ from arena.exports import (
     VOTES_LICENSE,
     ExportRow,
     ExportStats,
+    copied_rows,
     export_options,
     export_rows,
+    supported,
     voted_battles,
     write_dataset,
     write_jsonl,
+    write_jsonl_bytes,
     write_parquet,
 )
+from arena.exports.pgcopy import DETAILS
 from arena.management.progress import on_terminal, progress_iter
 from arena.selectors import votes_for_export
 
@@ -88,12 +92,19 @@ class Command(BaseCommand):
         if output is None and parquet:
             raise CommandError("--parquet: Parquet needs --output (a file or a folder).")
         stats = ExportStats()
-        # The count costs a query, so it is made only when a bar is shown.
-        total = votes_for_export(**filters).count() if on_terminal() else None
-        # Only the arena format writes judges and style counts; the others skip reading them.
-        votes = voted_battles(details=fmt == "arena", **filters)
-        records = progress_iter(votes, desc=fmt, total=total, unit="vote")
-        rows = export_rows(records, fmt, stats, first_turn_only=options["first_turn_only"])
+        first_turn_only = options["first_turn_only"]
+        rows: Iterable[ExportRow | bytes]
+        if supported():
+            # PostgreSQL: one COPY statement streams the votes and each row is made from its
+            # bytes (arena.exports.pgcopy); the bar counts the rows written.
+            rows = copied_rows(fmt, stats, first_turn_only=first_turn_only, **filters)
+            rows = progress_iter(rows, desc=fmt, total=None, unit="row")
+        else:
+            # The count costs a query, so it is made only when a bar is shown.
+            total = votes_for_export(**filters).count() if on_terminal() else None
+            votes = voted_battles(details=fmt in DETAILS, **filters)
+            records = progress_iter(votes, desc=fmt, total=total, unit="vote")
+            rows = export_rows(records, fmt, stats, first_turn_only=first_turn_only)
         if folder is not None:
             try:
                 data = write_dataset(
@@ -102,7 +113,7 @@ class Command(BaseCommand):
                     fmt,
                     stats=stats,
                     # The card lists the first-turn-only choice among the filters.
-                    filters={**filters, "first_turn_only": options["first_turn_only"]},
+                    filters={**filters, "first_turn_only": first_turn_only},
                     parquet=parquet,
                     license=options["license"],
                 )
@@ -135,7 +146,7 @@ class Command(BaseCommand):
             raise CommandError(f"--output: cannot make {path}: {exc.strerror or exc}") from None
         return path
 
-    def _to_stdout(self, rows: Iterable[ExportRow]) -> None:
+    def _to_stdout(self, rows: Iterable[ExportRow | bytes]) -> None:
         try:
             write_jsonl(rows, self.stdout)
             self.stdout.flush()
@@ -146,7 +157,9 @@ class Command(BaseCommand):
             os.dup2(devnull, sys.stdout.fileno())
             sys.exit(1)
 
-    def _to_file(self, rows: Iterable[ExportRow], output: Path, fmt: str, *, parquet: bool) -> None:
+    def _to_file(
+        self, rows: Iterable[ExportRow | bytes], output: Path, fmt: str, *, parquet: bool
+    ) -> None:
         # Written beside the target and moved into place: a failed export leaves no
         # half-written file under the name a training job reads.
         partial = output.with_name(output.name + ".partial")
@@ -154,8 +167,8 @@ class Command(BaseCommand):
             if parquet:
                 write_parquet(rows, partial, fmt)
             else:
-                with partial.open("w", encoding="utf-8") as handle:
-                    write_jsonl(rows, handle)
+                with partial.open("wb") as handle:
+                    write_jsonl_bytes(rows, handle)
             partial.replace(output)
         except OSError as exc:
             raise CommandError(f"--output: cannot write {output}: {exc.strerror or exc}") from None
