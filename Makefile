@@ -19,7 +19,7 @@ REWARD_MODEL_TESTS := ratings/tests/test_reward_model_torch.py ratings/tests/tes
 ENGINE_TESTS := ratings/tests/test_engine_*.py ratings/tests/test_style.py \
 	ratings/tests/test_cli_rate.py arena/tests/test_services_*.py arena/tests/test_live_services.py
 
-.PHONY: install install-trainers install-reward-model demo test test-main test-engine test-multihost test-trainers test-reward-model lint format messages compilemessages serve worker webhook-worker beat admin bench bench-record clean FORCE
+.PHONY: install install-trainers install-reward-model demo test test-checks test-stream-a test-stream-b test-main test-engine test-multihost test-trainers test-reward-model lint format messages compilemessages serve worker webhook-worker beat admin bench bench-record clean FORCE
 
 install: $(VENV)/.installed
 
@@ -58,24 +58,56 @@ demo: install
 	@echo "Arena demo on http://$(HOST):$(PORT)/  (Ctrl-C to stop; 'make admin' creates a staff user)"
 	ARENA_PYTHON=$(BIN)/python ARENA_HOST=$(HOST) ARENA_PORT=$(PORT) ARENA_WEB_WORKERS=1 bin/serve
 
-# Everything: the main suite (which runs the production-shape training runs from the trainers'
-# virtualenv, so that is built first), the adapters against the real trainer libraries, and the
-# reward model with its extra. The last two need Python 3.11; without one they are left out with
-# a message, unless ARENA_REQUIRE_SERVICES=1 (CI) makes that an error.
-test: test-main
-	@if [ -n "$(TRAINERS_PYTHON)" ]; then \
-		$(MAKE) --no-print-directory test-trainers test-reward-model; \
-	elif [ "$$ARENA_REQUIRE_SERVICES" = 1 ]; then \
-		echo "Python 3.11 is required for the trainers' and the reward model's suites"; exit 1; \
-	else echo "No Python 3.11: the trainers' and the reward model's suites are left out"; fi
+# Everything, in two streams side by side (the suite waits on browsers, servers and trainer
+# processes much of the time, so two cores finish it sooner than one stream would):
+#   A: the suite but its browser, production-shape and trainer tests, then the reward model
+#      with its extra;
+#   B: the trainers' virtualenv, the browser, production-shape and trainer-script tests, then
+#      the adapters against the real trainer libraries.
+# Stream B has a PostgreSQL test database and a Redis db of its own (DATABASE_URL's name with
+# _b, Redis db STREAM_B_REDIS_DB); its output goes to var/test-stream-b.log and is printed once
+# both have ended. The trainers' and the reward model's parts need Python 3.11; without one they
+# are left out with a message, unless ARENA_REQUIRE_SERVICES=1 (CI) makes that an error.
+STREAM_B_REDIS_DB ?= 9
+STREAM_B_MARKS := (browser or production or trainers) and not multihost and not reward_model
+STREAM_A_MARKS := not (browser or production or trainers or multihost or reward_model)
 
-test-main: install
+test: test-checks
+	@if [ -z "$(TRAINERS_PYTHON)" ] && [ "$$ARENA_REQUIRE_SERVICES" = 1 ]; then \
+		echo "Python 3.11 is required for the trainers' and the reward model's suites"; exit 1; fi
+	@echo "Stream B (browser, production shape, trainers) runs beside this one; its output: var/test-stream-b.log, printed at the end"
+	@rm -f var/test-stream-b.rc; \
+	( $(MAKE) --no-print-directory test-stream-b > var/test-stream-b.log 2>&1; echo $$? > var/test-stream-b.rc ) & \
+	$(MAKE) --no-print-directory test-stream-a; a=$$?; wait; \
+	echo "==== stream B: browser, production shape, trainers (var/test-stream-b.log) ===="; \
+	cat var/test-stream-b.log; b=$$(cat var/test-stream-b.rc 2>/dev/null || echo 1); \
+	echo "stream A exit $$a, stream B exit $$b"; [ $$a -eq 0 ] && [ $$b -eq 0 ]
+
+test-stream-a: install
+	$(BIN)/pytest -m "$(STREAM_A_MARKS)"
+	@if [ -n "$(TRAINERS_PYTHON)" ]; then $(MAKE) --no-print-directory test-reward-model; \
+	else echo "No Python 3.11: the reward model's suite is left out"; fi
+
+test-stream-b: install
+	@if [ -n "$(TRAINERS_PYTHON)" ]; then $(MAKE) --no-print-directory install-trainers; fi
+	DATABASE_URL="$${DATABASE_URL:+$${DATABASE_URL}_b}" \
+	REDIS_URL="$${REDIS_URL:+$$(echo "$$REDIS_URL" | sed -E 's#(/[0-9]+)?$$#/$(STREAM_B_REDIS_DB)#')}" \
+		$(BIN)/pytest -m "$(STREAM_B_MARKS)"
+	@if [ -n "$(TRAINERS_PYTHON)" ]; then $(MAKE) --no-print-directory test-trainers; \
+	else echo "No Python 3.11: the trainers' suite is left out"; fi
+
+# Lint, types, import contracts and the migrations check: what both streams start from.
+test-checks: install
 	mkdir -p var
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy answer_style arena ratings config client/arena_env environment redteam
 	$(BIN)/lint-imports
 	$(BIN)/python manage.py makemigrations --check --dry-run
+
+# The checks and the main suite in one stream (the trainers' virtualenv is built first: the
+# production-shape training runs start from it).
+test-main: test-checks
 	@if [ -n "$(TRAINERS_PYTHON)" ]; then $(MAKE) --no-print-directory install-trainers; fi
 	$(BIN)/pytest -m "not reward_model and not multihost"
 
