@@ -394,8 +394,8 @@ def vote_over_socket(
     ran: object,
 ) -> BattlePayload:
     """``vote_create`` for a battle socket's ``vote`` frame (``arena.live.consumer``), run in
-    its database thread: the address's rate limit first, counted with the HTTP votes' (the
-    decorator's group and setting), then the session read fresh by its key (the socket's own
+    the thread for synchronous code as the view is: the address's rate limit first, counted
+    with the HTTP votes' (the decorator's group and setting), then the session read fresh by its key (the socket's own
     session object was loaded when it opened, before the visitor may have accepted the terms
     or solved the challenge), then the same ``vote_cast``; the answer is the HTTP vote's body."""
     if address_rate_limited(group=VOTE_RATE_GROUP, setting=VOTE_RATE_SETTING, ip=client_ip):
