@@ -8,8 +8,11 @@ from http import HTTPStatus
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.conf import settings
+from django.contrib.sessions.backends.base import SessionBase
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.utils.translation import gettext, gettext_lazy
+from django_ratelimit.core import is_ratelimited
 from django_stubs_ext import StrPromise
 
 from arena.errors import SERVER_ERROR_MESSAGE, ArenaError, ErrorCode, not_found
@@ -18,6 +21,9 @@ from arena.inputs import text_problem
 
 VOTER_SESSION_KEY = "arena_voter_id"
 API_PREFIX = "/api/"
+# The per-address limit of votes (ARENA_RATELIMIT_VOTES), over HTTP and the battle socket alike.
+VOTE_RATE_GROUP = "arena.vote_create"
+VOTE_RATE_SETTING = "ARENA_RATELIMIT_VOTES"
 
 # The code and message of an error that no view phrased itself (a 404 for an unknown path, a
 # 405 from a method decorator, a 400 from a request Django refused, an unexpected exception).
@@ -67,14 +73,42 @@ def text_inputs_problem(request: HttpRequest, url_args: dict[str, Any]) -> Arena
 
 def session_identity(request: HttpRequest) -> tuple[str, str]:
     """The session key and pseudonymous voter id of this visitor, creating both if needed."""
-    voter_id = request.session.get(VOTER_SESSION_KEY)
+    return session_store_identity(request.session)
+
+
+def session_store_identity(session: SessionBase) -> tuple[str, str]:
+    """``session_identity`` of a session store (a request's, or one a socket loads by key)."""
+    voter_id = session.get(VOTER_SESSION_KEY)
     if not voter_id:
         voter_id = voter_id_new()
-        request.session[VOTER_SESSION_KEY] = voter_id
-    if request.session.session_key is None or request.session.modified:
-        request.session.save()
-    assert request.session.session_key is not None
-    return request.session.session_key, voter_id
+        session[VOTER_SESSION_KEY] = voter_id
+    if session.session_key is None or session.modified:
+        session.save()
+    assert session.session_key is not None
+    return session.session_key, voter_id
+
+
+def address_rate_limited(*, group: str, setting: str, ip: str | None) -> bool:
+    """Whether one more call from ``ip`` is over the per-address limit of ``setting``, counted
+    (django-ratelimit's ``key="ip"``, ``increment``) in ``group`` with the HTTP operations
+    limited so (``arena.visitor_api.limited``): the websocket's vote shares the HTTP vote's
+    count. ``key="ip"`` reads ``REMOTE_ADDR`` (no ``RATELIMIT_IP_META_KEY`` is set), which a
+    minimal request carries; no address (the server reports no peer) is not limited, as the
+    live calls' limit (``arena.live.limits``)."""
+    if not ip:
+        return False
+    request = HttpRequest()
+    request.method = "POST"
+    request.META["REMOTE_ADDR"] = ip
+    return bool(
+        is_ratelimited(
+            request,
+            group=group,
+            key="ip",
+            rate=lambda group, request: getattr(settings, setting),
+            increment=True,
+        )
+    )
 
 
 def client_ip(request: HttpRequest) -> str | None:

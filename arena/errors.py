@@ -144,6 +144,11 @@ def still_streaming(status: int = 409) -> ArenaError:
     return ArenaError(ErrorCode.STILL_STREAMING, STILL_STREAMING_MESSAGE, status=status)
 
 
+def rate_limited() -> ArenaError:
+    """Over a per-address rate limit (django-ratelimit's), over HTTP or a socket alike."""
+    return ArenaError(ErrorCode.RATE_LIMITED, gettext("Too many requests; slow down."), status=429)
+
+
 def server_error() -> ArenaError:
     """The generic answer to an unexpected exception (which is logged, never shown)."""
     return ArenaError(ErrorCode.SERVER_ERROR, gettext(SERVER_ERROR_MESSAGE), status=500)

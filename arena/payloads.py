@@ -143,6 +143,14 @@ class ErrorFrame(TypedDict):
     code: str
     message: str
     field: str | None
+    # Set on the error answering a ``vote`` frame: "vote", and the battle it named.
+    reply_to: NotRequired[Literal["vote"]]
+    battle_id: NotRequired[str]
+
+
+class VotedFrame(TypedDict):
+    type: Literal["voted"]
+    battle: BattlePayload  # as ``POST /api/battles/<id>/vote`` answers: the models named
 
 
 Frame = (
@@ -152,5 +160,6 @@ Frame = (
     | DeltasFrame
     | SideEndFrame
     | TurnEndFrame
+    | VotedFrame
     | ErrorFrame
 )

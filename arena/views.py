@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET
 
 from arena.api import error_json, session_identity
 from arena.battle_sources import battle_sources_have_work
-from arena.errors import ArenaError, ErrorCode
+from arena.errors import rate_limited
 from arena.live.images import image_stored
 from arena.selectors import (
     live_battles_enabled,
@@ -30,9 +30,7 @@ from arena.shares import SharedOutcome, share_headline, share_outcome
 
 
 def ratelimited(request: HttpRequest, exception: Exception) -> HttpResponse:
-    return error_json(
-        ArenaError(ErrorCode.RATE_LIMITED, gettext("Too many requests; slow down."), status=429)
-    )
+    return error_json(rate_limited())
 
 
 # The kinds of battle the page serves, in the order the page offers them.

@@ -18,6 +18,7 @@ django-ratelimit's, whose 429 is ``arena.views.ratelimited``.
 """
 
 import functools
+import importlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from itertools import islice
 from typing import Any, Literal
@@ -36,13 +37,17 @@ from typing_extensions import TypedDict
 
 from arena.api import (
     FORM_CONTENT_TYPES,
+    VOTE_RATE_GROUP,
+    VOTE_RATE_SETTING,
+    address_rate_limited,
     client_ip,
     error_json,
     not_json,
     session_identity,
+    session_store_identity,
     text_inputs_problem,
 )
-from arena.errors import ArenaError, ErrorCode
+from arena.errors import ArenaError, ErrorCode, rate_limited
 from arena.exports import (
     FORMATS,
     ExportRow,
@@ -68,12 +73,9 @@ from arena.services.vote_guards import (
     CHALLENGE_SESSION_KEY,
     ChallengePayload,
     challenge_create,
-    challenge_required_error,
     challenge_verify,
-    vote_caps_release,
-    vote_caps_take,
 )
-from arena.services.votes import vote_record
+from arena.services.votes import vote_cast
 from arena.tokens import BEARER_CHALLENGE, token_for_request
 
 router = Router(tags=["visitor"])
@@ -356,7 +358,7 @@ def battle_detail(request: HttpRequest, battle_id: str) -> BattlePayload:
     operation_id="voteCreate",
     openapi_extra=CSRF,
 )
-@decorate_view(checked(body=True), limited("arena.vote_create", "ARENA_RATELIMIT_VOTES"))
+@decorate_view(checked(body=True), limited(VOTE_RATE_GROUP, VOTE_RATE_SETTING))
 def vote_create(request: HttpRequest, battle_id: str, payload: VoteIn) -> Status[BattlePayload]:
     """Once, on a ready battle (another session's is a 404); the answer names both models.
     A 403 is terms_required (field terms), challenge_required (the proof-of-work challenge is
@@ -365,29 +367,58 @@ def vote_create(request: HttpRequest, battle_id: str, payload: VoteIn) -> Status
     vote_cap (the session's or the address's votes for today, UTC, are used up:
     ARENA_VOTES_PER_SESSION_PER_DAY, ARENA_VOTES_PER_IP_PER_DAY)."""
     session_key, voter_id = session_identity(request)
-    if settings.ARENA_CHALLENGE and not request.session.get(CHALLENGE_SESSION_KEY):
-        raise challenge_required_error()
-    ip = client_ip(request)
-    counted = vote_caps_take(session_key=session_key, ip=ip)
-    try:
-        recorded = vote_record(
-            battle_id=battle_id,
-            session_key=session_key,
-            voter_id=voter_id,
-            winner=payload.winner,
-            ip=ip,
-            user_agent=request.META.get("HTTP_USER_AGENT"),
-            interface_language=getattr(request, "LANGUAGE_CODE", ""),
-            ran=payload.ran,
-        )
-    except Exception:
-        vote_caps_release(counted)
-        raise
+    recorded = vote_cast(
+        battle_id=battle_id,
+        session_key=session_key,
+        voter_id=voter_id,
+        challenge_passed=bool(request.session.get(CHALLENGE_SESSION_KEY)),
+        winner=payload.winner,
+        ran=payload.ran,
+        ip=client_ip(request),
+        user_agent=request.META.get("HTTP_USER_AGENT"),
+        interface_language=getattr(request, "LANGUAGE_CODE", ""),
+    )
     return Status(
         201,
         battle_payload(
             battle=recorded.vote.battle, new_messages=recorded.messages, vote=recorded.vote
         ),
+    )
+
+
+def vote_over_socket(
+    *,
+    session_key: str,
+    client_ip: str | None,
+    user_agent: str | None,
+    interface_language: str,
+    battle_id: object,
+    winner: object,
+    ran: object,
+) -> BattlePayload:
+    """``vote_create`` for a battle socket's ``vote`` frame (``arena.live.consumer``), run in
+    the thread for synchronous code as the view is: the address's rate limit first, counted
+    with the HTTP votes' (the decorator's group and setting), then the session read fresh by its key (the socket's own
+    session object was loaded when it opened, before the visitor may have accepted the terms
+    or solved the challenge), then the same ``vote_cast``; the answer is the HTTP vote's body."""
+    if address_rate_limited(group=VOTE_RATE_GROUP, setting=VOTE_RATE_SETTING, ip=client_ip):
+        raise rate_limited()
+    engine = importlib.import_module(settings.SESSION_ENGINE)
+    session = engine.SessionStore(session_key or None)
+    key, voter_id = session_store_identity(session)
+    recorded = vote_cast(
+        battle_id=battle_id,
+        session_key=key,
+        voter_id=voter_id,
+        challenge_passed=bool(session.get(CHALLENGE_SESSION_KEY)),
+        winner=winner,
+        ran=ran,
+        ip=client_ip,
+        user_agent=user_agent,
+        interface_language=interface_language,
+    )
+    return battle_payload(
+        battle=recorded.vote.battle, new_messages=recorded.messages, vote=recorded.vote
     )
 
 

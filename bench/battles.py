@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/battles.py [--levels 1,10,50,100,200] [--seconds 20] [--warmup 3]
         [--tokens 26] [--delay 0.02] [--quick] [--profile DIR] [--json FILE] [--env NAME=VALUE]
+        [--vote-over ws|http]
 
 1. A fake OpenAI-compatible upstream on loopback (``arena/tests/fake_openai.py``, its own
    process): ``--tokens`` content chunks ``--delay`` seconds apart per answer. The direct stream
@@ -19,12 +20,17 @@
    (``GET /api/challenge``, ``POST /api/challenge/verify``, as static/js/challenge.js does before
    a session's first vote) and open ``/ws/battle`` with their cookies; none of that is timed.
    Then each repeats, with no think time: a ``start`` frame with a new prompt -> every frame up
-   to ``turn_end`` (the battle saved and votable) -> ``POST /api/battles/<id>/vote`` -> the
-   next battle, on the same socket (static/js/live.js keeps it open across battles).
+   to ``turn_end`` (the battle saved and votable) -> the vote -> the next battle, on the same
+   socket (static/js/live.js keeps it open across battles). The vote goes as the page sends it,
+   ``--vote-over ws`` (the default): a ``vote`` frame on the socket answered by ``voted``;
+   ``--vote-over http``: ``POST /api/battles/<id>/vote``, as the page did before the socket
+   carried votes. A ``--baseline`` tree votes over HTTP whatever the option (a tree from before
+   the ``vote`` frame has none).
 4. After ``--warmup`` seconds the measured window of ``--seconds`` starts: battles/s counts the
-   battles whose vote was acknowledged (201) inside it; latencies are those battles'. TTFT =
-   ``start`` sent -> first ``deltas``; battle time = ``start`` sent -> ``turn_end``; overhead =
-   battle time - the direct stream time; vote = the vote's HTTP round trip.
+   battles whose vote was acknowledged (``voted``, or 201) inside it; latencies are those
+   battles'. TTFT = ``start`` sent -> first ``deltas``; battle time = ``start`` sent ->
+   ``turn_end``; overhead = battle time - the direct stream time; vote = the vote's round trip
+   (frame -> ``voted``, or the HTTP request).
 5. CPU over the window from /proc (user + system): the uvicorn processes, the Celery worker,
    this client process, and PostgreSQL and Redis whole (those servers are shared with anything
    else on the machine: an upper bound). RSS of each uvicorn worker (VmRSS) at the level's end.
@@ -241,6 +247,7 @@ class Done:
 class Level:
     visitors: int
     force_close: bool = False  # a new connection per HTTP request (the warm-up's)
+    vote_over: str = "ws"  # "ws": a vote frame on the battle socket; "http": POST .../vote
     measure_from: float = math.inf
     stop_at: float = math.inf
     ready: int = 0
@@ -332,6 +339,38 @@ async def _battle(socket: object, prompt: str, level: Level) -> tuple[str, float
             return None
 
 
+async def _vote_frame(socket: object, battle_id: str, winner: str) -> str:
+    """The vote as the page sends it on an open socket: "" once ``voted`` comes back, else the
+    refusal's code."""
+    import aiohttp
+
+    assert isinstance(socket, aiohttp.ClientWebSocketResponse)
+    frame = {"type": "vote", "battle_id": battle_id, "winner": winner}
+    await socket.send_str(json.dumps(frame))
+    while True:
+        message = await socket.receive(timeout=120)
+        if message.type != aiohttp.WSMsgType.TEXT:
+            raise RuntimeError(f"socket {message.type.name}")
+        answer = json.loads(message.data)
+        if answer["type"] == "voted" and answer["battle"]["id"] == battle_id:
+            return ""
+        if answer["type"] == "error":
+            return str(answer.get("code"))
+
+
+async def _vote_http(http: object, headers: dict[str, str], battle_id: str, winner: str) -> str:
+    """The vote over HTTP, as the page sends it with the socket closed: "" on a 201, else the
+    status."""
+    import aiohttp
+
+    assert isinstance(http, aiohttp.ClientSession)
+    async with http.post(
+        f"/api/battles/{battle_id}/vote", data=json.dumps({"winner": winner}), headers=headers
+    ) as response:
+        await response.read()
+        return "" if response.status == 201 else str(response.status)
+
+
 async def visitor(base: str, level: Level, index: int) -> None:
     import aiohttp
 
@@ -374,19 +413,16 @@ async def visitor(base: str, level: Level, index: int) -> None:
                 battle_id, ttft_ms, battle_ms = outcome
                 t2 = time.perf_counter()
                 try:
-                    async with http.post(
-                        f"/api/battles/{battle_id}/vote",
-                        data=json.dumps({"winner": WINNERS[n % 4]}),
-                        headers=headers,
-                    ) as response:
-                        await response.read()
-                        status = response.status
-                except (aiohttp.ClientError, TimeoutError) as exc:
+                    if level.vote_over == "ws":
+                        refused = await _vote_frame(socket, battle_id, WINNERS[n % 4])
+                    else:
+                        refused = await _vote_http(http, headers, battle_id, WINNERS[n % 4])
+                except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
                     level.errors[f"vote {type(exc).__name__}"] += 1
                     continue
                 vote_ms = (time.perf_counter() - t2) * 1000
-                if status != 201:
-                    level.errors[f"vote {status}"] += 1
+                if refused:
+                    level.errors[f"vote {refused}"] += 1
                     continue
                 level.done.append(Done(battle_id, time.monotonic(), ttft_ms, battle_ms, vote_ms))
         finally:
@@ -401,10 +437,11 @@ async def run_level(
     shape: Shape,
     on_window: Callable[[bool], object] | None = None,
     force_close: bool = False,
+    vote_over: str = "ws",
 ) -> tuple[Level, Cpu]:
     """Sign every visitor up (not timed), run them all, and measure the window (calling
     ``on_window(True)`` as it opens and ``on_window(False)`` as it closes)."""
-    level = Level(visitors, force_close)
+    level = Level(visitors, force_close, vote_over=vote_over)
     tasks = [asyncio.create_task(visitor(base, level, i)) for i in range(visitors)]
     deadline = time.monotonic() + 180
     while level.ready < visitors and time.monotonic() < deadline:
@@ -763,6 +800,7 @@ def measure_level(
     direct_ms: float,
     profile_out: Path | None,
     pg_log: Path | None,
+    vote_over: str = "ws",
 ) -> tuple[dict, list[Path]]:
     """One level on a fresh server of ``tree``: its row (printed) and the profile files."""
     import uvloop
@@ -771,9 +809,11 @@ def measure_level(
     fresh_server(shape)
     # Warm-up: every request on a new connection, so that both workers (the kernel
     # hands each connection to one) import what the first page, vote and battle need.
-    uvloop.run(run_level(shape.url, 8, 0.0, 6.0, shape, force_close=True))
+    uvloop.run(run_level(shape.url, 8, 0.0, 6.0, shape, force_close=True, vote_over=vote_over))
     window = Window(database, worker_pids(shape), seconds, profile_out, pg_log)
-    level, used = uvloop.run(run_level(shape.url, visitors, warmup, seconds, shape, window.mark))
+    level, used = uvloop.run(
+        run_level(shape.url, visitors, warmup, seconds, shape, window.mark, vote_over=vote_over)
+    )
     shape.check_alive(f"level {visitors}")
     for profiler in window.profilers:
         profiler.wait(timeout=60)
@@ -782,6 +822,7 @@ def measure_level(
         level, used, seconds, direct_ms, stored_votes(database, [d.battle_id for d in level.done])
     )
     result["tree"] = tree.label
+    result["vote_over"] = vote_over
     result["rss_mb"] = [rss_mb(pid) for pid in worker_pids(shape)]
     n = max(1, result["battles"])
     result["connections"] = window.stats["connections"] / n
@@ -791,7 +832,8 @@ def measure_level(
     result["statement_kinds"] = {k: v / n for k, v in statements.most_common()}
     prefix = f"[{tree.label}] " if tree.worktree else ""
     print(
-        f"{prefix}{visitors:>4} visitors: {result['battles_per_s']:.1f} battles/s, TTFT p50/p99 "
+        f"{prefix}{visitors:>4} visitors, vote over {vote_over}: "
+        f"{result['battles_per_s']:.1f} battles/s, TTFT p50/p99 "
         f"{result['ttft_p50']:.0f}/{result['ttft_p99']:.0f} ms, overhead p50/p99 "
         f"{result['overhead_p50']:.0f}/{result['overhead_p99']:.0f} ms, vote p50/p99 "
         f"{result['vote_p50']:.0f}/{result['vote_p99']:.0f} ms, errors "
@@ -831,6 +873,13 @@ def main() -> None:
         "(ALTER DATABASE, superuser), read back from this PostgreSQL server log file",
     )
     parser.add_argument("--keep-logs", action="store_true", help="print the process logs' path")
+    parser.add_argument(
+        "--vote-over",
+        choices=("ws", "http"),
+        default="ws",
+        help="the vote: a frame on the battle socket (what the page does, the default) or "
+        "POST /api/battles/<id>/vote (a --baseline tree always votes over HTTP)",
+    )
     add_tree_arguments(parser)
     args = parser.parse_args()
     if args.baseline:
@@ -864,6 +913,11 @@ def main() -> None:
     try:
         current = open_trees(trees, args, "arena_bench_battles", settings)
         print(f"settings changed for the bench: {settings}", flush=True)
+        print(
+            f"vote over: {args.vote_over}"
+            + (f" (the baseline, {args.baseline}: http)" if args.baseline else ""),
+            flush=True,
+        )
         direct_ms = uvloop.run(direct_stream_ms(upstream_url))
         print(
             f"fake upstream: {args.tokens} chunks {args.delay} s apart; direct stream "
@@ -892,6 +946,7 @@ def main() -> None:
                     direct_ms,
                     args.profile / f"level-{visitors}" if args.profile and is_current else None,
                     pg_log if is_current else None,
+                    args.vote_over if is_current else "http",
                 )
                 (rows if is_current else baseline_rows).append(result)
                 if files:
@@ -904,7 +959,8 @@ def main() -> None:
     print(
         f"Whole live battles, closed loop, no think time; fake upstream {args.tokens} chunks "
         f"{args.delay} s apart, direct stream {direct_ms:.0f} ms (the overhead's anchor); "
-        f"window {seconds:g} s after {warmup:g} s warm-up, fresh server per level; "
+        f"window {seconds:g} s after {warmup:g} s warm-up, fresh server per level; vote over "
+        f"{args.vote_over}" + (" (the baseline: http)" if baseline_rows else "") + "; "
         f"{time.monotonic() - started:.0f} s in all."
     )
     if not rows:

@@ -2,7 +2,8 @@
 
 Why one module: the consumer is one object whose state (the socket, the turn in flight, its
 streaming tasks and the frames buffered for the page) every frame handler reads and changes; the
-services it calls live elsewhere (``arena.live.turns``, ``arena.live.runtime``).
+services it calls live elsewhere (``arena.live.turns``, ``arena.live.runtime``, and the vote
+it is given, ``arena.visitor_api.vote_over_socket``).
 
 Frames from the page (JSON objects with a ``type``):
 
@@ -17,6 +18,11 @@ Frames from the page (JSON objects with a ``type``):
 - ``models``      {}                       the models named mode may pick from
 - ``suggest``     {category?: "code"}      a prompt from the pool; "code" (Code mode): a
                   programming task whose answers run in the browser
+- ``vote``        {battle_id, winner, ran?} the vote ``POST /api/battles/<id>/vote`` takes,
+                  with the same checks in the same order: the per-address rate limit (counted
+                  with the HTTP votes'), the challenge and the voter id read fresh from the
+                  session (the terms or the challenge may be done after the socket opened),
+                  the daily caps (``arena.services.votes.vote_cast``)
 
 Frames to the page:
 
@@ -28,15 +34,22 @@ Frames to the page:
                   frames; any buffered text is sent before every other frame
 - ``side_end``    {side, status, error}    status done|error|aborted; error is a public message
 - ``turn_end``    {battle}                 saved state; ``battle.votable`` unlocks voting
+- ``voted``       {battle}                 the answer to a ``vote``: the battle as the HTTP vote
+                  answers it, the models named
 - ``models``      {models}, ``suggestion`` {prompt}
 - ``error``       {code, message, field}   an ``ArenaError``, made into a frame in one place;
                   ``server_error`` for anything unexpected (logged with its traceback);
                   ``turn_lost`` when the end of a turn could not be saved yet: the answers
                   stay in memory and the save is retried (a ``turn_end`` follows once it
-                  lands), and a ``regenerate`` or ``turn`` for that battle saves it first
+                  lands), and a ``regenerate`` or ``turn`` for that battle saves it first.
+                  The error answering a ``vote`` frame adds ``reply_to: "vote"`` and the
+                  ``battle_id`` it named (the HTTP vote's codes: rate_limited, challenge_required,
+                  terms_required, vote_cap, already_voted, not_votable, not_found, invalid,
+                  server_error)
 
-Model names appear only in ``models`` frames (asked for by named mode) and in the battle of a
-named-mode turn; the vote that reveals an anonymous pair goes over HTTP as for pool battles.
+Model names appear only in ``models`` frames (asked for by named mode), in the battle of a
+named-mode turn and in ``voted``: the vote that reveals an anonymous pair goes over this socket
+while it is open (one request less per battle), else over HTTP as for pool battles.
 Tokens go from this consumer's own tasks straight to its socket, never through the channel
 layer. On disconnect (or ``stop``) both upstream calls are cancelled, their HTTP responses
 closed, and what was produced is saved as aborted.
@@ -49,8 +62,9 @@ import contextlib
 import json
 import logging
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.http import HttpRequest
@@ -81,7 +95,7 @@ from arena.live.turns import (
 )
 from arena.live.upstream import Answer, stream_answer
 from arena.models import Battle
-from arena.payloads import ErrorFrame, Frame, Side
+from arena.payloads import BattlePayload, ErrorFrame, Frame, Side
 from arena.selectors import live_models_public, prompt_suggestion
 
 log = logging.getLogger(__name__)
@@ -109,6 +123,31 @@ def _socket_open(session: Any, client_ip: str | None) -> tuple[str, SocketTicket
     if session_key:
         live_battles_settle_orphans(session_hash=session_hash(session_key))
     return session_key, socket_admit(client_ip)
+
+
+class CastVote(Protocol):
+    """What answers a ``vote`` frame: ``arena.visitor_api.vote_over_socket``, given to the
+    consumer by ``arena.routing`` (the votes' services sit above ``arena.live`` in the imports,
+    which the consumer does not cross). Raises an ``ArenaError`` as the HTTP vote does."""
+
+    def __call__(
+        self,
+        *,
+        session_key: str,
+        client_ip: str | None,
+        user_agent: str | None,
+        interface_language: str,
+        battle_id: object,
+        winner: object,
+        ran: object,
+    ) -> BattlePayload: ...
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope.get("headers") or []:
+        if key == name:
+            return str(value.decode("latin-1"))  # as Django's ASGI request reads headers
+    return None
 
 
 # Close codes, in the range kept for applications (4000-4999), after the last 3 digits of the
@@ -164,6 +203,10 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
     # Nothing is sent to a battle socket from elsewhere, so it does not subscribe to the channel
     # layer: no Redis connection held in a blocking receive per open socket.
     channel_layer_alias = None
+
+    def __init__(self, *args: Any, vote: CastVote | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cast_vote = vote  # None: no vote frames (as_asgi(vote=...) gives it)
 
     async def connect(self) -> None:
         # Every frame this socket sends (error messages) is in the page's language: activated
@@ -325,6 +368,8 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                 client_ip=self.client_ip,
             )
             await self._begin(plan)
+        elif kind == "vote" and self.cast_vote is not None:
+            await self._vote(content, self.cast_vote)
         elif kind == "stop":
             await self._stop_turn()
         elif kind == "models":
@@ -340,6 +385,36 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
             else:
                 message = gettext("Unknown frame type.")
             raise ArenaError(ErrorCode.INVALID, message, field="type")
+
+    async def _vote(self, content: dict[str, Any], cast_vote: CastVote) -> None:
+        """Answer a ``vote`` frame with ``voted``, or with an error frame saying it answers it
+        (the page matches either to its vote by ``battle_id``)."""
+        battle_id = content.get("battle_id")
+        try:
+            # In the process's one thread for synchronous code, where the HTTP vote's view runs,
+            # not in the live battles' two database threads, where it would queue behind every
+            # other battle's starts and saves (bench/battles.py measured that at 50 visitors).
+            battle = await database_sync_to_async(cast_vote)(
+                session_key=self.session_key,
+                client_ip=self.client_ip,
+                user_agent=_header(self.scope, b"user-agent"),
+                interface_language=translation.get_language() or "",
+                battle_id=battle_id,
+                winner=content.get("winner"),
+                ran=content.get("ran"),
+            )
+        except Exception as exc:
+            if isinstance(exc, ArenaError):
+                frame = exc.as_frame()
+            else:
+                log.exception("a vote over the websocket failed")
+                frame = server_error_frame()
+            frame["reply_to"] = "vote"
+            if isinstance(battle_id, str) and len(battle_id) <= 64:
+                frame["battle_id"] = battle_id
+            await self._send(frame)
+            return
+        await self._send({"type": "voted", "battle": battle})
 
     def _too_big(self, text: str | None, data: bytes | None) -> bool:
         """Whether a frame is over ``ARENA_WS_MAX_FRAME_BYTES`` (UTF-8 bytes, as on the wire)."""

@@ -26,6 +26,11 @@ from arena.models import (
 )
 from arena.payloads import WINNERS, Winner, is_winner
 from arena.selectors import battle_current_messages, battle_pk, prompt_image_count
+from arena.services.vote_guards import (
+    challenge_required_error,
+    vote_caps_release,
+    vote_caps_take,
+)
 from arena.signals import vote_recorded
 
 
@@ -36,6 +41,46 @@ class RecordedVote:
 
     vote: Vote  # vote.battle: the battle as the vote left it
     messages: list[BattleMessage]
+
+
+def vote_cast(
+    *,
+    battle_id: object,
+    session_key: str,
+    voter_id: str,
+    challenge_passed: bool,
+    winner: object,
+    ran: object = None,
+    ip: str | None = None,
+    user_agent: str | None = None,
+    interface_language: str = "",
+) -> RecordedVote:
+    """A visitor's vote as the vote API and the battle socket take it: the proof-of-work
+    challenge (``challenge_passed``: the session's mark, read fresh by the caller), the daily
+    caps taken (``vote_caps_take``), then ``vote_record``; the caps are given back when the vote
+    is not recorded, so a refused vote costs the visitor nothing of them.
+
+    Raises challenge_required (ARENA_CHALLENGE on, none solved), vote_cap, and what
+    ``vote_record`` raises. The per-address rate limit is the caller's (django-ratelimit's
+    group ``arena.vote_create``, on the request or the socket's address).
+    """
+    if settings.ARENA_CHALLENGE and not challenge_passed:
+        raise challenge_required_error()
+    counted = vote_caps_take(session_key=session_key, ip=ip)
+    try:
+        return vote_record(
+            battle_id=battle_id,
+            session_key=session_key,
+            voter_id=voter_id,
+            winner=winner,
+            ip=ip,
+            user_agent=user_agent,
+            interface_language=interface_language,
+            ran=ran,
+        )
+    except Exception:
+        vote_caps_release(counted)
+        raise
 
 
 def vote_record(

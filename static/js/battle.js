@@ -1,6 +1,6 @@
 /* The battle page: take one vote, reveal the names. Pool battles (data-mode="pool") are fetched
    here; live battles (data-mode="live") are streamed by live.js, which uses the helpers this
-   module exports. It tells live.js of a vote and of "Next battle" by events on the .battle
+   module exports and carries their votes over its socket (setVoteTransport). It tells live.js of a vote and of "Next battle" by events on the .battle
    element: "arena:voted" (detail: the voted battle) and, in live mode, "arena:next" (live.js
    starts over; in pool mode this module fetches the next battle itself). The page's tabs
    (?mode=live / ?mode=pool) are plain links. */
@@ -66,15 +66,35 @@ function challengePassed() {
   return challengeDone;
 }
 
+/* A live battle's vote goes over its open socket (live.js gives the transport: it answers
+   null when the socket cannot carry it); else, and for pool battles, over HTTP. Either way the
+   answer is the voted battle, or an error with the same code and message. */
+let voteOverSocket = null;
+export function setVoteTransport(transport) { voteOverSocket = transport; }
+
+async function sendVote(winner) {
+  const body = { winner: winner, ran: codeRan() };
+  const overSocket = voteOverSocket ? voteOverSocket(battle.id, body) : null;
+  if (overSocket) {
+    try {
+      return await overSocket;
+    } catch (error) {
+      // The socket closed before the answer: over HTTP, which says already_voted if it landed.
+      if (error.code !== "socket_closed") throw error;
+    }
+  }
+  return await api("POST", "/api/battles/" + battle.id + "/vote", body);
+}
+
 async function postVote(winner) {
   await challengePassed();
   try {
-    return await api("POST", "/api/battles/" + battle.id + "/vote", { winner: winner, ran: codeRan() });
+    return await sendVote(winner);
   } catch (error) {
     if (error.code !== "challenge_required") throw error;
     challengeDone = null;  // e.g. a new session meanwhile: solve again, then vote once more
     await challengePassed();
-    return await api("POST", "/api/battles/" + battle.id + "/vote", { winner: winner, ran: codeRan() });
+    return await sendVote(winner);
   }
 }
 

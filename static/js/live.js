@@ -1,9 +1,10 @@
 /* Live battles: send a prompt over the battle websocket, stream both answers side by side,
-   then vote through battle.js (one vote path, over HTTP). Frames are documented in
-   arena/consumers.py. Model text is rendered only through render.js (markdown-it with HTML off,
+   then vote through battle.js (one vote path: this module carries it over the open socket, a
+   "vote" frame answered by "voted" or an error frame replying to it; HTTP when the socket is
+   closed). Frames are documented in arena/live/consumer.py. Model text is rendered only through render.js (markdown-it with HTML off,
    then DOMPurify); prompts and errors are set as text. battle.js tells this module of a vote
    and of "Next battle" by the "arena:voted" and "arena:next" events on the .battle element. */
-import { ensureTerms, renderPrompt, resetNames, revealNames, setBattle, setStatus } from "./battle.js";
+import { ensureTerms, renderPrompt, resetNames, revealNames, setBattle, setStatus, setVoteTransport } from "./battle.js";
 import { gettext, interpolate } from "./i18n.js";
 import { setMarkdown, turnBlock } from "./render.js";
 import { attachedImageIds, clearAttachments } from "./attach.js";
@@ -32,6 +33,7 @@ function startLive() {
   let voted = false;
   let dirty = new Set();
   let frameRequested = false;
+  let pendingVote = null;  // {battleId, resolve, reject}: a vote sent over the socket
 
   function mode() {
     const checked = document.querySelector("input[name=mode]:checked");
@@ -51,6 +53,7 @@ function startLive() {
         const wasOpen = socket === ws;
         if (wasOpen) socket = null;
         opening = null;
+        if (wasOpen) settleVote(null, socketClosed());
         if (!wasOpen) { reject(new Error(gettext("Could not connect to the arena."))); return; }
         if (streaming) {
           streaming = false;
@@ -74,6 +77,43 @@ function startLive() {
     }
   }
 
+  /* battle.js's vote over the open socket: a promise of the voted battle, or null (the socket
+     is not open, or the vote is for another battle) for battle.js to vote over HTTP. */
+  function voteOverSocket(battleId, body) {
+    if (!socket || socket.readyState !== WebSocket.OPEN || pendingVote) return null;
+    if (!battle || battle.id !== battleId) return null;
+    const answer = new Promise((resolve, reject) => { pendingVote = { battleId, resolve, reject }; });
+    socket.send(JSON.stringify(Object.assign({ type: "vote", battle_id: battleId }, body)));
+    return answer;
+  }
+
+  function socketClosed() {
+    const error = new Error(gettext("Could not connect to the arena."));
+    error.code = "socket_closed";  // battle.js votes over HTTP instead
+    return error;
+  }
+
+  // The vote's answer (a voted battle, or an error as battle.js's api() throws it).
+  function settleVote(voted, error) {
+    const pending = pendingVote;
+    if (!pending) return;
+    pendingVote = null;
+    if (error) pending.reject(error);
+    else pending.resolve(voted);
+  }
+
+  function onVoteAnswer(frame) {
+    if (!pendingVote) return;
+    if (frame.type === "voted") {
+      if (frame.battle.id === pendingVote.battleId) settleVote(frame.battle, null);
+      return;
+    }
+    if (frame.battle_id !== undefined && frame.battle_id !== pendingVote.battleId) return;
+    const error = new Error(frame.message);
+    error.code = frame.code;
+    settleVote(null, error);
+  }
+
   // --- frames from the server -----------------------------------------------------------------
   function onFrame(frame) {
     switch (frame.type) {
@@ -83,7 +123,8 @@ function startLive() {
       case "turn_end": return onTurnEnd(frame);
       case "models": return fillPicker(frame.models);
       case "suggestion": return onSuggestion(frame);
-      case "error": return onError(frame);
+      case "voted": return onVoteAnswer(frame);
+      case "error": return frame.reply_to === "vote" ? onVoteAnswer(frame) : onError(frame);
       default: return undefined;
     }
   }
@@ -326,6 +367,7 @@ function startLive() {
     });
   });
 
+  setVoteTransport(voteOverSocket);
   root.addEventListener("arena:voted", () => { voted = true; updateButtons(); });
   root.addEventListener("arena:next", startOver);
   updateButtons();
