@@ -37,7 +37,7 @@
    Acknowledged votes versus rows in ``arena_vote`` for those battles, over the whole level.
 
 Settings changed from production for the run (printed): the per-address limits (every visitor
-here is 127.0.0.1, so ``ARENA_RATELIMIT_ENABLE=false``), the minimum seconds before a vote (a
+here is 127.0.0.1, so ``ARENA_RATELIMIT_ENABLE=false`` and ``ARENA_WS_MAX_PER_ADDRESS=0``), the minimum seconds before a vote (a
 closed loop votes the moment ``turn_end`` arrives; ``ARENA_MIN_VOTE_SECONDS=0``) and the daily
 vote caps (``ARENA_VOTES_PER_SESSION_PER_DAY``/``_PER_IP_PER_DAY`` very high). The challenge,
 the per-session concurrency limit, sessions and CSRF are production's.
@@ -105,6 +105,9 @@ BENCH_ENV = {
     "ARENA_MIN_VOTE_SECONDS": "0",
     "ARENA_VOTES_PER_SESSION_PER_DAY": "100000000",
     "ARENA_VOTES_PER_IP_PER_DAY": "100000000",
+    # Every visitor is 127.0.0.1: with the per-address socket cap (32) a level above it would
+    # run 32 visitors, the rest refused.
+    "ARENA_WS_MAX_PER_ADDRESS": "0",
 }
 LIVE_MODELS = ("bench-live-a", "bench-live-b")
 WINNERS = ("model_a", "model_b", "tie", "model_a")
