@@ -31,7 +31,8 @@
    among its outputs). Counted votes are checked against the log's vote lines.
 4. Arena: bench/battles.py's closed loop on the production shape at the same levels
    (``measure_level``: fresh ``bin/serve`` and Celery worker per level, its own database and a
-   claimed Redis db among 10-15). CI uses those Redis dbs: the run first waits up to
+   claimed Redis db among 10-15), with its settings and no cap on one address's battle
+   sockets (``ARENA_WS_MAX_PER_ADDRESS=0``: every visitor is 127.0.0.1). CI uses those Redis dbs: the run first waits up to
    ``--wait-ci`` seconds for ``pgrep -f ci-check`` to find nothing (polling every 30 s; past
    that, FastChat's part alone runs), then alternates the two servers level by level so that
    both meet the same load on the machine.
@@ -98,6 +99,10 @@ PINS = (
     "peft==0.8.2",
     "protobuf<5",
 )
+# bench/battles.py's settings, and no cap on the battle sockets of one address: every visitor
+# here is 127.0.0.1, and FastChat's server has no such cap (production's 32 would turn 18 of 50
+# visitors away at the door).
+ARENA_SETTINGS = BENCH_ENV | {"ARENA_WS_MAX_PER_ADDRESS": "0"}
 VOTES = ("leftvote_last_response", "rightvote_last_response", "tievote_last_response")
 VOTE_TYPES = ("leftvote", "rightvote", "tievote")
 
@@ -534,14 +539,20 @@ def measure_fastchat(
 # --- Arena's part -----------------------------------------------------------------------------
 def wait_for_ci(limit: float) -> bool:
     """True once ``pgrep -f ci-check`` finds nothing (polled every 30 s for up to ``limit``)."""
-    deadline = time.monotonic() + limit
+    started = time.monotonic()
+    polls = 0
     while True:
         found = subprocess.run(["pgrep", "-f", "ci-check"], capture_output=True, text=True)
+        waited = time.monotonic() - started
         if not found.stdout.strip():
+            if polls:
+                print(f"CI ended after {waited:.0f} s of waiting", flush=True)
             return True
-        if time.monotonic() >= deadline:
+        if waited >= limit:
             return False
-        print("CI is running (it uses Redis dbs 10-15): waiting 30 s ...", flush=True)
+        polls += 1
+        if polls == 1:
+            print("CI is running (it uses Redis dbs 10-15): waiting, every 30 s ...", flush=True)
         time.sleep(30)
 
 
@@ -644,9 +655,9 @@ def main() -> None:
                     trees,
                     argparse.Namespace(baseline=None, env=[]),
                     "arena_bench_fastchat",
-                    BENCH_ENV,
+                    ARENA_SETTINGS,
                 )
-                print(f"settings changed for Arena's bench: {BENCH_ENV}", flush=True)
+                print(f"settings changed for Arena's bench: {ARENA_SETTINGS}", flush=True)
                 arena_tree.prepare(live_models=LIVE_MODELS, upstream_url=upstream_url)
             else:
                 print(f"CI still running after {args.wait_ci:g} s: Arena's part not run")
