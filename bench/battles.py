@@ -974,7 +974,7 @@ def main() -> None:
         print(table(baseline_rows))
     print(
         f"vs FastChat 7.0: battles/s / 7.0, FastChat 0.2.36's peak on this machine (the throughput pass's "
-        f"figure, not measured here). vs before: / the throughput pass's 'before' table ({BEFORE}). "
+        f"figure, not measured here; bench/fastchat.py measures both in one run). vs before: / the throughput pass's 'before' table ({BEFORE}). "
         f"*PostgreSQL and Redis CPU: the whole servers, shared with anything else running "
         f"(an upper bound). client: this script's own CPU per battle."
     )
