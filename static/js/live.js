@@ -164,13 +164,16 @@ function startLive() {
     // tokens (Chromium stops it midway on a busy machine), leaving the answers below the fold.
     target.scrollIntoView({ block: "start", behavior: "auto" });
     // Before the first tokens the page may be too short to bring the answers up that far: the
-    // scroll is made again as they are drawn, until the answers reach the top, unless the
-    // visitor has scrolled since.
+    // scroll is made again as they are drawn, until the answers reach the top, unless the page
+    // has been scrolled since by anything else (the visitor, or a click that brought a button
+    // into view), which the scroll must never take back.
     showPending = target;
+    shownAt = window.scrollY;
   }
 
   let showPending = null;
-  ["wheel", "touchmove", "keydown"].forEach((type) =>
+  let shownAt = 0;  // the page's scroll position this module's last scroll left it at
+  ["wheel", "touchstart", "touchmove", "pointerdown", "keydown"].forEach((type) =>
     window.addEventListener(type, () => { showPending = null; }, { passive: true }));
 
   function current() { return turns[turns.length - 1]; }
@@ -194,8 +197,10 @@ function startLive() {
     frameRequested = false;
     dirty.forEach((side) => renderCurrent(side));
     dirty = new Set();
+    if (showPending && window.scrollY !== shownAt) showPending = null;
     if (showPending) {
       showPending.scrollIntoView({ block: "start", behavior: "auto" });
+      shownAt = window.scrollY;
       if (Math.abs(showPending.getBoundingClientRect().top) <= 1) showPending = null;
     }
   }
