@@ -139,11 +139,11 @@ def to_arena(record: VotedBattle) -> ArenaRow | str:
 def _sides(record: VotedBattle) -> tuple[list[str], list[str]] | str:
     """(chosen answers, rejected answers), or why the vote has no preferred side."""
     if record.winner not in PAIRWISE:
-        return "ties and both-bad votes (no preferred side)"
+        return NO_SIDE
     chosen, rejected = PAIRWISE[record.winner]
     if not all(text.strip() for text in record.answers[chosen]):
         # An empty rejected answer is a fair negative; an empty chosen one teaches nothing.
-        return "votes for an empty answer"
+        return EMPTY
     return record.answers[chosen], record.answers[rejected]
 
 
@@ -165,7 +165,7 @@ def _trl_text(record: VotedBattle) -> TrlRow | str:
 
 def to_trl_vision(record: VotedBattle) -> TrlVisionRow | str:
     if not record.images:
-        return "battles without an image (the format is for vision models; use trl)"
+        return NO_IMAGE
     shaped = _trl_text(record)
     if isinstance(shaped, str):
         return shaped
@@ -177,7 +177,7 @@ def to_openai(record: VotedBattle) -> OpenAIRow | str:
     if isinstance(sides, str):
         return sides
     if len(record.user_turns) != 1:
-        return "multi-turn battles (OpenAI's outputs are one message)"
+        return MULTI_TURN
     chosen, rejected = sides
     return {
         "input": {"messages": _prompt(record)},
@@ -212,7 +212,7 @@ def to_kto(record: VotedBattle) -> list[KtoRow] | str:
     else:
         sides = _sides(record)
         if isinstance(sides, str):
-            return "ties (no verdict on either answer)" if record.winner == "tie" else sides
+            return TIE if record.winner == "tie" else sides
         labelled = [(sides[0], True), (sides[1], False)]
     return [
         {
@@ -228,7 +228,7 @@ def to_kto_reactions(record: VotedBattle) -> list[KtoReactionRow] | str:
     """One row per reaction: that side's answers labelled by the visitor's own thumbs (up
     true, down false), with the model, the reason tags and whether the names were known."""
     if not record.reactions:
-        return "votes without a reaction"
+        return NO_REACTION
     models = {"a": record.model_a, "b": record.model_b}
     return [
         {
@@ -244,6 +244,14 @@ def to_kto_reactions(record: VotedBattle) -> list[KtoReactionRow] | str:
 
 
 #: Why a text-only format skips a battle whose prompt has images.
+# Why a vote is left out of a format, as the dataset card counts it (the COPY path,
+# ``arena.exports.pgcopy``, returns the same).
+NO_SIDE = "ties and both-bad votes (no preferred side)"
+EMPTY = "votes for an empty answer"
+NO_IMAGE = "battles without an image (the format is for vision models; use trl)"
+MULTI_TURN = "multi-turn battles (OpenAI's outputs are one message)"
+TIE = "ties (no verdict on either answer)"
+NO_REACTION = "votes without a reaction"
 TEXT_ONLY = "image battles (the format holds text only; use arena or trl-vision)"
 
 

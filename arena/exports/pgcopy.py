@@ -37,8 +37,18 @@ import orjson
 from django.db import connection
 from django.db.models import F
 
+from arena.exports.formats import (
+    EMPTY,
+    MULTI_TURN,
+    NO_IMAGE,
+    NO_REACTION,
+    NO_SIDE,
+    SHAPERS,
+    TEXT_ONLY,
+    TIE,
+    ExportRow,
+)
 from arena.exports.formats import IMAGE_FORMATS as IMAGES
-from arena.exports.formats import SHAPERS, TEXT_ONLY, ExportRow
 from arena.exports.records import (
     ExportStats,
     ImageRef,
@@ -352,10 +362,14 @@ def _arena(vote: _Vote, first_turn_only: bool) -> list[bytes] | str:
     ]
 
 
+def _text_sides(vote: _Vote) -> tuple[list[bytes], list[bytes]] | str:
+    """The chosen and rejected answers of a text-only format's row, or why it is left out (an
+    image battle, a vote with no preferred or an empty side)."""
+    return TEXT_ONLY if vote.images is not None else vote.sides()
+
+
 def _trl(vote: _Vote, first_turn_only: bool) -> list[bytes] | str:
-    if vote.images is not None:
-        return TEXT_ONLY
-    sides = vote.sides()
+    sides = _text_sides(vote)
     if isinstance(sides, str):
         return sides
     chosen, rejected = sides
@@ -375,9 +389,7 @@ def _trl_vision(vote: _Vote, first_turn_only: bool) -> list[bytes] | str:
 
 
 def _openai(vote: _Vote, first_turn_only: bool) -> list[bytes] | str:
-    if vote.images is not None:
-        return TEXT_ONLY
-    sides = vote.sides()
+    sides = _text_sides(vote)
     if isinstance(sides, str):
         return sides
     if len(vote.users) != 1:
@@ -391,9 +403,7 @@ def _openai(vote: _Vote, first_turn_only: bool) -> list[bytes] | str:
 
 
 def _hh_rlhf(vote: _Vote, first_turn_only: bool) -> list[bytes] | str:
-    if vote.images is not None:
-        return TEXT_ONLY
-    sides = vote.sides()
+    sides = _text_sides(vote)
     if isinstance(sides, str):
         return sides
     chosen, rejected = sides
@@ -449,13 +459,6 @@ _SHAPERS: dict[str, Callable[[_Vote, bool], list[bytes] | str]] = {
     "kto-reactions": _kto_reactions,
 }
 assert set(_SHAPERS) == set(SHAPERS)
-
-NO_SIDE = "ties and both-bad votes (no preferred side)"
-EMPTY = "votes for an empty answer"
-NO_IMAGE = "battles without an image (the format is for vision models; use trl)"
-MULTI_TURN = "multi-turn battles (OpenAI's outputs are one message)"
-TIE = "ties (no verdict on either answer)"
-NO_REACTION = "votes without a reaction"
 
 
 # The message keys of a battle whose every turn has both answers: 0, 1 (turn 0's a and b), 2...
