@@ -723,6 +723,7 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
 
         # --- The leaderboard: the votes' refresh waits in the broker until a worker runs it.
         assert "ratings.tasks.snapshot_refresh" in _ratings_queue(shape.redis_url)
+        assert "redteam.refit" in _ratings_queue(shape.redis_url)  # the attempt's refit
         assert shape.snapshot() == baseline
         worker = shape.start_worker()
         # The environment battle's vote never enters the leaderboard: the pool and live votes
@@ -746,6 +747,17 @@ def test_production_shape_serves_battles_votes_env_rewards_a_worker_rated_leader
             ),
             worker,
         )
+        # The red-team attempt's refit, queued in the same queue when the attempt ended, runs on
+        # the same worker: its robustness snapshot counts the one attempt.
+        robustness = re.compile(r"Task redteam\.refit\[[-0-9a-f]+\] succeeded")
+        shape.wait_for(
+            "the worker's robustness refit of the red-team attempt",
+            lambda: bool(robustness.search(_read(worker.log))),
+            worker,
+        )
+        assert database.query(
+            "SELECT n_attempts FROM redteam_robustnesssnapshot ORDER BY id DESC LIMIT 1"
+        ) == [(1,)]
         assert _ratings_queue(shape.redis_url) == []
 
         # --- The rewards: the worker refits the group; the feed returns both records voted,
