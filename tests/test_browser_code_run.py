@@ -175,6 +175,52 @@ def test_a_vote_after_running_one_side_only_is_not_code_ran(asgi_server, page):
     assert Vote.objects.get().code_ran is False
 
 
+# A script that never yields once it has said so: were the frame in the page's own process, the
+# page would freeze with it.
+JS_LOOP = "```javascript\nconsole.log('spinning');\nsetTimeout(() => { for (;;) {} }, 50);\n```"
+
+
+@pytest.mark.parametrize("size", sorted(SIZES))
+def test_a_script_that_loops_forever_leaves_the_page_responsive_and_is_stopped(
+    asgi_server, browser, settings, size
+):
+    settings.ARENA_CODE_RUN_SECONDS = 3
+    prompt = PromptFactory(turns=["Spin."])
+    for model in (ArenaModelFactory(), ArenaModelFactory()):
+        CompletionFactory(prompt=prompt, model=model, turns=[JS_LOOP])
+    context = browser.new_context(**SIZES[size])
+    page = context.new_page()
+    page.goto(asgi_server.url + "/")
+    page.get_by_test_id("terms-accept").click()
+    run = page.get_by_test_id("response-a").get_by_test_id("code-run")
+    other = page.get_by_test_id("response-b").get_by_test_id("code-run")
+    run.get_by_test_id("code-run-button").click()
+    # The frame printed before it started spinning: its loop is running now.
+    expect(run.get_by_test_id("code-stdout")).to_have_text("spinning\n")
+    # The page still runs its own script and answers the visitor while the frame spins.
+    assert page.evaluate("() => 6 * 7") == 42
+    run.get_by_test_id("code-stop-button").click()
+    expect(run.get_by_test_id("code-status")).to_have_text("Stopped.")
+    expect(run.get_by_test_id("code-frame")).to_have_count(0)
+
+    # Both sides spinning: each frame is stopped once silent for the time limit, and the second
+    # runs even where the browser puts both frames in one process.
+    run.get_by_test_id("code-run-button").click()
+    expect(run.get_by_test_id("code-stdout")).to_have_text("spinning\n")
+    other.get_by_test_id("code-run-button").click()
+    silent = "Stopped: the page did not respond for 3 seconds."
+    expect(run.get_by_test_id("code-status")).to_have_text(silent, timeout=30_000)
+    expect(run.get_by_test_id("code-frame")).to_have_count(0)
+    expect(other.get_by_test_id("code-stdout")).to_have_text("spinning\n", timeout=30_000)
+    expect(other.get_by_test_id("code-status")).to_have_text(silent, timeout=30_000)
+    expect(other.get_by_test_id("code-frame")).to_have_count(0)
+    expect(run.get_by_test_id("code-run-button")).to_be_enabled()
+    page.get_by_test_id("vote-a").click()
+    expect(page.get_by_test_id("model-name-a")).not_to_have_text("Model A")
+    assert Vote.objects.get().code_ran is True
+    context.close()
+
+
 LIVE_PY = ["Here it is:\n\n", "```python\n", "print('from', 'python')\n", "```\n"]
 LIVE_JS = ["Try this:\n\n", "```javascript\n", "console.log('from', 'javascript');\n", "```\n"]
 

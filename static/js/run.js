@@ -8,7 +8,9 @@
      loading /run/frame (a fixed page with its own CSP: inline code only, no network), which
      writes the code this module posts to it. The frame's origin is opaque: no cookies, no
      storage, no access to this page. Its console output and uncaught errors are posted back
-     and shown under the block.
+     and shown under the block. The frame also posts a heartbeat: a frame whose page stops
+     answering for the time limit (a loop that never yields) is removed, since the browser may
+     run both sides' frames in one process and a spinning one would hold the other back.
    battle.js calls codeRunners(battle) whenever the battle on the page changes state, and sends
    codeRan() with the vote: whether a block of each side was run. */
 import { gettext, interpolate } from "./i18n.js";
@@ -28,6 +30,8 @@ const FRAME_PRELUDE =
   "var origin = new URL(location.href).origin;" +
   "function send(kind, args) { try { parent.postMessage({ type: 'arena-frame-output', kind: kind," +
   " text: Array.prototype.map.call(args, String).join(' ') + '\\n' }, origin); } catch (e) {} }" +
+  "setInterval(function () { try { parent.postMessage({ type: 'arena-frame-alive' }, origin); }" +
+  " catch (e) {} }, 500);" +
   "window.addEventListener('error', function (e) { send('stderr', [e.message]); });" +
   "window.addEventListener('unhandledrejection', function (e) {" +
   " send('stderr', [(e.reason && e.reason.message) || e.reason]); });" +
@@ -41,7 +45,8 @@ let battleId = null;
 const ran = { a: false, b: false };
 let worker = null;
 let pythonRun = null;  // the view of the Python run in progress
-const frames = new Map();  // a frame's window → {view, html}
+const frames = new Map();  // a frame's window → {view, html, beat: when it last answered, or null}
+let watchdog = null;
 
 export function codeRan() { return { a: ran.a, b: ran.b }; }
 
@@ -195,13 +200,47 @@ function runFrame(language, code, view) {
   frame.title = gettext("The code's output");
   frame.src = root.dataset.runFrame;
   view.box.appendChild(frame);
-  frames.set(frame.contentWindow, { view: view, html: frameDocument(language, code) });
+  frames.set(frame.contentWindow, {
+    view: view, language: language, code: code, html: frameDocument(language, code), beat: null,
+  });
+  if (!watchdog) watchdog = setInterval(checkFrames, 1000);
 }
+
+/* A frame silent for the time limit while the page is in view is stopped (counted from its
+   first word: a frame still loading is not judged). A hidden page's
+   timers are throttled, the frame's as well: its silence then says nothing, and the count
+   starts again when the page is back in view. */
+function checkFrames() {
+  if (document.visibilityState !== "visible") return;
+  const limit = limitSeconds();
+  const now = Date.now();
+  const entries = Array.from(frames.values());
+  const hung = entries.filter((e) => e.beat !== null && now - e.beat > limit * 1000);
+  if (!hung.length) return;
+  hung.forEach((entry) => {
+    removeFrame(entry.view);
+    entry.view.finish(interpolate(
+      gettext("Stopped: the page did not respond for %(seconds)s seconds."), { seconds: limit }, true));
+  });
+  // A frame that has not answered lately may share the hung one's process, which only ends
+  // once none of its frames is left: it starts again, in a new one.
+  const waiting = entries.filter((e) => !hung.includes(e) && (e.beat === null || now - e.beat > 1500));
+  waiting.forEach((entry) => removeFrame(entry.view));
+  if (waiting.length) {
+    setTimeout(() => waiting.forEach((e) => runFrame(e.language, e.code, e.view)), 100);
+  }
+  if (!frames.size && !waiting.length) { clearInterval(watchdog); watchdog = null; }
+}
+
+document.addEventListener("visibilitychange", () => {
+  if (document.visibilityState === "visible") frames.forEach((entry) => { if (entry.beat !== null) entry.beat = Date.now(); });
+});
 
 window.addEventListener("message", (event) => {
   const entry = frames.get(event.source);
   const message = event.data || {};
   if (!entry) return;
+  if (message.type === "arena-frame-alive" || message.type === "arena-frame-ready") entry.beat = Date.now();
   if (message.type === "arena-frame-ready" && entry.html !== null) {
     // The frame's origin is opaque, so its window is addressed as "*": it checks the sender.
     event.source.postMessage({ type: "arena-run", html: entry.html }, "*");
