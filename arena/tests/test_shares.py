@@ -109,3 +109,28 @@ def test_the_card_is_a_png_of_the_link_preview_size_with_ink_where_text_goes():
     assert image.getpixel((WIDTH - 5, HEIGHT // 2)) == background  # the right margin stays clear
     colours = {image.getpixel((x, y)) for x in range(60, 900, 3) for y in range(140, 220, 3)}
     assert len(colours) > 2  # the headline's strokes, anti-aliased, not a blank card
+
+
+def test_the_card_is_drawn_once_per_language_and_served_from_the_cache(battle, client, monkeypatch):
+    from arena import views
+
+    vote(battle)
+    share = share_create(battle_id=battle.id, session_key="session-1", include_prompt=False)
+    drawn = []
+    real = views.card_png
+
+    def counting(**kwargs):
+        drawn.append(kwargs["headline"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(views, "card_png", counting)
+    url = f"/s/{share.token}.png"
+    first, again = client.get(url), client.get(url)
+    assert first.status_code == again.status_code == 200
+    assert first["Content-Type"] == "image/png"
+    assert first["Cache-Control"] == "public, max-age=86400"
+    assert first.content == again.content
+    french = client.get(url, headers={"accept-language": "fr"})
+    assert french.status_code == 200 and french.content != first.content
+    assert len(drawn) == 2 and drawn[0] != drawn[1]  # one English headline, one French
+    assert client.get("/s/no-such-token.png").status_code == 404
