@@ -14,6 +14,11 @@ vote_recorded = Signal()
 # run set them, or staff cleared them), so the leaderboard is refitted. kwargs: vote_ids, reason.
 vote_flags_changed = Signal()
 
+# Sent after the transaction that changed or cleared, after its battle's vote, a reaction given
+# before the names were shown: such a reaction stops counting (``Reaction.after_reveal``), which
+# may change the verdict the ratings read with RATINGS_COUNT_REACTIONS. kwargs: battle_id.
+counted_reaction_changed = Signal()
+
 # Sent after the transaction that created a submission of a run with ``reward_model`` commits
 # (environment.runs.env_submission_create), so that the rating side's reward model scores its
 # completions at once. kwargs: submission_id, run_id.

@@ -6,7 +6,12 @@ class RatingsConfig(AppConfig):
     verbose_name = "Ratings"
 
     def ready(self) -> None:
-        from arena.signals import env_submission_created, vote_flags_changed, vote_recorded
+        from arena.signals import (
+            counted_reaction_changed,
+            env_submission_created,
+            vote_flags_changed,
+            vote_recorded,
+        )
         from environment.model_rewards import model_rewards_register
         from ratings.tasks import (
             _reward_model_unavailable,
@@ -14,11 +19,15 @@ class RatingsConfig(AppConfig):
             reward_model_after_submission,
             reward_model_refit_after_vote,
             snapshot_refresh_after_flags,
+            snapshot_refresh_after_reaction,
             snapshot_refresh_after_vote,
         )
 
         vote_recorded.connect(
             snapshot_refresh_after_vote, dispatch_uid="ratings.snapshot_refresh_after_vote"
+        )
+        counted_reaction_changed.connect(
+            snapshot_refresh_after_reaction, dispatch_uid="ratings.snapshot_refresh_after_reaction"
         )
         vote_recorded.connect(env_rewards_after_vote, dispatch_uid="ratings.env_rewards_after_vote")
         vote_recorded.connect(

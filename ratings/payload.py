@@ -133,3 +133,6 @@ class SnapshotPayload(TypedDict):
     # Every model served, battles and votes by source, flags by reason, as the snapshot was
     # written (``arena.transparency.served_summary_json``). Schema 5; an older one lacks it.
     served: NotRequired[dict[str, Any]]
+    # The sum of the ids of the ties reactions decided (RATINGS_COUNT_REACTIONS; else 0): part of
+    # "the same votes" for the next refit. An older snapshot lacks it (read as 0).
+    reaction_decided: NotRequired[int]

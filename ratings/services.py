@@ -409,7 +409,8 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
     """Write a new snapshot unless the latest one already covers the same votes and params.
 
     "The same votes" is the same high-water mark (largest vote id) and the same count, so a vote
-    that commits late with a lower id, or one flagged since, still triggers a run. Runs are
+    that commits late with a lower id, or one flagged since, still triggers a run; with
+    RATINGS_COUNT_REACTIONS, the same ties decided by reactions as well. Runs are
     serialised by a PostgreSQL advisory lock held for the transaction: a second run waits, then
     sees the first one's snapshot and does nothing. The counts of excluded votes by reason are
     part of "the same votes": a flag added, changed or cleared writes a new snapshot. After a
@@ -424,7 +425,7 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
     with transaction.atomic():
         _advisory_xact_lock(SNAPSHOT_LOCK_KEY)
         started = time.monotonic()
-        high_water, n_votes = rating_votes_mark()
+        high_water, n_votes, decided = rating_votes_mark()
         # The Parquet path is PostgreSQL's COPY; SQLite (the demo's, the tests') loads the votes.
         streamed = connection.vendor == "postgresql" and n_votes > settings.RATINGS_STREAM_THRESHOLD
         params = snapshot_params(streamed=streamed)
@@ -436,6 +437,7 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
             and latest is not None
             and latest.vote_high_water == high_water
             and latest.n_votes == n_votes
+            and cast(SnapshotPayload, latest.payload).get("reaction_decided", 0) == decided
             and latest.params_digest == digest
             and cast(SnapshotPayload, latest.payload).get("excluded") == excluded
         ):
@@ -451,6 +453,7 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
             rated_high_water = int(battles["vote_id"].max()) if len(battles) else 0
             rated_votes = len(battles)
         payload["excluded"] = excluded
+        payload["reaction_decided"] = decided
         payload["by_source"] = rated_votes_by_source()
         # What /transparency lists, counted once here rather than on every visit.
         payload["served"] = served_summary_json(models_served())

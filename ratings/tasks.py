@@ -71,6 +71,16 @@ def snapshot_refresh_after_vote(**kwargs: Any) -> None:
     _SNAPSHOT_REFRESH.schedule(snapshot_refresh, delay=settings.RATINGS_REFRESH_DEBOUNCE_SECONDS)
 
 
+def snapshot_refresh_after_reaction(**kwargs: Any) -> None:
+    """``arena.signals.counted_reaction_changed`` receiver: with RATINGS_COUNT_REACTIONS, a
+    reaction that decided a tie may have stopped counting, so the leaderboard is refitted in the
+    same debounce window as the votes'. The refit sees the change by the votes' mark
+    (``ratings.vote_sources.rating_votes_mark``: the ties reactions decide are part of it)."""
+    if not (settings.RATINGS_COUNT_REACTIONS and settings.RATINGS_REFRESH_ON_VOTE):
+        return
+    _SNAPSHOT_REFRESH.schedule(snapshot_refresh, delay=settings.RATINGS_REFRESH_DEBOUNCE_SECONDS)
+
+
 class _DebouncedRun:
     """One run of a refit task per debounce window, queued after the transaction commits.
 

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from django.db.models import Count, Max
+from django.conf import settings
+from django.db.models import Count, F, Max, Q, Sum
 
 from answer_style import CONV_METADATA_KEYS
 from arena.models import Battle
@@ -78,10 +79,15 @@ def rated_votes_by_source() -> dict[str, int]:
     return {k: int(counts[k]) for k in sorted(counts, key=lambda k: order.get(k, len(order)))}
 
 
-def rating_votes_mark() -> tuple[int, int]:
-    """The votes' high-water mark (largest id, 0 when none) and their count."""
-    totals = rated_votes().aggregate(high=Max("id"), n=Count("id"))
-    return int(totals["high"] or 0), int(totals["n"])
+def rating_votes_mark() -> tuple[int, int, int]:
+    """The votes' high-water mark (largest id, 0 when none), their count, and with
+    RATINGS_COUNT_REACTIONS the sum of the ids of the ties reactions decide (else 0): a reaction
+    that stops counting after the vote changes the verdicts with neither of the first two."""
+    aggregates: dict[str, Any] = {"high": Max("id"), "n": Count("id")}
+    if settings.RATINGS_COUNT_REACTIONS:
+        aggregates["decided"] = Sum("id", filter=~Q(rated_winner=F("winner")))
+    totals = rated_votes().aggregate(**aggregates)
+    return int(totals["high"] or 0), int(totals["n"]), int(totals.get("decided") or 0)
 
 
 def rating_battles() -> pd.DataFrame:

@@ -6,6 +6,7 @@ from django.utils.translation import gettext_noop
 from arena.errors import ArenaError, ErrorCode
 from arena.models import Battle, Reaction, ReactionTag, Vote
 from arena.selectors import battle_for_session
+from arena.signals import counted_reaction_changed
 
 # The reasons ComparIA offers with a reaction: what a new arena starts with (the migration that
 # made the table wrote the same list), and what ``reaction_tags_seed`` restores.
@@ -72,19 +73,22 @@ def reaction_set(
             status=409,
             field="battle_id",
         )
-    if liked is None:
-        Reaction.objects.filter(battle=battle, side=side).delete()
-        return None
-    chosen = _tags_valid(tags=tags, liked=liked)
+    chosen = None if liked is None else _tags_valid(tags=tags, liked=liked)
     with transaction.atomic():
+        voted = Vote.objects.filter(battle=battle).exists()
+        counted = Reaction.objects.filter(battle=battle, side=side, after_reveal=False)
+        if voted and counted.exists():
+            # The reaction the verdict may have read stops counting: say so once committed.
+            transaction.on_commit(
+                lambda: counted_reaction_changed.send(sender=Reaction, battle_id=battle.pk)
+            )
+        if liked is None:
+            Reaction.objects.filter(battle=battle, side=side).delete()
+            return None
         reaction, _ = Reaction.objects.update_or_create(
             battle=battle,
             side=side,
-            defaults={
-                "liked": liked,
-                "tags": chosen,
-                "after_reveal": Vote.objects.filter(battle=battle).exists(),
-            },
+            defaults={"liked": liked, "tags": chosen, "after_reveal": voted},
         )
     return reaction
 

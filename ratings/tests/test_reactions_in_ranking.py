@@ -66,3 +66,47 @@ def test_a_single_thumbs_up_without_a_thumbs_down_leaves_the_tie(make_vote, sett
     Reaction.objects.create(battle=vote.battle, side="a", liked=True)
     Reaction.objects.create(battle=vote.battle, side="b", liked=True)
     assert winners_in_memory() == ["tie"]
+
+
+def test_a_counted_reaction_changed_after_the_vote_refits_the_tie_it_decided(
+    make_vote, settings, django_capture_on_commit_callbacks
+):
+    from arena.identity import session_hash
+    from arena.services.reactions import reaction_set
+    from arena.signals import counted_reaction_changed
+    from ratings import services
+
+    settings.RATINGS_COUNT_REACTIONS = True
+    north, south = ArenaModelFactory(slug="north"), ArenaModelFactory(slug="south")
+    tie = make_vote(north, south, "tie")
+    tie.battle.session_hash = session_hash("session-1")
+    tie.battle.save(update_fields=["session_hash"])
+    Reaction.objects.create(battle=tie.battle, side="a", liked=True)
+    Reaction.objects.create(battle=tie.battle, side="b", liked=False)
+    make_vote(north, south, "model_b")
+    first = services.snapshot_refresh().snapshot
+    assert first.payload["reaction_decided"] == tie.pk
+    assert services.snapshot_refresh().created is False  # nothing changed
+
+    sent = []
+
+    def receiver(**kwargs):
+        sent.append(kwargs["battle_id"])
+
+    counted_reaction_changed.connect(receiver)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            # The visitor takes back, after the reveal, the thumbs down that decided the tie.
+            reaction_set(battle_id=tie.battle.pk, session_key="session-1", side="b", liked=None)
+        assert sent == [tie.battle.pk]
+        with django_capture_on_commit_callbacks(execute=True):
+            # The thumbs up set again after the reveal: it stops counting too, said once.
+            reaction_set(battle_id=tie.battle.pk, session_key="session-1", side="a", liked=True)
+            reaction_set(battle_id=tie.battle.pk, session_key="session-1", side="a", liked=False)
+        assert sent == [tie.battle.pk, tie.battle.pk]
+    finally:
+        counted_reaction_changed.disconnect(receiver)
+    assert winners_in_memory() == ["tie", "model_b"]
+    refit = services.snapshot_refresh()
+    assert refit.created is True and refit.snapshot.pk != first.pk
+    assert refit.snapshot.payload["reaction_decided"] == 0

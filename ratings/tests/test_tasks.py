@@ -94,6 +94,25 @@ def test_votes_within_the_debounce_window_share_one_delayed_refresh(
     assert apply_async.call_args.kwargs["countdown"] == 45
 
 
+@pytest.mark.parametrize("counted", [True, False])
+def test_a_counted_reaction_taken_back_after_the_vote_enqueues_a_refresh_when_reactions_count(
+    db, settings, django_capture_on_commit_callbacks, counted
+):
+    from arena.models import Reaction
+    from arena.services.reactions import reaction_set
+
+    settings.RATINGS_COUNT_REACTIONS = counted
+    battle = _ready_battle()
+    Reaction.objects.create(battle=battle, side="a", liked=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        vote_record(battle_id=battle.pk, session_key="session-1", voter_id="voter-1", winner="tie")
+    cache.delete(tasks.REFRESH_PENDING_KEY)  # the vote's own refresh has run
+    with mock.patch.object(tasks.snapshot_refresh, "apply_async") as apply_async:
+        with django_capture_on_commit_callbacks(execute=True):
+            reaction_set(battle_id=battle.pk, session_key="session-1", side="a", liked=None)
+    assert apply_async.call_count == (1 if counted else 0)
+
+
 def test_a_failing_enqueue_does_not_fail_the_vote(db, django_capture_on_commit_callbacks, caplog):
     battle = _ready_battle()
     with (
