@@ -7,14 +7,19 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET
 
 from arena.api import session_identity
-from arena.selectors import terms_accepted
+from arena.selectors import live_models_available, terms_accepted
 from arena.services.vote_guards import CHALLENGE_SESSION_KEY
 from redteam.selectors import challenge_active, challenges_active
 
 
 @require_GET
 def challenge_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "redteam/list.html", {"challenges": challenges_active()})
+    """The active challenges; with no live model to play against, the page says so first."""
+    return render(
+        request,
+        "redteam/list.html",
+        {"challenges": challenges_active(), "live_off": not live_models_available().exists()},
+    )
 
 
 @require_GET

@@ -41,3 +41,13 @@ def test_joining_the_board_shows_the_fitted_skill_under_the_new_pseudonym(client
     PlayerProfile.objects.create(player_id="p1", pseudonym="Trudy", on_board=True)
     page = client.get("/redteam/leaderboard/").content.decode()
     assert 'data-testid="redteam-players"' in page and "Trudy" in page
+
+
+def test_the_board_is_under_red_teaming_in_the_navigation(client, db):
+    page = client.get("/redteam/leaderboard/").content.decode()
+    nav = page.split("<nav", 1)[1].split("</nav>", 1)[0]
+    current = [link for link in nav.split("<a ")[1:] if 'aria-current="page"' in link]
+    assert len(current) == 1 and 'href="/redteam/"' in current[0]
+    board = client.get("/leaderboard").content.decode().split("<nav", 1)[1].split("</nav>", 1)[0]
+    current = [link for link in board.split("<a ")[1:] if 'aria-current="page"' in link]
+    assert len(current) == 1 and 'href="/leaderboard"' in current[0]

@@ -23,6 +23,18 @@ def test_the_list_shows_active_challenges_with_rule_kind_and_difficulty(
     assert 'href="/redteam/play/say-hate"' in page
 
 
+def test_the_list_says_when_no_live_model_can_be_played_against(client, phrase_challenge):
+    page = client.get("/redteam/").content.decode()
+    assert 'data-testid="redteam-live-off"' in page and "no model endpoint is configured" in page
+    assert phrase_challenge.title in page  # the challenges are still listed
+
+
+def test_the_list_has_no_such_note_once_live_models_exist(client, phrase_challenge, live_models):
+    page = client.get("/redteam/").content.decode()
+    assert 'data-testid="redteam-live-off"' not in page
+    assert phrase_challenge.title in page
+
+
 def test_the_play_page_gives_a_session_and_never_shows_the_secret(client, secret_challenge):
     response = client.get("/redteam/play/the-password")
     assert response.status_code == 200
