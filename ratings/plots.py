@@ -80,15 +80,29 @@ def _truncate(text: str, limit: int = 24) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def forest_plot(rows: Sequence[RatedRow], *, plot_id: str = "forest") -> SafeString:
-    """Ratings with their 95% intervals, one line per model, best first."""
-    row_h, top, bottom, right = 30, 16, 44, 56
-    width, label_width = 620, 210  # room for the rank and a 24-character name
+def forest_plot(
+    rows: Sequence[RatedRow], *, plot_id: str = "forest", narrow: bool = False
+) -> SafeString:
+    """Ratings with their 95% intervals, one line per model, best first.
+
+    ``narrow`` is the phone's layout: each name above its interval rather than beside it, in a
+    drawing about as wide as a phone, so that its text is not shrunk to a third of its size.
+    """
+    if narrow:
+        row_h, top, bottom, right = 44, 10, 44, 48
+        width, label_width = 360, 12
+    else:
+        row_h, top, bottom, right = 30, 16, 44, 56
+        width, label_width = 620, 210  # room for the rank and a 24-character name
     plot_left, plot_right = label_width, width - right
     height = top + row_h * len(rows) + bottom
     lows = [r["rating_lower"] for r in rows if r.get("rating_lower") is not None]
     highs = [r["rating_upper"] for r in rows if r.get("rating_upper") is not None]
-    ticks = nice_ticks(min(lows), max(highs)) if lows and highs else [0.0, 1.0]
+    ticks = (
+        nice_ticks(min(lows), max(highs), count=4 if narrow else 6)
+        if lows and highs
+        else [0.0, 1.0]
+    )
     lo, hi = ticks[0], ticks[-1] if ticks[-1] > ticks[0] else ticks[0] + 1
 
     def x(value: float) -> float:
@@ -109,19 +123,25 @@ def forest_plot(rows: Sequence[RatedRow], *, plot_id: str = "forest") -> SafeStr
         f'text-anchor="middle">{axis_label}</text>'
     )
     for i, row in enumerate(rows):
-        cy = top + row_h * i + row_h / 2
+        # The interval's line: the row's middle, or below the name in the narrow layout.
+        cy = top + row_h * i + (30 if narrow else row_h / 2)
+        row_top = top + row_h * i
         if i % 2 == 0:
             body.append(
-                f'<rect class="band" x="0" y="{cy - row_h / 2:.1f}" width="{width}" '
-                f'height="{row_h}"/>'
+                f'<rect class="band" x="0" y="{row_top:.1f}" width="{width}" height="{row_h}"/>'
             )
-        name = _truncate(str(row.get("name", row["model"])))
+        name = _truncate(str(row.get("name", row["model"])), 40 if narrow else 24)
         retired = "" if row.get("active", True) else " (retired)"
-        body.append(
-            f'<text class="label" x="{label_width - 12}" y="{cy + 4.5:.1f}" text-anchor="end">'
-            f'<tspan class="rank">{_e(row.get("rank", ""))}</tspan>  {_e(name)}{_e(retired)}'
-            "</text>"
-        )
+        label = f'<tspan class="rank">{_e(row.get("rank", ""))}</tspan>  {_e(name)}{_e(retired)}'
+        if narrow:
+            body.append(
+                f'<text class="label" x="{label_width}" y="{row_top + 15:.1f}">{label}</text>'
+            )
+        else:
+            body.append(
+                f'<text class="label" x="{label_width - 12}" y="{cy + 4.5:.1f}" '
+                f'text-anchor="end">{label}</text>'
+            )
         rating = row.get("rating")
         if rating is None:
             continue

@@ -153,7 +153,11 @@ def _charts(view: LeaderboardView) -> dict[str, Any]:
     names = {row["model"]: row["name"] for row in view.rows}
     matrices = result.get("matrices")
     labels = [names.get(slug, slug) for slug in matrices["models"]] if matrices else []
-    charts: dict[str, Any] = {"forest": plots.forest_plot(view.rows), "labels": labels}
+    charts: dict[str, Any] = {
+        "forest": plots.forest_plot(view.rows),
+        "forest_narrow": plots.forest_plot(view.rows, plot_id="forest-narrow", narrow=True),
+        "labels": labels,
+    }
     if matrices and labels:
         charts["winrate"] = plots.heatmap(
             labels=labels,

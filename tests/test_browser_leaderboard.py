@@ -21,7 +21,7 @@ def test_visitor_reads_the_leaderboard_and_switches_style_and_category(asgi_serv
     assert table.locator("tbody tr").first.get_attribute("data-model") == "alpha"
     assert "vote" in page.get_by_test_id("last-updated").inner_text()
     for testid in ("forest-plot", "winrate-heatmap", "count-heatmap", "style-plot"):
-        assert page.get_by_test_id(testid).locator("svg").is_visible()
+        assert page.get_by_test_id(testid).locator("svg").locator("visible=true").count() == 1
     nav = page.get_by_role("navigation", name="Main").get_by_role("link", name="Leaderboard")
     assert nav.get_attribute("aria-current") == "page"
 

@@ -91,6 +91,15 @@ def test_leaderboard_fits_and_names_wrap_between_words(asgi_server, sized_page, 
     box = votes.bounding_box()
     assert box["x"] + box["width"] <= page.viewport_size["width"]
     assert page.get_by_test_id("over-time-plot").locator("svg polyline").count() == 3
+    # One intervals drawing is shown, the phone's on a phone, and its names are drawn at a size
+    # one can read: no smaller than 10 px on the screen.
+    shown = [t for t in ("forest-wide", "forest-narrow") if page.get_by_test_id(t).is_visible()]
+    assert shown == (["forest-narrow"] if page.size_name == "phone" else ["forest-wide"])
+    label = page.get_by_test_id(shown[0]).locator("text.label").first
+    assert label.bounding_box()["height"] >= 10
+    # The phone's drawing has the room for a long name whole.
+    whole = "Mixtral-8x22B-Instruct-v0.1" in page.get_by_test_id(shown[0]).inner_text()
+    assert whole is (page.size_name == "phone")
 
 
 def test_search_filters_rows_by_name_or_organisation(asgi_server, sized_page, computed):
