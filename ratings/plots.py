@@ -325,12 +325,14 @@ def style_plot(
     intervals: dict[str, list[float] | None] | None,
     *,
     plot_id: str = "style",
+    narrow: bool = False,
 ) -> SafeString:
-    """Style coefficients as bars from zero with 95% interval whiskers."""
+    """Style coefficients as bars from zero with 95% interval whiskers; ``narrow`` is the
+    phone's drawing, about as wide as a phone, its axis label on two lines."""
     names = list(coefficients)
     intervals = intervals or {}
-    row_h, top, bottom = 40, 14, 44
-    width, right, label_width = 600, 62, 120
+    row_h, top, bottom = 40, 14, 58 if narrow else 44
+    width, right, label_width = (360, 68, 104) if narrow else (600, 62, 120)
     plot_left, plot_right = label_width, width - right
     height = top + row_h * len(names) + bottom
     extent = [0.0]
@@ -341,13 +343,14 @@ def style_plot(
         if interval:
             extent.extend(float(v) for v in interval if v is not None)
     bound = max(abs(v) for v in extent) or 0.1
-    ticks = nice_ticks(-bound, bound, 7)
+    ticks = nice_ticks(-bound, bound, 5 if narrow else 7)
     lo, hi = ticks[0], ticks[-1]
 
     def x(value: float) -> float:
         return plot_left + (value - lo) / (hi - lo) * (plot_right - plot_left)
 
     axis_y = top + row_h * len(names)
+    middle = (plot_left + plot_right) / 2
     body = []
     for tick in ticks:
         tx = x(tick)
@@ -356,14 +359,18 @@ def style_plot(
             f'<text class="tick" x="{tx:.1f}" y="{axis_y + 16}" text-anchor="middle">'
             f"{'0' if tick == 0 else format(tick, '+.2f')}</text>"
         )
-    axis_label = _e(
-        _percent(gettext("Log-odds of winning per s.d. of the difference (95%% interval)"))
+    axis_label = _percent(gettext("Log-odds of winning per s.d. of the difference (95%% interval)"))
+    lines = axis_label.split(" (", 1) if narrow else [axis_label]
+    if len(lines) == 2:
+        lines[1] = "(" + lines[1]
+    spans = "".join(
+        f'<tspan x="{middle:.1f}" dy="{0 if i == 0 else 14}">{_e(line)}</tspan>'
+        for i, line in enumerate(lines)
     )
     body.append(
         f'<line class="zero" x1="{x(0):.1f}" y1="{top - 6}" x2="{x(0):.1f}" y2="{axis_y}"/>'
-        f'<text class="axis-label" x="{(plot_left + plot_right) / 2:.1f}" y="{height - 6}" '
-        f'text-anchor="middle">'
-        f"{axis_label}</text>"
+        f'<text class="axis-label" x="{middle:.1f}" y="{height - 6 - 14 * (len(lines) - 1)}" '
+        f'text-anchor="middle">{spans}</text>'
     )
     parts = []
     for i, name in enumerate(names):
@@ -375,8 +382,9 @@ def style_plot(
         value = coefficients[name]
         if value is None:
             not_estimated = _e(gettext("not estimated (no variation)"))
+            at = plot_left + 4 if narrow else x(0) + 8
             body.append(
-                f'<text class="tick" x="{x(0) + 8:.1f}" y="{cy + 4.5:.1f}">{not_estimated}</text>'
+                f'<text class="tick" x="{at:.1f}" y="{cy + 4.5:.1f}">{not_estimated}</text>'
             )
             parts.append(gettext("%(element)s not estimated") % {"element": style_label(name)})
             continue
@@ -416,11 +424,19 @@ def style_plot(
 
 
 def rating_time_plot(
-    series: Sequence[RatingSeries], *, plot_id: str = "over-time", title: str
+    series: Sequence[RatingSeries],
+    *,
+    plot_id: str = "over-time",
+    title: str,
+    narrow: bool = False,
 ) -> SafeString:
     """Ratings across snapshots, one line per model (its 95% interval as a band for a single
-    model), time along the x axis; models keep the order given (the legend's)."""
-    width, height, left, right, top, bottom = 640, 300, 56, 16, 16, 48
+    model), time along the x axis; models keep the order given (the legend's). ``narrow`` is
+    the phone's drawing, about as wide as a phone, so that its text keeps its size."""
+    if narrow:
+        width, height, left, right, top, bottom = 360, 220, 48, 12, 16, 48
+    else:
+        width, height, left, right, top, bottom = 640, 300, 56, 16, 16, 48
     legend_h = 20 * len(series) if len(series) > 1 else 0
     height += legend_h
     plot_bottom = height - bottom - legend_h

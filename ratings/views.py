@@ -195,7 +195,11 @@ def _charts(view: LeaderboardView) -> dict[str, Any]:
         ]
     coefficients = result.get("style_coefficients")
     if coefficients:
-        charts["style"] = plots.style_plot(coefficients, result.get("style_coefficient_intervals"))
+        intervals = result.get("style_coefficient_intervals")
+        charts["style"] = plots.style_plot(coefficients, intervals)
+        charts["style_narrow"] = plots.style_plot(
+            coefficients, intervals, plot_id="style-narrow", narrow=True
+        )
         intervals = result.get("style_coefficient_intervals") or {}
         charts["style_rows"] = [
             {
@@ -211,14 +215,14 @@ def _charts(view: LeaderboardView) -> dict[str, Any]:
         style=view.style,
     )
     if series:
-        charts["over_time"] = plots.rating_time_plot(
-            series,
-            title=ngettext(
-                "Top %(n)s model's rating across snapshots",
-                "Top %(n)s models' rating across snapshots",
-                len(series),
-            )
-            % {"n": len(series)},
+        title = ngettext(
+            "Top %(n)s model's rating across snapshots",
+            "Top %(n)s models' rating across snapshots",
+            len(series),
+        ) % {"n": len(series)}
+        charts["over_time"] = plots.rating_time_plot(series, title=title)
+        charts["over_time_narrow"] = plots.rating_time_plot(
+            series, plot_id="over-time-narrow", title=title, narrow=True
         )
         charts["over_time_rows"] = series
     return charts
@@ -261,17 +265,19 @@ def model_detail_page(request: HttpRequest, name: str) -> HttpResponse:
         raise Http404(gettext("No public model by that name."))
     page = model_page(model=model)
 
-    def draw() -> SafeString:
-        return plots.rating_time_plot(
-            [page.series],
-            plot_id="model-over-time",
-            title=gettext("%(name)s: rating over time") % {"name": model.display_name},
-        )
+    def draw() -> dict[str, SafeString]:
+        title = gettext("%(name)s: rating over time") % {"name": model.display_name}
+        return {
+            "wide": plots.rating_time_plot([page.series], plot_id="model-over-time", title=title),
+            "narrow": plots.rating_time_plot(
+                [page.series], plot_id="model-over-time-narrow", title=title, narrow=True
+            ),
+        }
 
     head = page.snapshot
     # By display name too: a renamed model's title changes before the next snapshot.
     parts = (model.slug, model.display_name, get_language() or "")
-    chart = draw() if head is None else snapshot_cached(head, "model-chart", parts, draw)
+    chart = draw() if head is None else snapshot_cached(head, "model-charts", parts, draw)
     return render(request, "ratings/model.html", {"page": page, "m": model, "chart": chart})
 
 

@@ -90,13 +90,18 @@ def test_leaderboard_fits_and_names_wrap_between_words(asgi_server, sized_page, 
     votes = table.locator("tbody tr").first.locator("td").last
     box = votes.bounding_box()
     assert box["x"] + box["width"] <= page.viewport_size["width"]
-    assert page.get_by_test_id("over-time-plot").locator("svg polyline").count() == 3
+    drawn = page.get_by_test_id("over-time-plot").locator("svg").locator("visible=true")
+    assert drawn.count() == 1 and drawn.locator("polyline").count() == 3
+    assert drawn.get_attribute("width") == ("360" if page.size_name == "phone" else "640")
     # One intervals drawing is shown, the phone's on a phone, and its names are drawn at a size
     # one can read: no smaller than 10 px on the screen.
     shown = [t for t in ("forest-wide", "forest-narrow") if page.get_by_test_id(t).is_visible()]
     assert shown == (["forest-narrow"] if page.size_name == "phone" else ["forest-wide"])
     label = page.get_by_test_id(shown[0]).locator("text.label").first
     assert label.bounding_box()["height"] >= 10
+    style = page.get_by_test_id("style-plot").locator("svg").locator("visible=true")
+    assert style.get_attribute("width") == ("360" if page.size_name == "phone" else "600")
+    assert style.locator("text.label").first.bounding_box()["height"] >= 10
     # The phone's drawing has the room for a long name whole.
     whole = "Mixtral-8x22B-Instruct-v0.1" in page.get_by_test_id(shown[0]).inner_text()
     assert whole is (page.size_name == "phone")
@@ -170,7 +175,9 @@ def test_model_page_fits_and_shows_the_model(asgi_server, sized_page, computed):
     page.wait_for_url("**/models/beta")
     assert page.locator("h1").inner_text() == "Mixtral-8x22B-Instruct-v0.1"
     assert "Mistral AI" in page.get_by_test_id("model-facts").inner_text()
-    assert page.get_by_test_id("model-over-time").locator("svg polyline").count() == 1
+    drawn = page.get_by_test_id("model-over-time").locator("svg").locator("visible=true")
+    assert drawn.count() == 1 and drawn.locator("polyline").count() == 1
+    assert drawn.get_attribute("width") == ("360" if page.size_name == "phone" else "640")
     assert page.get_by_test_id("opponents-table").locator("tbody tr").count() == 2
     check_layout(page, "model")
 
