@@ -1,9 +1,13 @@
 """Server-side SVG charts for the leaderboard page: no JavaScript, no CDN, no runtime download.
 
+Why one module: the charts share the SVG frame, the escaping, the tick rule and the colour
+ramps, and a change of look (a font size, a margin) is made for all of them at once.
+
 Each function returns one self-contained ``<svg>`` (as ``SafeString``) with a ``<title>`` and a
 ``<desc>``, a ``viewBox`` so it scales with its container, and CSS classes that
 ``static/css/leaderboard.css`` colours (so dark mode follows the page). Data-driven fills (the
-heatmaps' cells) are computed here, with the cell text picked for contrast.
+heatmaps' cells) are computed here, with the cell text picked for contrast. The intervals, the
+rating-over-time and the style charts also draw a phone's layout (``narrow``).
 """
 
 from __future__ import annotations
