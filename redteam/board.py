@@ -15,7 +15,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from arena.api import VOTER_SESSION_KEY
-from redteam.models import PlayerProfile, RobustnessSnapshot
+from arena.models import ArenaModel
+from redteam.models import Challenge, PlayerProfile, RobustnessSnapshot
+from redteam.transparency import redteam_transparency
 
 PLOT_WIDTH = 600
 ROW_HEIGHT = 22
@@ -38,7 +40,7 @@ def _plot(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "height": ROW_HEIGHT * len(rows) + 10,
         "rows": [
             {
-                "name": r["name"],
+                "name": r["label"],
                 "y": ROW_HEIGHT * i + 15,
                 "x": x(r["robustness"]),
                 "x1": x(r["lower"]),
@@ -56,9 +58,19 @@ def leaderboard(request: HttpRequest) -> HttpResponse:
         "snapshot": snapshot,
         "me": PlayerProfile.objects.filter(player_id=player_id).first() if player_id else None,
     }
+    context["transparency"] = redteam_transparency(snapshot.payload if snapshot else None)
     if snapshot is not None:
         payload = snapshot.payload
-        models = sorted(payload.get("models", []), key=lambda r: -r["robustness"])
+        # The fit keys models and challenges by slug; the page shows their names.
+        model_names = dict(ArenaModel.objects.values_list("slug", "display_name"))
+        titles = dict(Challenge.objects.values_list("slug", "title"))
+        models = sorted(
+            (
+                {**r, "label": model_names.get(r["name"], r["name"])}
+                for r in payload.get("models", [])
+            ),
+            key=lambda r: -r["robustness"],
+        )
         fitted = payload.get("players", [])
         on_board = dict(
             PlayerProfile.objects.filter(
@@ -68,7 +80,13 @@ def leaderboard(request: HttpRequest) -> HttpResponse:
         context.update(
             models=models,
             plot=_plot(models),
-            challenges=sorted(payload.get("challenges", []), key=lambda r: -r["difficulty"]),
+            challenges=sorted(
+                (
+                    {**r, "label": titles.get(r["name"], r["name"])}
+                    for r in payload.get("challenges", [])
+                ),
+                key=lambda r: -r["difficulty"],
+            ),
             players=sorted(
                 (
                     {**p, "pseudonym": on_board[p["player_id"]]}

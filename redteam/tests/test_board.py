@@ -51,3 +51,56 @@ def test_the_board_is_under_red_teaming_in_the_navigation(client, db):
     board = client.get("/leaderboard").content.decode().split("<nav", 1)[1].split("</nav>", 1)[0]
     current = [link for link in board.split("<a ")[1:] if 'aria-current="page"' in link]
     assert len(current) == 1 and 'href="/leaderboard"' in current[0]
+
+
+def test_the_board_names_models_and_challenges_and_says_how_it_is_made(
+    client, settings, django_assert_max_num_queries
+):
+    from arena.models import ArenaModel
+    from redteam.models import Attempt, Challenge
+    from redteam.tests.factories import AttemptFactory
+
+    settings.ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY = 4
+    _attempts(120)
+    ArenaModel.objects.filter(slug="strong").update(display_name="Strong Model 2")
+    Challenge.objects.filter(slug="hard").update(title="The hard one")
+    strong = ArenaModel.objects.get(slug="strong")
+    # Three attempts the fit leaves out: one left open, one errored, one a bot's.
+    AttemptFactory(model=strong, state=Attempt.State.OPEN, ended_at=None)
+    AttemptFactory(model=strong, state=Attempt.State.ERRORED)
+    AttemptFactory(
+        model=strong, state=Attempt.State.SUCCEEDED, flagged=True, flags=["bot_user_agent"]
+    )
+    tasks.refit()
+    page = client.get("/redteam/leaderboard/").content.decode()
+    models = page.split('data-testid="redteam-models"', 1)[1].split("</table>", 1)[0]
+    assert "Strong Model 2" in models and 'data-model="strong"' in models
+    assert "The hard one" in page.split('data-testid="redteam-challenges"', 1)[1]
+
+    how = page.split('data-testid="redteam-transparency"', 1)[1].split("</section>", 1)[0]
+    assert "at most 4 attempts a day against one model" in how
+    played = {
+        row.split('data-model="', 1)[1].split('"', 1)[0]: [
+            int(cell.split("<", 1)[0]) for cell in row.split("<td>")[2:]
+        ]
+        for row in how.split("<tr ")[1:]
+    }
+    counted = Attempt.objects.filter(model=strong, flagged=False)
+    broken = counted.filter(state=Attempt.State.SUCCEEDED).count()
+    held = counted.filter(state__in=[Attempt.State.SURRENDERED, Attempt.State.EXPIRED]).count()
+    # Attempts, broken, held, not counted.
+    assert played["Strong Model 2"] == [broken + held + 3, broken, held, 3]
+    left_out = how.split('data-testid="redteam-left-out"', 1)[1]
+    assert "1 attempt never ended" in left_out and "1 attempt ended on an error" in left_out
+    assert "1 attempt flagged:" in left_out and "a bot&#x27;s browser (1)" in left_out
+    # Counted on each visit, in a fixed few queries whatever the number of attempts.
+    with django_assert_max_num_queries(8):
+        client.get("/redteam/leaderboard/")
+
+
+def test_without_attempts_the_board_says_none_was_played(client, settings):
+    settings.ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY = 0
+    page = client.get("/redteam/leaderboard/").content.decode()
+    how = page.split('data-testid="redteam-transparency"', 1)[1].split("</section>", 1)[0]
+    assert "No attempt has been played yet." in how
+    assert "no daily cap" in how
