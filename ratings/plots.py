@@ -85,12 +85,22 @@ def _truncate(text: str, limit: int = 24) -> str:
 
 
 def forest_plot(
-    rows: Sequence[RatedRow], *, plot_id: str = "forest", narrow: bool = False
+    rows: Sequence[RatedRow],
+    *,
+    plot_id: str = "forest",
+    narrow: bool = False,
+    digits: int = 0,
+    title: str | None = None,
+    description: str | None = None,
+    axis: str | None = None,
 ) -> SafeString:
     """Ratings with their 95% intervals, one line per model, best first.
 
     ``narrow`` is the phone's layout: each name above its interval rather than beside it, in a
     drawing about as wide as a phone, so that its text is not shrunk to a third of its size.
+    ``digits``, ``title``, ``description`` (with ``%(ratings)s``) and ``axis`` draw another
+    estimate the same way (the red-team board's robustness, on a logit scale); the three are
+    translated messages, a "%" in them doubled as in every python-format message.
     """
     if narrow:
         row_h, top, bottom, right = 44, 10, 44, 48
@@ -121,7 +131,7 @@ def forest_plot(
             f'<text class="tick" x="{tx:.1f}" y="{axis_y + 16}" text-anchor="middle">'
             f"{_num(tick)}</text>"
         )
-    axis_label = _e(_percent(gettext("Rating (95%% interval)")))
+    axis_label = _e(_percent(axis or gettext("Rating (95%% interval)")))
     body.append(
         f'<text class="axis-label" x="{(plot_left + plot_right) / 2:.1f}" y="{height - 6}" '
         f'text-anchor="middle">{axis_label}</text>'
@@ -160,14 +170,15 @@ def forest_plot(
             )
         body.append(
             f'<circle class="point" cx="{x(rating):.1f}" cy="{cy:.1f}" r="5.5">'
-            f"<title>{_e(row.get('name', row['model']))}: {rating:.0f} "
-            f"({row.get('rating_lower', rating):.0f} to {row.get('rating_upper', rating):.0f})"
-            "</title></circle>"
-            f'<text class="value" x="{plot_right + 10}" y="{cy + 4.5:.1f}">{rating:.0f}</text>'
+            f"<title>{_e(row.get('name', row['model']))}: {rating:.{digits}f} "
+            f"({row.get('rating_lower', rating):.{digits}f} to "
+            f"{row.get('rating_upper', rating):.{digits}f})</title></circle>"
+            f'<text class="value" x="{plot_right + 10}" y="{cy + 4.5:.1f}">'
+            f"{rating:.{digits}f}</text>"
         )
     desc = "; ".join(
-        f"{r.get('name', r['model'])} {r['rating']:.0f} "
-        f"[{r['rating_lower']:.0f}, {r['rating_upper']:.0f}]"
+        f"{r.get('name', r['model'])} {r['rating']:.{digits}f} "
+        f"[{r['rating_lower']:.{digits}f}, {r['rating_upper']:.{digits}f}]"
         for r in rows
         if r.get("rating") is not None
     )
@@ -175,8 +186,9 @@ def forest_plot(
         plot_id,
         width,
         height,
-        _percent(gettext("Ratings with 95%% confidence intervals")),
-        gettext("Models sorted by rating, best first: %(ratings)s.") % {"ratings": desc},
+        _percent(title or gettext("Ratings with 95%% confidence intervals")),
+        (description or gettext("Models sorted by rating, best first: %(ratings)s."))
+        % {"ratings": desc},
         body,
     )
 

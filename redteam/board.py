@@ -13,41 +13,47 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext
 
 from arena.api import VOTER_SESSION_KEY
 from arena.models import ArenaModel
+from ratings.plots import forest_plot
 from redteam.models import Challenge, PlayerProfile, RobustnessSnapshot
 from redteam.transparency import redteam_transparency
 
-PLOT_WIDTH = 600
-ROW_HEIGHT = 22
 
+def _plots(models: list[dict[str, Any]]) -> dict[str, SafeString]:
+    """The robustness intervals drawn as the leaderboard draws ratings, in its two layouts."""
+    rows: list[Any] = [
+        {
+            "model": r["name"],
+            "name": r["label"],
+            "rank": i + 1,
+            "rating": r["robustness"],
+            "rating_lower": r["lower"],
+            "rating_upper": r["upper"],
+        }
+        for i, r in enumerate(models)
+    ]
+    title = gettext("Robustness with 95%% intervals")
+    description = gettext("Models, most robust first: %(ratings)s.")
+    axis = gettext("Robustness (logit, mean 0; 95%% interval)")
 
-def _plot(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Geometry of the interval plot: one row per model, x from the lowest lower bound."""
-    if not rows:
-        return {"rows": [], "height": 0, "width": PLOT_WIDTH}
-    low = min(r["lower"] for r in rows)
-    high = max(r["upper"] for r in rows)
-    span = (high - low) or 1.0
-    left, right = 160, PLOT_WIDTH - 20
-
-    def x(v: float) -> float:
-        return round(float(left + (v - low) / span * (right - left)), 1)
+    def draw(plot_id: str, narrow: bool) -> SafeString:
+        return forest_plot(
+            rows,
+            plot_id=plot_id,
+            narrow=narrow,
+            digits=2,
+            title=title,
+            description=description,
+            axis=axis,
+        )
 
     return {
-        "width": PLOT_WIDTH,
-        "height": ROW_HEIGHT * len(rows) + 10,
-        "rows": [
-            {
-                "name": r["label"],
-                "y": ROW_HEIGHT * i + 15,
-                "x": x(r["robustness"]),
-                "x1": x(r["lower"]),
-                "x2": x(r["upper"]),
-            }
-            for i, r in enumerate(rows)
-        ],
+        "wide": draw("robustness", False),
+        "narrow": draw("robustness-narrow", True),
     }
 
 
@@ -79,7 +85,7 @@ def leaderboard(request: HttpRequest) -> HttpResponse:
         )
         context.update(
             models=models,
-            plot=_plot(models),
+            plots=_plots(models),
             challenges=sorted(
                 (
                     {**r, "label": titles.get(r["name"], r["name"])}
