@@ -227,18 +227,26 @@ def heatmap(
     plot_id: str,
     title: str,
     desc: str,
+    narrow: bool = False,
 ) -> SafeString:
     """A square matrix: rows and columns are models in rating order.
 
     ``kind`` is ``"fraction"`` (0..1 on a diverging scale, shown as percentages) or ``"count"``
     (a square-root sequential scale, shown as integers). Empty cells are grey with a dash.
+    ``narrow`` is the phone's drawing: never wider than a phone, names cut shorter, the cells
+    as large as that leaves (their figures drawn while they fit, the colours always).
     """
     n = len(labels)
-    cell = max(26.0, min(60.0, 600.0 / max(n, 1)))
-    col_label_h = 120.0
-    left = LABEL_WIDTH
+    if narrow:
+        # Room on the right for the last column's slanted name.
+        left, names, col_label_h = 104.0, 12, 90.0
+        cell = min(48.0, (360.0 - left - 64) / max(n, 1))
+        width = left + cell * n + 64
+    else:
+        cell = max(26.0, min(60.0, 600.0 / max(n, 1)))
+        left, names, col_label_h = LABEL_WIDTH, 24, 120.0
+        width = left + cell * n + 24
     legend_h = 46.0
-    width = left + cell * n + 24
     height = col_label_h + cell * n + legend_h + 10
     peak = max((v for row in values for v in row if v is not None), default=0) or 1
     show_values = cell >= 30
@@ -256,13 +264,13 @@ def heatmap(
         cx = left + cell * j + cell / 2
         body.append(
             f'<text class="label" transform="translate({cx + 4:.1f},{col_label_h - 8}) '
-            f'rotate(-50)" text-anchor="start">{_e(_truncate(label, 20))}</text>'
+            f'rotate(-50)" text-anchor="start">{_e(_truncate(label, min(names, 20)))}</text>'
         )
     for i, label in enumerate(labels):
         cy = col_label_h + cell * i
         body.append(
             f'<text class="label" x="{left - 10}" y="{cy + cell / 2 + 4.5:.1f}" '
-            f'text-anchor="end">{_e(_truncate(label))}</text>'
+            f'text-anchor="end">{_e(_truncate(label, names))}</text>'
         )
         for j in range(n):
             v = values[i][j] if j < len(values[i]) else None
@@ -293,7 +301,8 @@ def heatmap(
                 )
     # Legend: a gradient bar under the matrix.
     ly = col_label_h + cell * n + 18
-    lw = min(cell * n, 300.0)
+    # At least wide enough for its three labels apart, however few the models.
+    lw = max(min(cell * n, 300.0), min(200.0, width - left - 8))
     stops = 10
     grad = []
     for k in range(stops):

@@ -159,28 +159,31 @@ def _charts(view: LeaderboardView) -> dict[str, Any]:
         "labels": labels,
     }
     if matrices and labels:
-        charts["winrate"] = plots.heatmap(
-            labels=labels,
-            values=matrices["win_fraction"],
-            kind="fraction",
-            plot_id="winrate",
-            title=gettext("Win fraction of the row model against the column model"),
-            desc=gettext(
-                "Share of battles the model in the row won against the model in the column "
-                "(a tie counts as half), models in rating order."
-            ),
-        )
-        charts["counts"] = plots.heatmap(
-            labels=labels,
-            values=matrices["battle_counts"],
-            kind="count",
-            plot_id="counts",
-            title=gettext("Battles between each pair of models"),
-            desc=gettext(
-                "Number of rated battles between the model in the row and the model in the "
-                "column, models in rating order."
-            ),
-        )
+        maps: dict[str, dict[str, Any]] = {
+            "winrate": {
+                "values": matrices["win_fraction"],
+                "kind": "fraction",
+                "title": gettext("Win fraction of the row model against the column model"),
+                "desc": gettext(
+                    "Share of battles the model in the row won against the model in the column "
+                    "(a tie counts as half), models in rating order."
+                ),
+            },
+            "counts": {
+                "values": matrices["battle_counts"],
+                "kind": "count",
+                "title": gettext("Battles between each pair of models"),
+                "desc": gettext(
+                    "Number of rated battles between the model in the row and the model in the "
+                    "column, models in rating order."
+                ),
+            },
+        }
+        for key, spec in maps.items():
+            charts[key] = plots.heatmap(labels=labels, plot_id=key, **spec)
+            charts[f"{key}_narrow"] = plots.heatmap(
+                labels=labels, plot_id=f"{key}-narrow", narrow=True, **spec
+            )
         charts["matrix_rows"] = [
             {
                 "label": label,

@@ -99,6 +99,10 @@ def test_leaderboard_fits_and_names_wrap_between_words(asgi_server, sized_page, 
     assert shown == (["forest-narrow"] if page.size_name == "phone" else ["forest-wide"])
     label = page.get_by_test_id(shown[0]).locator("text.label").first
     assert label.bounding_box()["height"] >= 10
+    for testid in ("winrate-heatmap", "count-heatmap"):
+        matrix = page.get_by_test_id(testid).locator("svg").locator("visible=true")
+        assert (float(matrix.get_attribute("width")) <= 360) is (page.size_name == "phone")
+        assert matrix.locator("text.label").first.bounding_box()["height"] >= 10
     style = page.get_by_test_id("style-plot").locator("svg").locator("visible=true")
     assert style.get_attribute("width") == ("360" if page.size_name == "phone" else "600")
     assert style.locator("text.label").first.bounding_box()["height"] >= 10
