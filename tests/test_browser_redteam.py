@@ -2,6 +2,7 @@
 desktop's and a phone's size."""
 
 import base64
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -11,6 +12,7 @@ from arena.tests.fake_openai import FakeModel
 from redteam.models import Attempt, AttemptTurn, Challenge
 from tests.helpers import axe_violations
 
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "var" / "screenshots"
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
@@ -90,6 +92,9 @@ def test_a_player_breaks_a_say_the_phrase_rule_on_the_third_turn_and_sees_the_re
     assert page.get_by_test_id("evidence").is_visible()
     assert_fits_the_screen(page)
     assert axe_violations(page) == []
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    size = "phone" if page.viewport_size["width"] < 640 else "desktop"
+    page.screenshot(path=str(SCREENSHOTS / f"redteam-play-{size}.png"), full_page=True)
 
     # Another attempt on the same page: anonymous again; surrender reveals it.
     page.get_by_test_id("again").click()
