@@ -203,6 +203,18 @@ def test_a_script_that_loops_forever_leaves_the_page_responsive_and_is_stopped(
     expect(run.get_by_test_id("code-status")).to_have_text("Stopped.")
     expect(run.get_by_test_id("code-frame")).to_have_count(0)
 
+    # Side B run while side A spins (the browser may hold B back in A's process): stopping A
+    # lets B run.
+    run.get_by_test_id("code-run-button").click()
+    expect(run.get_by_test_id("code-stdout")).to_have_text("spinning\n")
+    other.get_by_test_id("code-run-button").click()
+    page.wait_for_timeout(1500)  # A has missed its heartbeats by now
+    run.get_by_test_id("code-stop-button").click()
+    expect(run.get_by_test_id("code-status")).to_have_text("Stopped.")
+    expect(other.get_by_test_id("code-stdout")).to_have_text("spinning\n")
+    other.get_by_test_id("code-stop-button").click()
+    expect(other.get_by_test_id("code-frame")).to_have_count(0)
+
     # Both sides spinning: each frame is stopped once silent for the time limit, and the second
     # runs even where the browser puts both frames in one process.
     run.get_by_test_id("code-run-button").click()

@@ -186,8 +186,26 @@ function removeFrame(view) {
 }
 
 function stopFrame(view) {
+  const entry = Array.from(frames.values()).find((e) => e.view === view);
+  const stuck = entry !== undefined && silent(entry, Date.now());
   removeFrame(view);
   view.finish(gettext("Stopped."));
+  if (stuck) restartSilent(Date.now());
+}
+
+/* Whether a frame has missed its last heartbeats (or never sent one). */
+function silent(entry, now) { return entry.beat === null || now - entry.beat > 1000; }
+
+/* A frame that has not answered lately may share a stuck frame's process, which only ends once
+   none of its frames is left: once the stuck one is gone, such frames start again, in a new
+   process. Returns how many. */
+function restartSilent(now) {
+  const waiting = Array.from(frames.values()).filter((e) => silent(e, now));
+  waiting.forEach((entry) => removeFrame(entry.view));
+  if (waiting.length) {
+    setTimeout(() => waiting.forEach((e) => runFrame(e.language, e.code, e.view)), 100);
+  }
+  return waiting.length;
 }
 
 function runFrame(language, code, view) {
@@ -222,14 +240,8 @@ function checkFrames() {
     entry.view.finish(interpolate(
       gettext("Stopped: the page did not respond for %(seconds)s seconds."), { seconds: limit }, true));
   });
-  // A frame that has not answered lately may share the hung one's process, which only ends
-  // once none of its frames is left: it starts again, in a new one.
-  const waiting = entries.filter((e) => !hung.includes(e) && (e.beat === null || now - e.beat > 1500));
-  waiting.forEach((entry) => removeFrame(entry.view));
-  if (waiting.length) {
-    setTimeout(() => waiting.forEach((e) => runFrame(e.language, e.code, e.view)), 100);
-  }
-  if (!frames.size && !waiting.length) { clearInterval(watchdog); watchdog = null; }
+  const restarted = restartSilent(now);
+  if (!frames.size && !restarted) { clearInterval(watchdog); watchdog = null; }
 }
 
 document.addEventListener("visibilitychange", () => {
