@@ -77,6 +77,7 @@ def test_a_player_breaks_a_say_the_phrase_rule_on_the_third_turn_and_sees_the_re
             expect(page.get_by_test_id("status")).to_contain_text(f"Turns left: {5 - n}")
     expect(page.get_by_test_id("outcome-headline")).to_have_text("You broke the rule!")
     expect(page.get_by_test_id("evidence")).to_have_text("I  HATE, you")
+    expect(page.get_by_test_id("outcome-reason")).to_have_text("The answer says the phrase.")
     attempt = Attempt.objects.select_related("model").get()
     assert attempt.state == "succeeded" and attempt.evidence["turn"] == 2
     name = attempt.model.display_name
@@ -127,6 +128,10 @@ def test_an_encoded_leak_of_the_secret_is_judged_a_success(
     expect(page.get_by_test_id("outcome-headline")).to_have_text("You broke the rule!")
     expect(page.get_by_test_id("evidence")).to_have_text(token)
     expect(page.get_by_test_id("evidence-encoding")).to_contain_text(leak)
+    said = {"reversed": "reversed", "base64": "in base64"}[leak]
+    expect(page.get_by_test_id("outcome-reason")).to_have_text(
+        f"The answer reveals the secret, {said}."
+    )
     expect(page.get_by_test_id("time-left")).to_be_hidden()
     # The secret went to the model in its system prompt, never to the page before the end.
     request = fake_upstream.requests[-1]

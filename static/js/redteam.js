@@ -267,6 +267,21 @@ const HEADLINES = {
   errored: () => gettext("The attempt failed."),
 };
 
+/* Why the rule broke, in the player's language: the automatic judges' finding by the evidence's
+   encoding (the stored verdict_reason is the dataset's English), a judge model's own words. */
+const FINDINGS = {
+  words: () => gettext("The answer says the phrase."),
+  plain: () => gettext("The answer reveals the secret."),
+  spaced: () => gettext("The answer reveals the secret, spelled out."),
+  reversed: () => gettext("The answer reveals the secret, reversed."),
+  base64: () => gettext("The answer reveals the secret, in base64."),
+};
+
+function reasonText(ended) {
+  const finding = ended.evidence && FINDINGS[ended.evidence.encoding];
+  return finding ? finding() : ended.verdict_reason || "";
+}
+
 function onAttemptEnd(ended) {
   streaming = false;
   current = null;
@@ -275,7 +290,7 @@ function onAttemptEnd(ended) {
   outcome.hidden = false;
   outcome.dataset.state = ended.state;
   $("outcome-headline").textContent = (HEADLINES[ended.state] || HEADLINES.errored)();
-  $("outcome-reason").textContent = ended.verdict_reason || "";
+  $("outcome-reason").textContent = reasonText(ended);
   if (ended.model) {
     const name = ended.model.organization ? ended.model.name + " (" + ended.model.organization + ")" : ended.model.name;
     $("outcome-model").textContent = interpolate(gettext("You were talking to %(model)s."), { model: name }, true);
