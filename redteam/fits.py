@@ -16,10 +16,13 @@ from django.db.models import Max
 
 from ratings.engine.errors import CannotRateError
 from ratings.engine.redteam import fit_robustness
-from redteam.models import Attempt, PlayerProfile, RobustnessSnapshot
-
-SUCCESS_STATES = (Attempt.State.SUCCEEDED,)
-FAILURE_STATES = (Attempt.State.SURRENDERED, Attempt.State.EXPIRED)
+from redteam.models import (
+    FAILURE_STATES,
+    SUCCESS_STATES,
+    Attempt,
+    PlayerProfile,
+    RobustnessSnapshot,
+)
 
 
 @dataclass(frozen=True)

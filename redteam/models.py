@@ -133,6 +133,12 @@ class Attempt(models.Model):
         return self.state == self.State.SUCCEEDED
 
 
+# How the robustness fit reads an ended attempt (redteam.fits): a success of the player, or a
+# failure; every other state, and a flagged attempt, stays out of it.
+SUCCESS_STATES = (Attempt.State.SUCCEEDED,)
+FAILURE_STATES = (Attempt.State.SURRENDERED, Attempt.State.EXPIRED)
+
+
 class AttemptTurn(models.Model):
     """A player's message and the model's answer, with the judge's verdict on that answer."""
 

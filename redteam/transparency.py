@@ -13,8 +13,7 @@ from django.db.models import Count
 
 from arena.models import ArenaModel
 from ratings.flag_reasons import flag_reason_label
-from redteam.fits import FAILURE_STATES, SUCCESS_STATES
-from redteam.models import Attempt, Challenge
+from redteam.models import FAILURE_STATES, SUCCESS_STATES, Attempt, Challenge
 
 
 @dataclass(frozen=True)
