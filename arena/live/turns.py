@@ -115,22 +115,28 @@ def battle_start_live(
         model_a, model_b = named_pair(model_slugs, kept, vision=vision)
     else:
         model_a, model_b = draw_pair(rng or random.SystemRandom(), kept, vision=vision)
-    with transaction.atomic():
+    using = router.db_for_write(Battle)
+    with transaction.atomic(using=using):
         check_concurrency(session_key=session_key, limits=limits, exclude=None)
-        battle = Battle.objects.create(
+        # Written as save() writes them (arena.rows: the same fields, defaults and signals),
+        # by statements built once rather than by the ORM's query building for every battle.
+        prompt = Prompt(
+            turns=[text],
+            source=USER_PROMPT_SOURCE,
+            text_hash=prompt_text_hash(text),
+            image_count=len(images),
+        )
+        rows.insert(prompt, using=using)
+        battle = Battle(
             mode=mode,
             source=Battle.Source.LIVE,
             model_a=model_a,
             model_b=model_b,
-            prompt=Prompt.objects.create(
-                turns=[text],
-                source=USER_PROMPT_SOURCE,
-                text_hash=prompt_text_hash(text),
-                image_count=len(images),
-            ),
+            prompt=prompt,
             session_hash=session_hash(session_key),
             state=Battle.State.STREAMING,
         )
+        rows.insert(battle, using=using)
         if images:
             _images_attach(battle=battle, images=images)
         return _plan_turn(
@@ -418,20 +424,20 @@ def _plan_turn(
             "turn"
         ):
             earlier[message.side].append(message)
-    # Both messages in one INSERT; PostgreSQL and SQLite (3.35+) return their keys.
-    messages = BattleMessage.objects.bulk_create(
-        [
-            BattleMessage(
-                battle=battle,
-                side=side,
-                turn=turn,
-                user_content=text,
-                content="",
-                status=BattleMessage.Status.STREAMING,
-            )
-            for side in sides_planned
-        ]
-    )
+    # Both messages in one INSERT (bulk_create's); PostgreSQL and SQLite (3.35+) return their
+    # keys.
+    messages = [
+        BattleMessage(
+            battle=battle,
+            side=side,
+            turn=turn,
+            user_content=text,
+            content="",
+            status=BattleMessage.Status.STREAMING,
+        )
+        for side in sides_planned
+    ]
+    rows.bulk_insert(messages, using=battle._state.db or DEFAULT_DB_ALIAS)
     # Marked as this process's before the turn's transaction commits: no request finds the
     # battle streaming without a live owner (arena.live.owners).
     owners_mark([battle.pk])
