@@ -568,6 +568,7 @@ def _short(frame: str) -> str:
 # count in several; the groups overlap, e.g. a session save is also ORM work).
 COST_CENTRES: dict[str, tuple[str, ...]] = {
     "HTTP vote (vote_create view, whole request)": ("vote_create (",),
+    "vote over the socket (vote_over_socket)": ("vote_over_socket (",),
     "live battle start (battle_start_live)": ("battle_start_live (",),
     "turn end save + payload (turn_finish)": ("turn_finish (",),
     "partial saves while streaming (progress_saver)": ("ProgressSaver", "progress_save"),
@@ -599,6 +600,7 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("battle start (battle_start_live)", ("battle_start_live (",)),
     ("upstream stream: openai client, SSE parse, transport", ("stream_answer (",)),
     ("HTTP requests (the vote): middleware + view", ("convert_exception_to_response",)),
+    ("the vote over the socket (vote_over_socket)", ("vote_over_socket (",)),
     ("database thread hop (arena.live.runtime.db)", ("db.<locals>.call (",)),
     ("websocket receive + dispatch", ("BattleConsumer.receive (", "websocket_receive (")),
 )
