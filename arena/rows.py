@@ -1,17 +1,17 @@
 """Model rows read and written with SQL built once, for the statements every live battle runs.
 
 Why: the ORM builds each query anew, every time (the queryset's clones, the lookups resolved, the
-SQL compiled, the converters looked up): the end of a turn and the vote spent nine tenths of
-their CPU there rather than in the database, in the process that relays every battle's tokens
-(bench/battles.py's profile). The statements here are written from the models' metadata (table,
-columns, the backend's quoting and locking clause) once per process and database vendor, and
-their rows come back as the instances the ORM makes: every concrete field, the backend's and the
-fields' converters applied, related instances cached where ``select_related`` caches them. What
-they write goes through the fields' own ``pre_save`` and ``get_db_prep_save`` as ``save()``'s
-does, so ``auto_now`` fields and JSON adapt alike.
-
-The writes send ``pre_save`` and ``post_save`` as ``save()`` does (nothing, when no receiver
-listens to the model), and ``bulk_insert`` none, as ``bulk_create``.
+SQL compiled, the converters looked up): profiled in-process, the end of a turn and the vote
+spent about nine tenths of their CPU there rather than in the database, in the process that
+relays every battle's tokens. The statements written with these helpers (by the start, the turn
+end and the vote) are built from the models' metadata (table, columns, the backend's quoting
+and locking clause) once per process and database vendor, and their rows come back as the
+instances the ORM makes: every concrete field, the backend's and the fields' converters
+applied, related instances cached where ``select_related`` caches them. What they write goes
+through the fields' own ``pre_save`` and ``get_db_prep_save`` as ``save()`` does, so
+``auto_now`` fields and JSON adapt alike; ``pre_save`` and ``post_save`` are sent as ``save()``
+sends them (nothing, when no receiver listens to the model), and none by ``bulk_insert``, as
+by ``bulk_create``.
 """
 
 from __future__ import annotations
