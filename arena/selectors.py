@@ -13,6 +13,8 @@ from datetime import datetime
 from typing import Any, cast
 
 from django.conf import settings
+from django.db import connections, router
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import (
     BooleanField,
     Case,
@@ -37,6 +39,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext
 
+from arena import rows
 from arena.code_tasks import CODE_TASKS, SUGGESTION_CATEGORIES
 from arena.errors import not_found
 from arena.identity import session_hash
@@ -115,8 +118,40 @@ def pool_available() -> bool:
     )
 
 
+_MESSAGE = rows.Columns(BattleMessage, "m")
+
+
+def _current_messages_sql(connection: BaseDatabaseWrapper) -> str:
+    def col(name: str) -> str:
+        return f"{rows.quote(connection, 'm')}.{rows.column(connection, BattleMessage, name)}"
+
+    return (
+        f"SELECT {_MESSAGE.sql(connection)} "  # noqa: S608  (names from the models' metadata)
+        f"FROM {rows.table(connection, BattleMessage)} {rows.quote(connection, 'm')} "
+        f"WHERE {col('battle')} = %s AND {col('superseded_at')} IS NULL "
+        f"ORDER BY {col('turn')} ASC, {col('side')} ASC"
+    )
+
+
 def battle_current_messages(*, battle: Battle) -> list[BattleMessage]:
-    return list(battle.messages.filter(superseded_at__isnull=True).order_by("turn", "side"))
+    """The battle's messages not superseded, by turn and side, each with its ``battle`` cached:
+    ``battle.messages.filter(superseded_at__isnull=True).order_by("turn", "side")``, read by a
+    statement written once (``arena.rows``: every live battle's turn end and vote read them)."""
+    using = battle._state.db or router.db_for_read(BattleMessage, instance=battle)
+    connection = connections[using]
+    sql = rows.built(
+        connection, "battle_current_messages", lambda: _current_messages_sql(connection)
+    )
+    battle_key = Battle._meta.get_field("id").get_db_prep_value(battle.pk, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [battle_key])
+        found = cursor.fetchall()
+    messages = []
+    for row in found:
+        message: BattleMessage = _MESSAGE.load(connection, row)
+        rows.cache_related(message, "battle", battle)
+        messages.append(message)
+    return messages
 
 
 def model_public_dict(model: ArenaModel) -> ModelPublic:

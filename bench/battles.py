@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/battles.py [--levels 1,10,50,100,200] [--seconds 20] [--warmup 3]
         [--tokens 26] [--delay 0.02] [--quick] [--profile DIR] [--json FILE] [--env NAME=VALUE]
-        [--vote-over ws|http]
+        [--vote-over ws|http] [--baseline REV [--baseline-vote-over ws|http]]
 
 1. A fake OpenAI-compatible upstream on loopback (``arena/tests/fake_openai.py``, its own
    process): ``--tokens`` content chunks ``--delay`` seconds apart per answer. The direct stream
@@ -24,8 +24,8 @@
    socket (static/js/live.js keeps it open across battles). The vote goes as the page sends it,
    ``--vote-over ws`` (the default): a ``vote`` frame on the socket answered by ``voted``;
    ``--vote-over http``: ``POST /api/battles/<id>/vote``, as the page did before the socket
-   carried votes. A ``--baseline`` tree votes over HTTP whatever the option (a tree from before
-   the ``vote`` frame has none).
+   carried votes. A ``--baseline`` tree votes over HTTP (a tree from before the ``vote`` frame
+   has none) unless ``--baseline-vote-over ws`` says it has one.
 4. After ``--warmup`` seconds the measured window of ``--seconds`` starts: battles/s counts the
    battles whose vote was acknowledged (``voted``, or 201) inside it; latencies are those
    battles'. TTFT = ``start`` sent -> first ``deltas``; battle time = ``start`` sent ->
@@ -568,6 +568,7 @@ def _short(frame: str) -> str:
 # count in several; the groups overlap, e.g. a session save is also ORM work).
 COST_CENTRES: dict[str, tuple[str, ...]] = {
     "HTTP vote (vote_create view, whole request)": ("vote_create (",),
+    "vote over the socket (vote_over_socket)": ("vote_over_socket (",),
     "live battle start (battle_start_live)": ("battle_start_live (",),
     "turn end save + payload (turn_finish)": ("turn_finish (",),
     "partial saves while streaming (progress_saver)": ("ProgressSaver", "progress_save"),
@@ -599,6 +600,7 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("battle start (battle_start_live)", ("battle_start_live (",)),
     ("upstream stream: openai client, SSE parse, transport", ("stream_answer (",)),
     ("HTTP requests (the vote): middleware + view", ("convert_exception_to_response",)),
+    ("the vote over the socket (vote_over_socket)", ("vote_over_socket (",)),
     ("database thread hop (arena.live.runtime.db)", ("db.<locals>.call (",)),
     ("websocket receive + dispatch", ("BattleConsumer.receive (", "websocket_receive (")),
 )
@@ -881,7 +883,14 @@ def main() -> None:
         choices=("ws", "http"),
         default="ws",
         help="the vote: a frame on the battle socket (what the page does, the default) or "
-        "POST /api/battles/<id>/vote (a --baseline tree always votes over HTTP)",
+        "POST /api/battles/<id>/vote",
+    )
+    parser.add_argument(
+        "--baseline-vote-over",
+        choices=("ws", "http"),
+        default="http",
+        help="the --baseline tree's vote: over HTTP by default (a tree from before the vote "
+        "frame has none); ws for a baseline that has it, to compare like with like",
     )
     add_tree_arguments(parser)
     args = parser.parse_args()
@@ -918,7 +927,11 @@ def main() -> None:
         print(f"settings changed for the bench: {settings}", flush=True)
         print(
             f"vote over: {args.vote_over}"
-            + (f" (the baseline, {args.baseline}: http)" if args.baseline else ""),
+            + (
+                f" (the baseline, {args.baseline}: {args.baseline_vote_over})"
+                if args.baseline
+                else ""
+            ),
             flush=True,
         )
         direct_ms = uvloop.run(direct_stream_ms(upstream_url))
@@ -949,7 +962,7 @@ def main() -> None:
                     direct_ms,
                     args.profile / f"level-{visitors}" if args.profile and is_current else None,
                     pg_log if is_current else None,
-                    args.vote_over if is_current else "http",
+                    args.vote_over if is_current else args.baseline_vote_over,
                 )
                 (rows if is_current else baseline_rows).append(result)
                 if files:
@@ -963,7 +976,9 @@ def main() -> None:
         f"Whole live battles, closed loop, no think time; fake upstream {args.tokens} chunks "
         f"{args.delay} s apart, direct stream {direct_ms:.0f} ms (the overhead's anchor); "
         f"window {seconds:g} s after {warmup:g} s warm-up, fresh server per level; vote over "
-        f"{args.vote_over}" + (" (the baseline: http)" if baseline_rows else "") + "; "
+        f"{args.vote_over}"
+        + (f" (the baseline: {args.baseline_vote_over})" if baseline_rows else "")
+        + "; "
         f"{time.monotonic() - started:.0f} s in all."
     )
     if not rows:

@@ -206,7 +206,11 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
 
     def __init__(self, *args: Any, vote: CastVote | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.cast_vote = vote  # None: no vote frames (as_asgi(vote=...) gives it)
+        # None: no vote frames (as_asgi(vote=...) gives it). Run in the process's one thread
+        # for synchronous code, where the HTTP vote's view runs, not in the live battles' two
+        # database threads, where it would queue behind every other battle's starts and saves
+        # (bench/battles.py measured that at 50 visitors); wrapped once per socket.
+        self.cast_vote_async: Any = None if vote is None else database_sync_to_async(vote)
 
     async def connect(self) -> None:
         # Every frame this socket sends (error messages) is in the page's language: activated
@@ -368,8 +372,8 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                 client_ip=self.client_ip,
             )
             await self._begin(plan)
-        elif kind == "vote" and self.cast_vote is not None:
-            await self._vote(content, self.cast_vote)
+        elif kind == "vote" and self.cast_vote_async is not None:
+            await self._vote(content, self.cast_vote_async)
         elif kind == "stop":
             await self._stop_turn()
         elif kind == "models":
@@ -386,15 +390,13 @@ class BattleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chann
                 message = gettext("Unknown frame type.")
             raise ArenaError(ErrorCode.INVALID, message, field="type")
 
-    async def _vote(self, content: dict[str, Any], cast_vote: CastVote) -> None:
+    async def _vote(self, content: dict[str, Any], cast_vote: Any) -> None:
         """Answer a ``vote`` frame with ``voted``, or with an error frame saying it answers it
-        (the page matches either to its vote by ``battle_id``)."""
+        (the page matches either to its vote by ``battle_id``). ``cast_vote``: the socket's
+        ``CastVote``, wrapped to run in the thread for synchronous code."""
         battle_id = content.get("battle_id")
         try:
-            # In the process's one thread for synchronous code, where the HTTP vote's view runs,
-            # not in the live battles' two database threads, where it would queue behind every
-            # other battle's starts and saves (bench/battles.py measured that at 50 visitors).
-            battle = await database_sync_to_async(cast_vote)(
+            battle = await cast_vote(
                 session_key=self.session_key,
                 client_ip=self.client_ip,
                 user_agent=_header(self.scope, b"user-agent"),

@@ -8,14 +8,17 @@ session may have streaming at once.
 
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection
+from django.db import connection, connections, router
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 from django.utils.translation import gettext
 
+from arena import rows
 from arena.errors import ArenaError, ErrorCode
 from arena.identity import ip_hash, session_hash
 from arena.inputs import text_problem
@@ -81,19 +84,52 @@ def _lock_session(session_digest: str) -> None:
             )
 
 
+def _streaming_count_sql(connection: BaseDatabaseWrapper, *, excluding: bool) -> str:
+    def col(name: str) -> str:
+        return rows.column(connection, Battle, name)
+
+    sql = (
+        f"SELECT COUNT(*) FROM {rows.table(connection, Battle)} "  # noqa: S608  (metadata names)
+        f"WHERE {col('session_hash')} = %s AND {col('source')} IN (%s, %s) "
+        f"AND {col('state')} = %s AND {col('updated_at')} >= %s"
+    )
+    return sql + f" AND NOT ({col('id')} = %s)" if excluding else sql
+
+
+def _streaming_count(*, digest: str, fresh: datetime, exclude: uuid.UUID | None) -> int:
+    """How many of the session's live and mixed battles stream, updated since ``fresh``, but
+    ``exclude``: ``Battle.objects.filter(...).exclude(pk=exclude).count()`` by a statement
+    written once (``arena.rows``; every start runs it)."""
+    database = connections[router.db_for_read(Battle)]
+    excluding = exclude is not None
+    sql = rows.built(
+        database,
+        ("limits.streaming_count", excluding),
+        lambda: _streaming_count_sql(database, excluding=excluding),
+    )
+    meta = Battle._meta
+    params: list[Any] = [
+        digest,
+        Battle.Source.LIVE.value,
+        Battle.Source.MIXED.value,
+        Battle.State.STREAMING.value,
+        meta.get_field("updated_at").get_db_prep_value(fresh, database),
+    ]
+    if exclude is not None:
+        params.append(meta.get_field("id").get_db_prep_value(exclude, database))
+    with database.cursor() as cursor:
+        cursor.execute(sql, params)
+        (count,) = cursor.fetchone()
+    return int(count)
+
+
 def check_concurrency(*, session_key: str, limits: Limits, exclude: uuid.UUID | None) -> None:
     digest = session_hash(session_key)
     _lock_session(digest)
     fresh = timezone.now() - timedelta(seconds=settings.ARENA_LIVE_STALE_SECONDS)
-    running = Battle.objects.filter(
-        session_hash=digest,
-        source__in=(Battle.Source.LIVE, Battle.Source.MIXED),
-        state=Battle.State.STREAMING,
-        updated_at__gte=fresh,
-    )
-    if exclude is not None:
-        running = running.exclude(pk=exclude)
-    if running.count() >= limits.max_concurrent_battles:
+    if _streaming_count(digest=digest, fresh=fresh, exclude=exclude) >= (
+        limits.max_concurrent_battles
+    ):
         raise ArenaError(
             ErrorCode.TOO_MANY_BATTLES,
             gettext(

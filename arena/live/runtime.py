@@ -83,8 +83,16 @@ def db(func: Callable[..., T]) -> Callable[..., Any]:
     queue holds the GIL against the token relay. Nothing here needs thread affinity (each call
     is one self-contained service call, its transaction opened and closed inside it), so the
     calls run side by side, each thread on its own connection, which it keeps between calls.
-    """
 
+    The wrapper is made once per function (``_db_wrapper``): every start, turn end and partial
+    save of every battle asks for one, and building it (asgiref's checks, ``update_wrapper``)
+    again each time is work for nothing.
+    """
+    return _db_wrapper(func)
+
+
+@functools.lru_cache(maxsize=256)  # bounded: a caller passing a new closure each time evicts
+def _db_wrapper(func: Callable[..., T]) -> Callable[..., Any]:
     @functools.wraps(func)
     def call(*args: Any, **kwargs: Any) -> T:
         try:

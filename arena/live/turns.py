@@ -11,17 +11,20 @@ streaming, and the battle is streaming), then finished (``battle_turn_finish``: 
 saved and the battle becomes ready to vote, or errored/aborted, which are not votable).
 """
 
+import functools
 import random
 import uuid
 from dataclasses import dataclass
 from typing import Any, cast
 
-from django.db import connection, transaction
-from django.db.models import Field
+from django.db import DEFAULT_DB_ALIAS, connection, connections, router, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Field, Model
 from django.utils import timezone
 from django.utils.translation import gettext
 
 from answer_style import AnswerStyle, style_counts
+from arena import rows
 from arena.errors import ArenaError, ErrorCode, not_found, still_streaming
 from arena.identity import session_hash, session_hash_matches
 from arena.inputs import text_storable
@@ -41,6 +44,7 @@ from arena.models import (
     BattleMessage,
     Prompt,
     PromptImage,
+    Provider,
 )
 from arena.payloads import BattlePayload, Side
 from arena.pool_cache import pool_cache
@@ -52,7 +56,6 @@ from arena.selectors import (
     battle_payload_by_id,
     battle_pk,
     live_limits,
-    prompt_image_count,
 )
 
 SIDES: tuple[Side, Side] = ("a", "b")
@@ -112,22 +115,28 @@ def battle_start_live(
         model_a, model_b = named_pair(model_slugs, kept, vision=vision)
     else:
         model_a, model_b = draw_pair(rng or random.SystemRandom(), kept, vision=vision)
-    with transaction.atomic():
+    using = router.db_for_write(Battle)
+    with transaction.atomic(using=using):
         check_concurrency(session_key=session_key, limits=limits, exclude=None)
-        battle = Battle.objects.create(
+        # Written as save() writes them (arena.rows: the same fields, defaults and signals),
+        # by statements built once rather than by the ORM's query building for every battle.
+        prompt = Prompt(
+            turns=[text],
+            source=USER_PROMPT_SOURCE,
+            text_hash=prompt_text_hash(text),
+            image_count=len(images),
+        )
+        rows.insert(prompt, using=using)
+        battle = Battle(
             mode=mode,
             source=Battle.Source.LIVE,
             model_a=model_a,
             model_b=model_b,
-            prompt=Prompt.objects.create(
-                turns=[text],
-                source=USER_PROMPT_SOURCE,
-                text_hash=prompt_text_hash(text),
-                image_count=len(images),
-            ),
+            prompt=prompt,
             session_hash=session_hash(session_key),
             state=Battle.State.STREAMING,
         )
+        rows.insert(battle, using=using)
         if images:
             _images_attach(battle=battle, images=images)
         return _plan_turn(
@@ -415,20 +424,20 @@ def _plan_turn(
             "turn"
         ):
             earlier[message.side].append(message)
-    # Both messages in one INSERT; PostgreSQL and SQLite (3.35+) return their keys.
-    messages = BattleMessage.objects.bulk_create(
-        [
-            BattleMessage(
-                battle=battle,
-                side=side,
-                turn=turn,
-                user_content=text,
-                content="",
-                status=BattleMessage.Status.STREAMING,
-            )
-            for side in sides_planned
-        ]
-    )
+    # Both messages in one INSERT (bulk_create's); PostgreSQL and SQLite (3.35+) return their
+    # keys.
+    messages = [
+        BattleMessage(
+            battle=battle,
+            side=side,
+            turn=turn,
+            user_content=text,
+            content="",
+            status=BattleMessage.Status.STREAMING,
+        )
+        for side in sides_planned
+    ]
+    rows.bulk_insert(messages, using=battle._state.db or DEFAULT_DB_ALIAS)
     # Marked as this process's before the turn's transaction commits: no request finds the
     # battle streaming without a live owner (arena.live.owners).
     owners_mark([battle.pk])
@@ -498,9 +507,15 @@ _FINISHED_FIELDS = [
 
 
 def message_settle(
-    message: BattleMessage, *, own_model: ArenaModel, answer: Answer, style: AnswerStyle | None
+    message: BattleMessage,
+    *,
+    own_model: ArenaModel,
+    answer: Answer,
+    style: AnswerStyle | None,
+    save: bool = True,
 ) -> None:
-    """Save an answer as it ended into its message (read already, with its battle's models)."""
+    """Save an answer as it ended into its message (read already, with its battle's models);
+    ``save=False`` only sets the fields, for the caller to save them with others'."""
     status = {
         "done": BattleMessage.Status.DONE,
         "error": BattleMessage.Status.ERROR,
@@ -521,7 +536,8 @@ def message_settle(
     error = text_storable(answer.error)  # an upstream's words may hold anything
     message.error = error or ("aborted" if status == BattleMessage.Status.ABORTED else "")
     # Only what the end of an answer changes: not the prompt's text again, nor the keys.
-    message.save(update_fields=_FINISHED_FIELDS)
+    if save:
+        message.save(update_fields=_FINISHED_FIELDS)
 
 
 def _turn_settle(
@@ -535,12 +551,7 @@ def _turn_settle(
     with transaction.atomic():
         # The models come along for the leak check and their providers for the breakers
         # below; only the battle's row is locked.
-        battle = (
-            Battle.objects.select_related("model_a__provider", "model_b__provider")
-            .select_for_update(of=("self",))
-            .annotate(prompt_image_count=prompt_image_count())
-            .get(pk=battle_id)
-        )
+        battle = _battle_locked_for_finish(battle_id)
         if battle.state != Battle.State.STREAMING:
             return battle, None
         # All the current messages in one read: this turn's (still streaming unless settled or
@@ -558,8 +569,12 @@ def _turn_settle(
         for side, (message_id, answer) in answers.items():
             own_model = battle.model_a if side == "a" else battle.model_b
             message = by_id[message_id]
-            message_settle(message, own_model=own_model, answer=answer, style=styles[message_id])
+            message_settle(
+                message, own_model=own_model, answer=answer, style=styles[message_id], save=False
+            )
             statuses.add(message.status)
+        # Both answers in one statement run for each (message_settle's fields).
+        rows.update_fields(unsettled, _FINISHED_FIELDS, using=battle._state.db or DEFAULT_DB_ALIAS)
         if BattleMessage.Status.ERROR in statuses:
             battle.state = Battle.State.ERRORED
         elif statuses == {BattleMessage.Status.DONE}:
@@ -568,7 +583,9 @@ def _turn_settle(
             )
         else:
             battle.state = Battle.State.ABORTED
-        battle.save(update_fields=["state", "updated_at"])
+        rows.update_fields(
+            [battle], ["state", "updated_at"], using=battle._state.db or DEFAULT_DB_ALIAS
+        )
     for side, (_, answer) in answers.items():
         provider = (battle.model_a if side == "a" else battle.model_b).provider
         if provider is None:
@@ -582,6 +599,75 @@ def _turn_settle(
             # UPDATE per answer saved, nearly always of nothing, otherwise.
             provider_success_record(provider_id=provider.pk)
     return battle, current
+
+
+_BATTLE = rows.Columns(Battle, "b")
+_MODEL_A = rows.Columns(ArenaModel, "ma")
+_PROVIDER_A = rows.Columns(Provider, "pa")
+_MODEL_B = rows.Columns(ArenaModel, "mb")
+_PROVIDER_B = rows.Columns(Provider, "pb")
+
+
+def _battle_locked_for_finish_sql(connection: BaseDatabaseWrapper) -> str:
+    """``Battle.objects.select_related("model_a__provider", "model_b__provider")
+    .select_for_update(of=("self",)).annotate(prompt_image_count=...)``, by its key, as one
+    statement written once: the models come along for the leak check and their providers for
+    the breakers; only the battle's row is locked."""
+    q = functools.partial(rows.quote, connection)
+
+    def col(model: type[Model], name: str) -> str:
+        return rows.column(connection, model, name)
+
+    battle, prompt, model, provider = (
+        rows.table(connection, m) for m in (Battle, Prompt, ArenaModel, Provider)
+    )
+    b, p = q("b"), q("p")
+    joins = []
+    for m, pv, side in (("ma", "pa", "model_a"), ("mb", "pb", "model_b")):
+        joins.append(
+            f"INNER JOIN {model} {q(m)} ON {q(m)}.{col(ArenaModel, 'id')} = {b}.{col(Battle, side)} "
+            f"LEFT OUTER JOIN {provider} {q(pv)} "
+            f"ON {q(pv)}.{col(Provider, 'id')} = {q(m)}.{col(ArenaModel, 'provider')}"
+        )
+    columns = ", ".join(c.sql(connection) for c in (_MODEL_A, _PROVIDER_A, _MODEL_B, _PROVIDER_B))
+    return (
+        f"SELECT {_BATTLE.sql(connection)}, "  # noqa: S608  (names from the models' metadata)
+        f"(SELECT {p}.{col(Prompt, 'image_count')} FROM {prompt} {p} "
+        f"WHERE {p}.{col(Prompt, 'id')} = {b}.{col(Battle, 'prompt')}), {columns} "
+        f"FROM {battle} {b} {' '.join(joins)} "
+        f"WHERE {b}.{col(Battle, 'id')} = %s{rows.for_update_of(connection, 'b')}"
+    )
+
+
+def _battle_locked_for_finish(battle_id: uuid.UUID) -> Battle:
+    """The battle whose turn ends, locked, with its models and their providers and its prompt's
+    ``prompt_image_count``; ``Battle.DoesNotExist`` if there is none."""
+    connection = connections[router.db_for_write(Battle)]
+    sql = rows.built(
+        connection, "turns.battle_locked", lambda: _battle_locked_for_finish_sql(connection)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [Battle._meta.get_field("id").get_db_prep_value(battle_id, connection)])
+        row = cursor.fetchone()
+    if row is None:
+        raise Battle.DoesNotExist("Battle matching query does not exist.")
+    battle: Battle = _BATTLE.load(connection, row)
+    at = _BATTLE.width
+    battle.prompt_image_count = row[at]  # type: ignore[attr-defined]
+    at += 1
+    for side, model_columns, provider_columns in (
+        ("model_a", _MODEL_A, _PROVIDER_A),
+        ("model_b", _MODEL_B, _PROVIDER_B),
+    ):
+        model = model_columns.load(connection, row, at)
+        at += model_columns.width
+        provider = None
+        if model.provider_id is not None:
+            provider = provider_columns.load(connection, row, at)
+        at += provider_columns.width
+        rows.cache_related(model, "provider", provider)
+        rows.cache_related(battle, side, model)
+    return battle
 
 
 def _mixed_turns_left(battle: Battle, current: list[BattleMessage]) -> bool:

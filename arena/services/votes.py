@@ -1,5 +1,6 @@
 """Recording a visitor's vote."""
 
+import functools
 import re
 import uuid
 from dataclasses import dataclass
@@ -7,25 +8,29 @@ from datetime import timedelta
 from typing import cast
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef
+from django.db import IntegrityError, connections, router, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Model
 from django.utils import timezone
 from django.utils.translation import gettext
 
 from answer_style import AnswerStyle, conv_metadata, style_counts
+from arena import rows
 from arena.errors import ALREADY_VOTED_MESSAGE, ArenaError, ErrorCode, not_found
 from arena.identity import ip_hash, session_hash_matches, user_agent_class
 from arena.leaks import IDENTITY_LEAK
 from arena.live.sweep import orphan_check, settling_orphans
 from arena.models import (
     INTERFACE_LANGUAGE_MAX,
+    ArenaModel,
     Battle,
     BattleMessage,
+    Prompt,
     TermsAcceptance,
     Vote,
 )
 from arena.payloads import WINNERS, Winner, is_winner
-from arena.selectors import battle_current_messages, battle_pk, prompt_image_count
+from arena.selectors import battle_current_messages, battle_pk
 from arena.services.vote_guards import (
     challenge_required_error,
     vote_caps_release,
@@ -145,29 +150,13 @@ def _vote_record(
 ) -> RecordedVote:
     try:
         with transaction.atomic():
-            # Only the battle's row is locked (``of``), not its models' rows, which every vote
-            # on a battle of theirs reads.
-            battle = (
-                Battle.objects.select_for_update(of=("self",))
-                .select_related("model_a", "model_b")
-                .annotate(
-                    has_vote=Exists(Vote.objects.filter(battle=OuterRef("pk"))),
-                    terms_accepted=Exists(
-                        TermsAcceptance.objects.filter(
-                            voter_id=voter_id, terms_version=settings.ARENA_TERMS_VERSION
-                        )
-                    ),
-                    # The answer's image URLs are read only when the prompt has images.
-                    prompt_image_count=prompt_image_count(),
-                )
-                .filter(pk=pk)
-                .first()
-            )
+            locked = _battle_locked(pk=pk, voter_id=voter_id)
             # Another session's battle is as unknown as a missing one (as when it is read), so
             # the answer tells no one which ids exist.
-            if battle is None or not session_hash_matches(battle.session_hash, session_key):
+            if locked is None or not session_hash_matches(locked.battle.session_hash, session_key):
                 raise not_found(gettext("Battle"))
-            if battle.state == Battle.State.VOTED or battle.has_vote:
+            battle = locked.battle
+            if battle.state == Battle.State.VOTED or locked.has_vote:
                 raise ArenaError(ErrorCode.ALREADY_VOTED, ALREADY_VOTED_MESSAGE, status=409)
             if battle.state == Battle.State.STREAMING:
                 orphan_check(battle)
@@ -178,7 +167,7 @@ def _vote_record(
                     % {"state": battle.get_state_display().lower()},
                     status=409,
                 )
-            if not battle.terms_accepted:
+            if not locked.terms_accepted:
                 raise ArenaError(
                     ErrorCode.TERMS_REQUIRED,
                     gettext("Accept the terms before voting."),
@@ -194,7 +183,7 @@ def _vote_record(
             # An answer that named its own model, checked when it was saved (arena.leaks).
             if any(m.names_model for m in messages):
                 flags.append(IDENTITY_LEAK)
-            vote = Vote.objects.create(
+            vote = Vote(
                 battle=battle,
                 winner=winner,
                 voter_id=voter_id,
@@ -210,8 +199,9 @@ def _vote_record(
                     for side in (BattleMessage.Side.A, BattleMessage.Side.B)
                 ),
             )
+            rows.insert(vote, using=locked.using)
             battle.state = Battle.State.VOTED
-            battle.save(update_fields=["state", "updated_at"])
+            rows.update_fields([battle], ["state", "updated_at"], using=locked.using)
             transaction.on_commit(
                 lambda: vote_recorded.send(
                     sender=Vote, vote_id=vote.pk, battle_id=battle.pk, source=battle.source
@@ -220,6 +210,75 @@ def _vote_record(
     except IntegrityError:
         raise ArenaError(ErrorCode.ALREADY_VOTED, ALREADY_VOTED_MESSAGE, status=409) from None
     return RecordedVote(vote=vote, messages=messages)
+
+
+_BATTLE = rows.Columns(Battle, "b")
+_MODEL_A = rows.Columns(ArenaModel, "ma")
+_MODEL_B = rows.Columns(ArenaModel, "mb")
+
+
+def _battle_locked_sql(connection: BaseDatabaseWrapper) -> str:
+    """The battle's row, locked (only its own, not its models' rows, which every vote on a
+    battle of theirs reads), with its models, whether it has a vote row, whether the voter
+    accepted the terms in force and its prompt's image count (the answer's image URLs are read
+    only when the prompt has images): ``Battle.objects.select_for_update(of=("self",))
+    .select_related("model_a", "model_b").annotate(has_vote=Exists(...),
+    terms_accepted=Exists(...), prompt_image_count=...)`` as one statement written once."""
+    q = functools.partial(rows.quote, connection)
+    battle, vote, terms, prompt, model = (
+        rows.table(connection, m) for m in (Battle, Vote, TermsAcceptance, Prompt, ArenaModel)
+    )
+
+    def col(model: type[Model], name: str) -> str:
+        return rows.column(connection, model, name)
+
+    b, ma, mb = q("b"), q("ma"), q("mb")
+    return (
+        f"SELECT {_BATTLE.sql(connection)}, "  # noqa: S608  (names from the models' metadata)
+        f"EXISTS(SELECT 1 FROM {vote} {q('v')} "
+        f"WHERE {q('v')}.{col(Vote, 'battle')} = {b}.{col(Battle, 'id')}), "
+        f"EXISTS(SELECT 1 FROM {terms} {q('t')} WHERE {q('t')}.{col(TermsAcceptance, 'voter_id')}"
+        f" = %s AND {q('t')}.{col(TermsAcceptance, 'terms_version')} = %s), "
+        f"(SELECT {q('p')}.{col(Prompt, 'image_count')} FROM {prompt} {q('p')} "
+        f"WHERE {q('p')}.{col(Prompt, 'id')} = {b}.{col(Battle, 'prompt')}), "
+        f"{_MODEL_A.sql(connection)}, {_MODEL_B.sql(connection)} "
+        f"FROM {battle} {b} "
+        f"INNER JOIN {model} {ma} ON {ma}.{col(ArenaModel, 'id')} = {b}.{col(Battle, 'model_a')} "
+        f"INNER JOIN {model} {mb} ON {mb}.{col(ArenaModel, 'id')} = {b}.{col(Battle, 'model_b')} "
+        f"WHERE {b}.{col(Battle, 'id')} = %s{rows.for_update_of(connection, 'b')}"
+    )
+
+
+@dataclass(frozen=True)
+class _Locked:
+    battle: Battle  # with its models, and ``prompt_image_count`` for its payload
+    has_vote: bool
+    terms_accepted: bool
+    using: str
+
+
+def _battle_locked(*, pk: uuid.UUID, voter_id: str) -> _Locked | None:
+    """The battle locked for its vote (``_battle_locked_sql``); None if there is none."""
+    using = router.db_for_write(Battle)
+    connection = connections[using]
+    sql = rows.built(connection, "vote.battle_locked", lambda: _battle_locked_sql(connection))
+    pk_param = Battle._meta.get_field("id").get_db_prep_value(pk, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [voter_id, settings.ARENA_TERMS_VERSION, pk_param])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    battle: Battle = _BATTLE.load(connection, row)
+    at = _BATTLE.width
+    battle.prompt_image_count = row[at + 2]  # type: ignore[attr-defined]  # read by battle_payload
+    models_at = at + 3
+    rows.cache_related(battle, "model_a", _MODEL_A.load(connection, row, models_at))
+    rows.cache_related(
+        battle, "model_b", _MODEL_B.load(connection, row, models_at + _MODEL_A.width)
+    )
+    return _Locked(
+        battle=battle, has_vote=bool(row[at]), terms_accepted=bool(row[at + 1]), using=using
+    )
 
 
 BOTH_SIDES = frozenset({"a", "b"})

@@ -8,6 +8,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from answer_style import conv_metadata, style_counts
+from arena import rows
 from arena.errors import ALREADY_VOTED_MESSAGE, ArenaError
 from arena.models import Battle, Vote
 from arena.services.terms import terms_accept
@@ -103,11 +104,14 @@ def test_second_vote_is_a_409_and_keeps_the_first(voter):
 
 def test_a_vote_refused_by_the_one_vote_constraint_is_the_same_409(voter, monkeypatch):
     """A racing second vote that passed the checks meets the database's constraint instead."""
+    insert = rows.insert
 
-    def create(**kwargs):
-        raise IntegrityError("duplicate key value violates unique constraint")
+    def racing_insert(instance, *, using):
+        # Another vote on the battle lands between the checks and this vote's insert.
+        Vote.objects.create(battle=instance.battle, winner="tie", voter_id="racer")
+        insert(instance, using=using)
 
-    monkeypatch.setattr(Vote.objects, "create", create)
+    monkeypatch.setattr(rows, "insert", racing_insert)
     battle = BattleFactory()
     with pytest.raises(ArenaError) as exc:
         record(battle, voter)
