@@ -2,6 +2,7 @@
    and camera), pasted, or dropped onto the prompt form. Each is uploaded at once to
    POST /api/images, which checks it and stores it re-encoded; the ids go with the start frame
    (live.js: `images`). A refused file shows the server's message and is not attached. */
+import { gettext, interpolate } from "./i18n.js";
 
 const box = document.getElementById("attach");
 const items = [];  // [{id: string|null, pending: Promise, element}]
@@ -31,7 +32,8 @@ async function upload(file) {
   let data = null;
   try { data = await response.json(); } catch (e) { data = null; }
   if (!response.ok) {
-    throw new Error(data && data.error ? data.error.message : "The image could not be uploaded (" + response.status + ").");
+    throw new Error(data && data.error ? data.error.message : interpolate(
+      gettext("The image could not be uploaded (%(status)s)."), { status: response.status }, true));
   }
   return data;
 }
@@ -44,7 +46,7 @@ function remove(item) {
 
 function add(file) {
   if (items.length >= maxImages()) {
-    showError("A prompt has at most " + maxImages() + " images.");
+    showError(interpolate(gettext("A prompt has at most %(limit)s images."), { limit: maxImages() }, true));
     return;
   }
   const element = document.createElement("li");
