@@ -1,7 +1,7 @@
 """End to end in Chromium, on a laptop and on a touch phone: a visitor switches to French and
 walks the battle page (terms, a pool battle, a reaction, a vote, the reveal and its share
-link), the leaderboard, the transparency page and a model page, and no English phrase of the
-catalogues is left on any of them."""
+link), the leaderboard, the transparency page, a model page and the red-teaming pages, and no
+English phrase of the catalogues is left on any of them."""
 
 import re
 
@@ -128,5 +128,12 @@ def test_a_french_visitor_sees_no_english_on_the_battle_and_rating_pages(
     page.goto(f"{asgi_server.url}/models/{slug}")
     expect(page.get_by_test_id("model-page")).to_be_visible()
     assert_french(page, phrases, "a model page")
+
+    page.goto(asgi_server.url + "/redteam/")
+    expect(page.get_by_test_id("redteam-live-off")).to_be_visible()
+    assert_french(page, phrases, "the red-teaming page")
+    page.goto(asgi_server.url + "/redteam/leaderboard/")
+    expect(page.get_by_test_id("redteam-transparency")).to_be_visible()
+    assert_french(page, phrases, "the red-team board")
     context.close()
     assert violations == [], "\n".join(violations)

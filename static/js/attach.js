@@ -54,12 +54,13 @@ function add(file) {
   element.setAttribute("data-testid", "attach-item");
   const label = document.createElement("span");
   label.className = "attach-name";
-  label.textContent = (file.name || "Pasted image") + " (uploading…)";
+  const name = file.name || gettext("Pasted image");
+  label.textContent = interpolate(gettext("%(name)s (uploading…)"), { name: name }, true);
   const drop = document.createElement("button");
   drop.type = "button";
   drop.className = "attach-remove";
-  drop.textContent = "Remove";
-  drop.setAttribute("aria-label", "Remove " + (file.name || "the pasted image"));
+  drop.textContent = gettext("Remove");
+  drop.setAttribute("aria-label", interpolate(gettext("Remove %(name)s"), { name: name }, true));
   element.append(label, drop);
   document.getElementById("attach-list").appendChild(element);
   const item = { id: null, element: element, pending: null };
@@ -70,12 +71,13 @@ function add(file) {
     element.dataset.imageId = data.id;
     const thumb = document.createElement("img");
     thumb.src = data.url;
-    thumb.alt = file.name || "Pasted image";
+    thumb.alt = name;
     thumb.width = 48;
     thumb.height = Math.max(1, Math.round(48 * data.height / data.width));
     thumb.className = "attach-thumb";
     element.prepend(thumb);
-    label.textContent = (file.name || "Pasted image") + " (" + data.width + "×" + data.height + ")";
+    label.textContent = interpolate(gettext("%(name)s (%(width)s×%(height)s)"),
+      { name: name, width: data.width, height: data.height }, true);
   }, (error) => {
     remove(item);
     showError(error.message);
