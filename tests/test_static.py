@@ -126,7 +126,7 @@ def test_collectstatic_with_production_settings_writes_hashed_files_and_a_manife
         "js/language.js": [],
         "js/reactions.js": ["./" + Path(manifest["js/i18n.js"]).name],
         "js/share.js": ["./" + Path(manifest["js/i18n.js"]).name],
-        "js/attach.js": [],
+        "js/attach.js": ["./" + Path(manifest["js/i18n.js"]).name],
         "js/run.js": ["./" + Path(manifest["js/i18n.js"]).name],
         "js/pyworker.js": [],
     }
