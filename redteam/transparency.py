@@ -48,6 +48,9 @@ class RedteamTransparency:
 
 def redteam_transparency(snapshot_payload: dict[str, Any] | None) -> RedteamTransparency:
     """The board's transparency section; ``snapshot_payload`` is the newest fit's, if any."""
+    outcome = {state: "broken" for state in SUCCESS_STATES}
+    outcome |= {state: "held" for state in FAILURE_STATES}
+    outcome |= {Attempt.State.ERRORED: "errored", Attempt.State.OPEN: "open"}
     per_model: dict[str, Counter[str]] = {}
     rows = (
         Attempt.objects.order_by()
@@ -57,29 +60,10 @@ def redteam_transparency(snapshot_payload: dict[str, Any] | None) -> RedteamTran
     for name, state, flagged, n in rows:
         counts = per_model.setdefault(name, Counter())
         counts["attempts"] += n
-        if flagged:
-            counts["flagged"] += n
-        elif state in SUCCESS_STATES:
-            counts["broken"] += n
-        elif state in FAILURE_STATES:
-            counts["held"] += n
-        elif state == Attempt.State.ERRORED:
-            counts["errored"] += n
-        elif state == Attempt.State.OPEN:
-            counts["open"] += n
+        counts["flagged" if flagged else outcome[state]] += n
+    fields = ("attempts", "broken", "held", "open", "errored", "flagged")
     models = sorted(
-        (
-            ModelPlayed(
-                name=name,
-                attempts=c["attempts"],
-                broken=c["broken"],
-                held=c["held"],
-                open=c["open"],
-                errored=c["errored"],
-                flagged=c["flagged"],
-            )
-            for name, c in per_model.items()
-        ),
+        (ModelPlayed(name, *(c[f] for f in fields)) for name, c in per_model.items()),
         key=lambda m: (-m.attempts, m.name),
     )
     reasons: Counter[str] = Counter()
