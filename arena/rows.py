@@ -61,6 +61,23 @@ def column(connection: BaseDatabaseWrapper, model: type[Model], name: str) -> st
     return quote(connection, field.column)
 
 
+class Names:
+    """One backend's quoted names, for a statement written by hand: ``q`` an alias, ``table`` a
+    model's table, ``col`` a model's field's column."""
+
+    def __init__(self, connection: BaseDatabaseWrapper) -> None:
+        self.connection = connection
+
+    def q(self, name: str) -> str:
+        return quote(self.connection, name)
+
+    def table(self, model: type[Model]) -> str:
+        return table(self.connection, model)
+
+    def col(self, model: type[Model], name: str) -> str:
+        return column(self.connection, model, name)
+
+
 def for_update_of(connection: BaseDatabaseWrapper, alias: str) -> str:
     """``FOR UPDATE OF alias`` where the backend locks rows (PostgreSQL), else nothing
     (SQLite's transactions already serialise writers): what ``select_for_update(of=...)`` adds."""

@@ -227,6 +227,16 @@ def prompt_image_count() -> Subquery:
     return Subquery(Prompt.objects.filter(pk=OuterRef("prompt_id")).values("image_count")[:1])
 
 
+def prompt_image_count_sql(names: rows.Names, battle_alias: str) -> str:
+    """``prompt_image_count()`` in SQL, for a statement written once (``arena.rows``) that reads
+    the battle under ``battle_alias``."""
+    p, b, prompt = names.q("p"), names.q(battle_alias), names.table(Prompt)
+    return (
+        f"(SELECT {p}.{names.col(Prompt, 'image_count')} FROM {prompt} {p} "  # noqa: S608
+        f"WHERE {p}.{names.col(Prompt, 'id')} = {b}.{names.col(Battle, 'prompt')})"
+    )
+
+
 def _prompt_image_urls(battle: Battle, image_ids: Sequence[uuid.UUID] | None) -> list[str]:
     """The URLs of the battle's prompt's images, in order. No query when the ids are given,
     or the prompt is known to have none: in memory, or its ``image_count`` annotated on the

@@ -11,7 +11,6 @@ streaming, and the battle is streaming), then finished (``battle_turn_finish``: 
 saved and the battle becomes ready to vote, or errored/aborted, which are not votable).
 """
 
-import functools
 import random
 import uuid
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any, cast
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Field, Model
+from django.db.models import Field
 from django.utils import timezone
 from django.utils.translation import gettext
 
@@ -56,6 +55,7 @@ from arena.selectors import (
     battle_payload_by_id,
     battle_pk,
     live_limits,
+    prompt_image_count_sql,
 )
 
 SIDES: tuple[Side, Side] = ("a", "b")
@@ -613,15 +613,10 @@ def _battle_locked_for_finish_sql(connection: BaseDatabaseWrapper) -> str:
     .select_for_update(of=("self",)).annotate(prompt_image_count=...)``, by its key, as one
     statement written once: the models come along for the leak check and their providers for
     the breakers; only the battle's row is locked."""
-    q = functools.partial(rows.quote, connection)
-
-    def col(model: type[Model], name: str) -> str:
-        return rows.column(connection, model, name)
-
-    battle, prompt, model, provider = (
-        rows.table(connection, m) for m in (Battle, Prompt, ArenaModel, Provider)
-    )
-    b, p = q("b"), q("p")
+    names = rows.Names(connection)
+    q, col = names.q, names.col
+    battle, model, provider = (names.table(m) for m in (Battle, ArenaModel, Provider))
+    b = q("b")
     joins = []
     for m, pv, side in (("ma", "pa", "model_a"), ("mb", "pb", "model_b")):
         joins.append(
@@ -632,8 +627,7 @@ def _battle_locked_for_finish_sql(connection: BaseDatabaseWrapper) -> str:
     columns = ", ".join(c.sql(connection) for c in (_MODEL_A, _PROVIDER_A, _MODEL_B, _PROVIDER_B))
     return (
         f"SELECT {_BATTLE.sql(connection)}, "  # noqa: S608  (names from the models' metadata)
-        f"(SELECT {p}.{col(Prompt, 'image_count')} FROM {prompt} {p} "
-        f"WHERE {p}.{col(Prompt, 'id')} = {b}.{col(Battle, 'prompt')}), {columns} "
+        f"{prompt_image_count_sql(names, 'b')}, {columns} "
         f"FROM {battle} {b} {' '.join(joins)} "
         f"WHERE {b}.{col(Battle, 'id')} = %s{rows.for_update_of(connection, 'b')}"
     )

@@ -1,6 +1,5 @@
 """Recording a visitor's vote."""
 
-import functools
 import re
 import uuid
 from dataclasses import dataclass
@@ -10,7 +9,6 @@ from typing import cast
 from django.conf import settings
 from django.db import IntegrityError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Model
 from django.utils import timezone
 from django.utils.translation import gettext
 
@@ -25,12 +23,11 @@ from arena.models import (
     ArenaModel,
     Battle,
     BattleMessage,
-    Prompt,
     TermsAcceptance,
     Vote,
 )
 from arena.payloads import WINNERS, Winner, is_winner
-from arena.selectors import battle_current_messages, battle_pk
+from arena.selectors import battle_current_messages, battle_pk, prompt_image_count_sql
 from arena.services.vote_guards import (
     challenge_required_error,
     vote_caps_release,
@@ -224,14 +221,11 @@ def _battle_locked_sql(connection: BaseDatabaseWrapper) -> str:
     only when the prompt has images): ``Battle.objects.select_for_update(of=("self",))
     .select_related("model_a", "model_b").annotate(has_vote=Exists(...),
     terms_accepted=Exists(...), prompt_image_count=...)`` as one statement written once."""
-    q = functools.partial(rows.quote, connection)
-    battle, vote, terms, prompt, model = (
-        rows.table(connection, m) for m in (Battle, Vote, TermsAcceptance, Prompt, ArenaModel)
+    names = rows.Names(connection)
+    q, col = names.q, names.col
+    battle, vote, terms, model = (
+        names.table(m) for m in (Battle, Vote, TermsAcceptance, ArenaModel)
     )
-
-    def col(model: type[Model], name: str) -> str:
-        return rows.column(connection, model, name)
-
     b, ma, mb = q("b"), q("ma"), q("mb")
     return (
         f"SELECT {_BATTLE.sql(connection)}, "  # noqa: S608  (names from the models' metadata)
@@ -239,8 +233,7 @@ def _battle_locked_sql(connection: BaseDatabaseWrapper) -> str:
         f"WHERE {q('v')}.{col(Vote, 'battle')} = {b}.{col(Battle, 'id')}), "
         f"EXISTS(SELECT 1 FROM {terms} {q('t')} WHERE {q('t')}.{col(TermsAcceptance, 'voter_id')}"
         f" = %s AND {q('t')}.{col(TermsAcceptance, 'terms_version')} = %s), "
-        f"(SELECT {q('p')}.{col(Prompt, 'image_count')} FROM {prompt} {q('p')} "
-        f"WHERE {q('p')}.{col(Prompt, 'id')} = {b}.{col(Battle, 'prompt')}), "
+        f"{prompt_image_count_sql(names, 'b')}, "
         f"{_MODEL_A.sql(connection)}, {_MODEL_B.sql(connection)} "
         f"FROM {battle} {b} "
         f"INNER JOIN {model} {ma} ON {ma}.{col(ArenaModel, 'id')} = {b}.{col(Battle, 'model_a')} "
