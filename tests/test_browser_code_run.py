@@ -62,19 +62,29 @@ def page_violations(violations):
     ]
 
 
-@pytest.mark.parametrize("size", sorted(SIZES))
-def test_code_blocks_run_in_the_browser_sandboxed_and_the_vote_says_so(
-    asgi_server, browser, settings, size
-):
-    settings.ARENA_CODE_RUN_SECONDS = 3
-    prompt = PromptFactory(turns=["Write a loop and a page."])
+def open_pool_battle(asgi_server, browser, size, *, prompt, answer):
+    """A pool battle of two models that both answered ``answer``, open in a new context at
+    ``size`` with the terms accepted; returns the context, the page and the context's list of
+    policy violations."""
+    prompt = PromptFactory(turns=[prompt])
     for model in (ArenaModelFactory(), ArenaModelFactory()):
-        CompletionFactory(prompt=prompt, model=model, turns=[ANSWER])
+        CompletionFactory(prompt=prompt, model=model, turns=[answer])
     context = browser.new_context(**SIZES[size])
     violations = csp_violations(context)
     page = context.new_page()
     page.goto(asgi_server.url + "/")
     page.get_by_test_id("terms-accept").click()
+    return context, page, violations
+
+
+@pytest.mark.parametrize("size", sorted(SIZES))
+def test_code_blocks_run_in_the_browser_sandboxed_and_the_vote_says_so(
+    asgi_server, browser, settings, size
+):
+    settings.ARENA_CODE_RUN_SECONDS = 3
+    context, page, violations = open_pool_battle(
+        asgi_server, browser, size, prompt="Write a loop and a page.", answer=ANSWER
+    )
     side_a = page.get_by_test_id("response-a")
     side_b = page.get_by_test_id("response-b")
     runs_a = side_a.get_by_test_id("code-run")
@@ -185,13 +195,7 @@ def test_a_script_that_loops_forever_leaves_the_page_responsive_and_is_stopped(
     asgi_server, browser, settings, size
 ):
     settings.ARENA_CODE_RUN_SECONDS = 3
-    prompt = PromptFactory(turns=["Spin."])
-    for model in (ArenaModelFactory(), ArenaModelFactory()):
-        CompletionFactory(prompt=prompt, model=model, turns=[JS_LOOP])
-    context = browser.new_context(**SIZES[size])
-    page = context.new_page()
-    page.goto(asgi_server.url + "/")
-    page.get_by_test_id("terms-accept").click()
+    context, page, _ = open_pool_battle(asgi_server, browser, size, prompt="Spin.", answer=JS_LOOP)
     run = page.get_by_test_id("response-a").get_by_test_id("code-run")
     other = page.get_by_test_id("response-b").get_by_test_id("code-run")
     run.get_by_test_id("code-run-button").click()
