@@ -2,34 +2,16 @@
 against the loopback fake upstream, and each bad upload refused on the page with its message."""
 
 import base64
-import io
 
 import pytest
-from PIL import Image
 from playwright.sync_api import expect
 
 from arena.models import ArenaModel, Battle, PromptImage, Vote
 from arena.tests.fake_openai import FakeModel
-from arena.tests.images import bomb_png, png_bytes
-from tests.helpers import csp_violations
+from arena.tests.images import bomb_png, corrupt_png, png_bytes
 from tests.test_browser_live import open_live_page, send_prompt, wait_both_done
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-DEVICES = {
-    "desktop": {"viewport": {"width": 1366, "height": 900}},
-    "phone": {"viewport": {"width": 390, "height": 844}, "has_touch": True, "is_mobile": True},
-}
-
-
-@pytest.fixture(params=sorted(DEVICES))
-def device_page(request, browser):
-    context = browser.new_context(**DEVICES[request.param])
-    violations = csp_violations(context)
-    page = context.new_page()
-    yield page
-    context.close()
-    assert not violations, "Content-Security-Policy violations:\n" + "\n".join(violations)
 
 
 @pytest.fixture
@@ -41,9 +23,9 @@ def vision_models(live_models, fake_upstream):
 
 
 def test_an_image_battle_streams_both_answers_and_the_models_receive_the_image(
-    asgi_server, device_page, fake_upstream, vision_models, media_root
+    asgi_server, sized_page, fake_upstream, vision_models, media_root
 ):
-    page = device_page
+    page = sized_page
     open_live_page(page, asgi_server)
     page.get_by_test_id("attach-input").set_input_files(
         files=[{"name": "square.png", "mimeType": "image/png", "buffer": png_bytes(40, 30)}]
@@ -74,37 +56,23 @@ def test_an_image_battle_streams_both_answers_and_the_models_receive_the_image(
     assert PromptImage.objects.get().battle_id == vote.battle_id
 
 
-def _noisy_png() -> bytes:
-    noisy = Image.effect_noise((300, 200), 80).convert("RGB")
-    out = io.BytesIO()
-    noisy.save(out, format="PNG")
-    return out.getvalue()
-
-
-def _corrupt_png() -> bytes:
-    whole = bytearray(_noisy_png())
-    middle = len(whole) // 2
-    whole[middle : middle + 64] = b"\xff" * 64  # inside the image data: its checksum fails
-    return bytes(whole)
-
-
 # Each bad upload, as a visitor would pick it (a file named .png), and the words of its refusal.
 BAD_UPLOADS = {
     "text renamed png": (lambda: b"plain text\n" * 50, "not a PNG, JPEG, WebP or GIF"),
     "oversize": (lambda: png_bytes(400, 400) + b"\0" * 4096, "larger than 2048 bytes"),
     "decompression bomb": (lambda: bomb_png(12_000), "decompression bomb"),
-    "corrupt": (_corrupt_png, "corrupt or truncated"),
+    "corrupt": (corrupt_png, "corrupt or truncated"),
 }
 
 
 @pytest.mark.parametrize("bad", sorted(BAD_UPLOADS))
 def test_each_bad_upload_is_refused_on_the_page_with_its_message(
-    asgi_server, device_page, vision_models, media_root, settings, bad
+    asgi_server, sized_page, vision_models, media_root, settings, bad
 ):
     if bad == "oversize":
         settings.ARENA_IMAGE_MAX_BYTES = 2048
     make, words = BAD_UPLOADS[bad]
-    page = device_page
+    page = sized_page
     open_live_page(page, asgi_server)
     page.get_by_test_id("attach-input").set_input_files(
         files=[{"name": "picture.png", "mimeType": "image/png", "buffer": make()}]

@@ -30,3 +30,19 @@ def bomb_png(side: int = 12_000) -> bytes:
     out = io.BytesIO()
     image.save(out, format="PNG", optimize=True)
     return out.getvalue()
+
+
+def noisy_png() -> bytes:
+    """A PNG of noise, so its compressed data is long enough to cut or spoil in the middle."""
+    noisy = Image.effect_noise((300, 200), 80).convert("RGB")
+    out = io.BytesIO()
+    noisy.save(out, format="PNG")
+    return out.getvalue()
+
+
+def corrupt_png() -> bytes:
+    """``noisy_png`` with 64 bytes inside its image data overwritten: its checksum fails."""
+    whole = bytearray(noisy_png())
+    middle = len(whole) // 2
+    whole[middle : middle + 64] = b"\xff" * 64
+    return bytes(whole)

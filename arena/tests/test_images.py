@@ -8,7 +8,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from PIL import Image
 
 from arena.models import PromptImage
-from arena.tests.images import bomb_png, jpeg_with_exif, png_bytes
+from arena.tests.images import bomb_png, corrupt_png, jpeg_with_exif, noisy_png, png_bytes
 
 
 def upload(client, data: bytes, name: str = "photo.png", content_type: str = "image/png"):
@@ -109,13 +109,6 @@ def test_an_image_over_the_pixel_limit_is_refused(visitor, media_root, settings)
     assert_refused(response, 400, "more than 1000 pixels", media_root)
 
 
-def noisy_png() -> bytes:
-    noisy = Image.effect_noise((300, 200), 80).convert("RGB")
-    out = io.BytesIO()
-    noisy.save(out, format="PNG")
-    return out.getvalue()
-
-
 def test_a_truncated_file_is_refused(visitor, media_root):
     whole = noisy_png()
 
@@ -125,11 +118,7 @@ def test_a_truncated_file_is_refused(visitor, media_root):
 
 
 def test_a_corrupt_file_is_refused(visitor, media_root):
-    whole = bytearray(noisy_png())
-    middle = len(whole) // 2
-    whole[middle : middle + 64] = b"\xff" * 64  # inside the image data: its checksum fails
-
-    response = upload(visitor, bytes(whole))
+    response = upload(visitor, corrupt_png())
 
     assert_refused(response, 400, "corrupt or truncated", media_root)
 
