@@ -23,20 +23,38 @@ ENGINE_TESTS := ratings/tests/test_engine_*.py ratings/tests/test_style.py \
 
 install: $(VENV)/.installed
 
-# The stamp holds the Python version the virtualenv was built with: another one rebuilds it.
+# Two layers: what the demo runs (requirements/runtime.txt and the client: `make demo`) and, on
+# top, the test, lint and type-checking tools (requirements/dev.txt: `make test`). Each stamp
+# holds the Python version its layer was built with: another one rebuilds the virtualenv.
+ifneq ($(shell cat $(VENV)/.runtime 2>/dev/null),$(PY_VERSION))
+$(VENV)/.runtime: FORCE
+endif
 ifneq ($(shell cat $(VENV)/.installed 2>/dev/null),$(PY_VERSION))
 $(VENV)/.installed: FORCE
 endif
 
+# Packages go in through uv (from the registry, a few seconds for the whole lock) when it can
+# be installed, through pip otherwise; both read the same lock files.
+PIP_INSTALL = if [ -x $(BIN)/uv ]; then $(BIN)/uv pip install --quiet --python $(BIN)/python $(1); \
+	else $(BIN)/pip install --quiet --disable-pip-version-check $(1); fi
+
 # The trainers' package (client/) is installed too, so that the client README's loop runs in this virtualenv.
-$(VENV)/.installed: requirements/runtime.txt requirements/dev.txt client/pyproject.toml
+$(VENV)/.runtime: requirements/runtime.txt client/pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 11) <= v < (3, 14) else "Python 3.11, 3.12 or 3.13 is required, found %d.%d at $(PYTHON); install one or name it: make PYTHON=/path/to/python3.13" % v)'
 	@if [ -x $(BIN)/python ] && [ "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" != "$(PY_VERSION)" ]; then \
 		echo "$(VENV) was built with another Python; rebuilding it with Python $(PY_VERSION)"; rm -rf $(VENV); fi
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/dev.txt
-	$(BIN)/pip install --quiet --disable-pip-version-check -e ./client
-	echo $(PY_VERSION) > $@
+	@test -x $(BIN)/python || { echo "[install] creating the virtualenv $(VENV) (Python $(PY_VERSION))"; $(PYTHON) -m venv $(VENV); }
+	@test -x $(BIN)/uv || { echo "[install] fetching uv, the fast installer"; \
+		$(BIN)/pip install --quiet --disable-pip-version-check uv 2>/dev/null || echo "[install] uv is not available; pip installs instead (slower)"; }
+	@echo "[install] the application's locked dependencies (requirements/runtime.txt)"
+	@$(call PIP_INSTALL,-r requirements/runtime.txt)
+	@$(call PIP_INSTALL,-e ./client)
+	@echo $(PY_VERSION) > $@
+
+$(VENV)/.installed: $(VENV)/.runtime requirements/dev.txt
+	@echo "[install] the test, lint and type-checking tools (requirements/dev.txt)"
+	@$(call PIP_INSTALL,-r requirements/dev.txt)
+	@echo $(PY_VERSION) > $@
 
 FORCE:
 
@@ -50,11 +68,9 @@ $(TRAINERS_VENV)/.installed: requirements/trainers.txt client/pyproject.toml
 	$(TRAINERS_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e ./client
 	touch $@
 
-demo: install
-	mkdir -p var
-	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py load_demo
-	$(BIN)/python manage.py rate_snapshot
+demo: $(VENV)/.runtime
+	@mkdir -p var
+	@$(BIN)/python manage.py demo_setup
 	@echo "Arena demo on http://$(HOST):$(PORT)/  (Ctrl-C to stop; 'make admin' creates a staff user)"
 	ARENA_PYTHON=$(BIN)/python ARENA_HOST=$(HOST) ARENA_PORT=$(PORT) ARENA_WEB_WORKERS=1 bin/serve
 
@@ -160,7 +176,7 @@ messages: install
 compilemessages: install
 	$(BIN)/python manage.py compilemessages -i '.venv*' -i var
 
-serve: install
+serve: $(VENV)/.runtime
 	ARENA_PYTHON=$(BIN)/python ARENA_HOST=$(HOST) ARENA_PORT=$(PORT) ARENA_WEB_WORKERS=1 bin/serve
 
 # Two workers, as docker-compose.yml runs them: `make worker` and `make webhook-worker` (webhook
@@ -174,7 +190,7 @@ webhook-worker: install
 beat: install
 	$(BIN)/celery -A config beat --loglevel INFO
 
-admin: install
+admin: $(VENV)/.runtime
 	$(BIN)/python manage.py createsuperuser
 
 bench: install
