@@ -19,7 +19,7 @@ REWARD_MODEL_TESTS := ratings/tests/test_reward_model_torch.py ratings/tests/tes
 ENGINE_TESTS := ratings/tests/test_engine_*.py ratings/tests/test_style.py \
 	ratings/tests/test_cli_rate.py arena/tests/test_services_*.py arena/tests/test_live_services.py
 
-.PHONY: install install-trainers install-reward-model demo test test-checks test-stream-a test-stream-b test-main test-engine test-multihost test-trainers test-reward-model lint format messages compilemessages serve worker webhook-worker beat admin bench bench-record clean FORCE
+.PHONY: install install-trainers install-reward-model demo test test-checks test-stream-a test-stream-b test-main test-engine test-no-services test-multihost test-trainers test-reward-model lint format messages compilemessages serve worker webhook-worker beat admin bench bench-record clean FORCE
 
 install: $(VENV)/.installed
 
@@ -111,6 +111,18 @@ test-stream-b: install
 		$(BIN)/pytest -m "$(STREAM_B_MARKS)"
 	@if [ -n "$(TRAINERS_PYTHON)" ]; then $(MAKE) --no-print-directory test-trainers; \
 	else echo "No Python 3.11: the trainers' suite is left out"; fi
+
+# Stream A as a machine without PostgreSQL and Redis runs it: DATABASE_URL and REDIS_URL unset
+# (SQLite, the in-memory channel layer, eager tasks), the services' own tests skipping with their
+# reason. As root it runs in a network namespace of its own, where nothing listens on loopback,
+# so that a test reaching a local PostgreSQL or Redis by accident fails here as it would there.
+NO_SERVICES_PYTEST = env -u DATABASE_URL -u REDIS_URL -u ARENA_REQUIRE_SERVICES $(BIN)/pytest -m "$(STREAM_A_MARKS)"
+test-no-services: install
+	@mkdir -p var
+	@if [ "$$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then \
+		echo "[no services] in a network namespace of its own: no PostgreSQL, no Redis"; \
+		unshare -n sh -c 'ip link set lo up && exec $(NO_SERVICES_PYTEST)'; \
+	else echo "[no services] DATABASE_URL and REDIS_URL unset"; $(NO_SERVICES_PYTEST); fi
 
 # Lint, types, import contracts and the migrations check: what both streams start from.
 test-checks: install
