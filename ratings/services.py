@@ -63,6 +63,7 @@ from django.db import connection, transaction
 
 from arena.sampling.stats import sampling_stats_snapshot_id
 from arena.sampling.store import sampling_stats_store
+from arena.signals import after_commit
 from arena.transparency import models_served, served_summary_json, votes_excluded_counts
 from ratings import engine
 from ratings.models import LeaderboardSnapshot
@@ -465,7 +466,7 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
             duration_seconds=time.monotonic() - started,
             payload=payload,
         )
-        transaction.on_commit(lambda: sampling_publish(snapshot))
+        after_commit(lambda: sampling_publish(snapshot))
     logger.info(
         "ratings: snapshot %s from %s votes in %.2fs",
         snapshot.pk,
