@@ -62,6 +62,7 @@ from arena.models import (
     Provider,
 )
 from arena.selectors import Limits, live_limits
+from arena.signals import after_commit
 
 Scope = Literal["pool", "env", "live"]
 GENERATION_KEYS: dict[Scope, str] = {
@@ -347,7 +348,7 @@ def generation_bump_now_and_after_commit(scope: Scope) -> None:
         return
     generation_bump(scope)
     if transaction.get_connection().in_atomic_block:
-        transaction.on_commit(lambda: generation_bump(scope))
+        after_commit(lambda: generation_bump(scope))
 
 
 @receiver(post_save, sender=ArenaModel, dispatch_uid="arena.pool_cache.model_saved")

@@ -4,7 +4,27 @@ Sent from ``arena.services.votes.vote_record`` once the vote's transaction commi
 app connects its receiver in ``RatingsConfig.ready``, so notifying it needs no import of it here.
 """
 
+from collections.abc import Callable
+from typing import Any
+
+from django.db import transaction
 from django.dispatch import Signal
+
+
+def after_commit(work: Callable[[], object]) -> None:
+    """Run ``work`` once the current transaction commits (at once outside one), where its
+    failure is logged with its traceback and never raised: what was committed stays answered
+    as committed (a vote stays recorded, its daily cap stays taken)."""
+    transaction.on_commit(work, robust=True)
+
+
+def send_after_commit(signal: Signal, *, sender: Any, **kwargs: Any) -> None:
+    """Send ``signal`` once the current transaction commits, to every receiver even when one
+    raises: ``Signal.send_robust`` logs each receiver's failure with its traceback
+    (``django.dispatch``), and a receiver's bug never changes the answer to the committed
+    write."""
+    after_commit(lambda: signal.send_robust(sender=sender, **kwargs))
+
 
 # Sent after the transaction that recorded a vote commits. kwargs: vote_id, battle_id, source
 # (the battle's ``Battle.Source``: receivers tell an environment battle's vote without a query).

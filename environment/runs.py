@@ -38,7 +38,7 @@ from answer_style.counts import style_counts
 from arena.errors import ArenaError, ErrorCode
 from arena.inputs import json_too_deep, text_problem
 from arena.models import ApiToken, ArenaModel, Completion, Prompt
-from arena.signals import env_submission_created
+from arena.signals import after_commit, env_submission_created, send_after_commit
 from environment.model_rewards import model_rewards_check
 from environment.models import EnvCompletion, EnvRun, EnvSubmission
 from environment.outbound import OutboundRefused, OutboundUnresolved, outbound_check
@@ -487,13 +487,13 @@ def env_submission_create(
                 raise
             return _replay(existing, group)
         submission_id = submission.pk
-        transaction.on_commit(lambda: references_request(submission_id=submission_id))
+        after_commit(lambda: references_request(submission_id=submission_id))
         if locked.reward_model:
-            run_id = locked.pk
-            transaction.on_commit(
-                lambda: env_submission_created.send(
-                    sender=EnvSubmission, submission_id=submission_id, run_id=run_id
-                )
+            send_after_commit(
+                env_submission_created,
+                sender=EnvSubmission,
+                submission_id=submission_id,
+                run_id=locked.pk,
             )
     return submission, True
 

@@ -11,6 +11,7 @@ from ninja import Field, Query, Router, Schema
 from pydantic import ConfigDict
 
 from ratings import views
+from ratings.payload import ViewReasonCode
 
 router = Router(tags=["leaderboard"])
 
@@ -117,11 +118,21 @@ class Matrices(Schema):
     predicted_win_probability: list[list[float | None]] | None = None
 
 
+class ReasonCodeOut(_Out):
+    """Why the view is not rated, as a code and its figures (``ratings.payload.ViewReason``)."""
+
+    code: ViewReasonCode
+    votes: Annotated[int, Field(ge=0)] | None = None
+    needed: Annotated[int, Field(ge=0)] | None = None
+    error: str | None = Field(None, description="The rating engine's exception class, if any.")
+
+
 class LeaderboardOut(_Out):
     snapshot: SnapshotOut
     category: CategoryOut
     status: Literal["ok", "insufficient"]
-    reason: str
+    reason: str = Field(description="Why the view is not rated, in English words.")
+    reason_code: ReasonCodeOut | None
     style_control: bool
     models: list[RatedModel]
     provisional: list[ProvisionalModel]

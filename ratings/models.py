@@ -20,9 +20,9 @@ class LeaderboardSnapshot(models.Model):
         {"schema": 3,
          "models": {slug: {"name", "organization", "license", "active"}},
          "categories": [{"key", "label", "description", "n_votes", "status": "ok"|"insufficient",
-                         "reason", "results": {"on": <engine result>|null,
-                                               "off": <engine result>|null},
-                         "reasons": {"on"|"off": why that fit is missing} (only if one is),
+                         "reason": <reason>|"", "results": {"on": <engine result>|null,
+                                                             "off": <engine result>|null},
+                         "reasons": {"on"|"off": <reason>} (only if a fit is missing),
                          "provisional": {"on"|"off": [<provisional>]} (for a missing fit)}],
          "excluded": {"named", "flagged", "by_reason": {reason: n},
                       "duplicate_prompts": {"votes", "prompts", "cap"}} (votes left out),
@@ -31,6 +31,8 @@ class LeaderboardSnapshot(models.Model):
     ``<engine result>`` is ``ratings.engine.rate``'s dictionary, restricted to public models;
     its ``provisional`` list, and the category's for a view without a fit, hold
     ``{"model", "battles", "wins", "losses", "ties", "reason"}`` (``ratings.services``).
+    ``<reason>`` is ``ratings.payload.ViewReason``, a code and its figures (from schema 6; an
+    English sentence before), worded by ``ratings.category_text.view_reason_text``.
     Rows are never updated: ``save`` refuses an existing row and a database trigger (migration
     0002) refuses ``UPDATE`` statements from anywhere else.
     """

@@ -18,7 +18,9 @@ from ratings.engine import ModelRatingDict, RatingResultDict
 #    (e.g. an anchor that could not serve) in each result's ``method``.
 # 5: ``records`` (each pair's rated outcomes) and ``served`` (what /transparency lists), so
 #    that the pages read them from the snapshot instead of counting votes per visit.
-PAYLOAD_SCHEMA = 5
+# 6: a category's ``reason`` and ``reasons`` are codes with their figures (``ViewReason``),
+#    worded by the pages in their language; before, English sentences.
+PAYLOAD_SCHEMA = 6
 
 #: Why a model is listed as provisional in a snapshot: the engine's reasons, and ``few_votes``
 #: for a model in a view that has too few votes to rate anyone.
@@ -26,6 +28,23 @@ SnapshotReason = Literal["no_losses", "no_wins", "not_connected", "few_votes"]
 
 #: ``"insufficient"`` when neither style setting could be rated (or too few votes).
 CategoryStatus = Literal["ok", "insufficient"]
+
+#: Why a category, or one style setting of it, is not rated: ``too_few_votes`` (fewer than
+#: ``needed`` votes), ``too_few_models`` (its votes compare fewer than two models),
+#: ``no_comparable_models`` (each model won every comparison, lost every one, or met none of
+#: the others), ``fit_failed`` (the engine found no ratings: its exception's class name only,
+#: its text is logged, never stored).
+ViewReasonCode = Literal["too_few_votes", "too_few_models", "no_comparable_models", "fit_failed"]
+
+
+class ViewReason(TypedDict):
+    """A reason as a snapshot stores it: a code and its figures, worded where it is shown
+    (``ratings.category_text.view_reason_text``)."""
+
+    code: ViewReasonCode
+    votes: NotRequired[int]
+    needed: NotRequired[int]
+    error: NotRequired[str]
 
 
 class ProvisionalEntry(TypedDict):
@@ -60,9 +79,10 @@ class CategoryEntry(TypedDict):
     description: str
     n_votes: int
     status: CategoryStatus
-    reason: str  # why the category is insufficient; "" when it is "ok"
+    # Why the category is insufficient; "" when it is "ok" (an English sentence before schema 6).
+    reason: ViewReason | str
     results: dict[str, RatingResultDict | None]  # by style setting
-    reasons: NotRequired[dict[str, str]]  # by style setting, for views that are not rated
+    reasons: NotRequired[dict[str, ViewReason | str]]  # by style setting, for views not rated
     provisional: NotRequired[dict[str, list[ProvisionalEntry]]]  # same, every model listed
 
 

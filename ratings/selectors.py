@@ -17,9 +17,16 @@ from django.utils.translation import gettext_noop
 
 from arena.models import ArenaModel
 from arena.selectors import SourceCap, votes_for_rating
+from ratings.category_text import view_reason, view_reason_text
 from ratings.engine import ModelRatingDict, RatingResultDict
 from ratings.models import LeaderboardSnapshot
-from ratings.payload import CategoryEntry, ModelMeta, ProvisionalEntry, SnapshotPayload
+from ratings.payload import (
+    CategoryEntry,
+    ModelMeta,
+    ProvisionalEntry,
+    SnapshotPayload,
+    ViewReason,
+)
 
 STYLE_OPTIONS = ("on", "off")
 DEFAULT_CATEGORY = "overall"
@@ -130,10 +137,23 @@ class LeaderboardView:
     provisional: list[ProvisionalRow]  # models not rated in this view, with record and reason
 
     @property
-    def reason(self) -> str:
-        """Why this view has no result (a category or one style setting short of votes)."""
+    def stored_reason(self) -> ViewReason | str:
+        """Why this view has no result (a category or one style setting short of votes), as
+        the snapshot stores it: a code and its figures, or an older snapshot's sentence."""
         reasons = self.category.get("reasons") or {}
-        return str(reasons.get(self.style) or self.category.get("reason") or "")
+        return reasons.get(self.style) or self.category.get("reason") or ""
+
+    @property
+    def reason_code(self) -> ViewReason | None:
+        """``stored_reason`` as a code (an older snapshot's known sentences read back)."""
+        return view_reason(self.stored_reason)
+
+    @property
+    def reason(self) -> str:
+        """Why this view has no result, in the active language ("" when the snapshot stores
+        none, or an older sentence this code does not know: the page then says it generally)."""
+        code = self.reason_code
+        return view_reason_text(code) if code is not None else ""
 
     @property
     def warnings(self) -> list[str]:

@@ -63,6 +63,7 @@ from django.db import connection, transaction
 
 from arena.sampling.stats import sampling_stats_snapshot_id
 from arena.sampling.store import sampling_stats_store
+from arena.signals import after_commit
 from arena.transparency import models_served, served_summary_json, votes_excluded_counts
 from ratings import engine
 from ratings.models import LeaderboardSnapshot
@@ -75,6 +76,7 @@ from ratings.payload import (
     SamplingInputs,
     SnapshotPayload,
     SnapshotReason,
+    ViewReason,
 )
 from ratings.selectors import models_metadata, snapshot_latest, source_cap
 from ratings.vote_sources import (
@@ -249,8 +251,9 @@ def _payload(
         if n_votes < params["min_category_votes"] or n_models < 2:
             entry["status"] = "insufficient"
             entry["reason"] = (
-                f"Not enough votes yet: {n_votes} votes over {n_models} models "
-                f"(at least {params['min_category_votes']} votes and 2 models are needed)."
+                ViewReason(code="too_few_votes", votes=n_votes, needed=params["min_category_votes"])
+                if n_votes < params["min_category_votes"]
+                else ViewReason(code="too_few_models", votes=n_votes)
             )
             entry["provisional"] = {
                 style: _everyone_provisional(votes.view(category, style), public)
@@ -258,7 +261,7 @@ def _payload(
             }
             categories.append(entry)
             continue
-        reasons: dict[str, str] = {}
+        reasons: dict[str, ViewReason | str] = {}
         provisional: dict[str, list[ProvisionalEntry]] = {}
         for style in STYLES:
             try:
@@ -267,15 +270,13 @@ def _payload(
                 # Too few votes to rate this view: an ordinary state, listed, not an error.
                 logger.info("ratings: %s, style %s not rated: %s", category.key, style, exc)
                 if exc.provisional:
-                    reasons[style] = (
-                        "No two models can be rated yet: each model in this view has won every "
-                        "comparison, lost every one, or not met the others."
-                    )
+                    reasons[style] = ViewReason(code="no_comparable_models")
                     provisional[style] = [
                         _entry(e.model, e, e.reason) for e in exc.provisional if e.model in public
                     ]
                 else:
-                    reasons[style] = f"Not enough votes yet to rate this view ({exc})."
+                    # The exception's text is the log's (above), never the visitors'.
+                    reasons[style] = ViewReason(code="fit_failed", error=type(exc).__name__)
                     provisional[style] = _everyone_provisional(votes.view(category, style), public)
                 continue
             except Exception:
@@ -465,7 +466,7 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
             duration_seconds=time.monotonic() - started,
             payload=payload,
         )
-        transaction.on_commit(lambda: sampling_publish(snapshot))
+        after_commit(lambda: sampling_publish(snapshot))
     logger.info(
         "ratings: snapshot %s from %s votes in %.2fs",
         snapshot.pk,

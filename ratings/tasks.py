@@ -21,6 +21,7 @@ from django.core.cache import cache
 from django.db import connections, transaction
 
 from arena.models import Battle
+from arena.signals import after_commit
 from environment.rewards import env_rewards_update, env_submissions_behind
 from environment.selectors import env_battle_submission
 
@@ -53,7 +54,7 @@ def snapshot_refresh(force: bool = False) -> dict[str, Any]:
 
 def snapshot_refresh_enqueue(*, force: bool = False) -> None:
     """Queue a refresh once the current transaction commits (immediately outside one)."""
-    transaction.on_commit(lambda: snapshot_refresh.apply_async(kwargs={"force": force}))
+    after_commit(lambda: snapshot_refresh.apply_async(kwargs={"force": force}))
 
 
 def snapshot_refresh_after_vote(**kwargs: Any) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.utils import translation
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.translation import get_language, gettext, gettext_lazy, ngettext
@@ -346,6 +347,13 @@ def leaderboard_json(request: HttpRequest) -> HttpResponse:
     return response
 
 
+def _english_reason(view: LeaderboardView) -> str:
+    if view.reason_code is None:
+        return str(view.stored_reason or "")
+    with translation.override("en"):
+        return view.reason
+
+
 def _json_text(view: LeaderboardView) -> str:
     """The download's body, as ``JsonResponse`` would write it."""
     snapshot = view.snapshot
@@ -365,7 +373,10 @@ def _json_text(view: LeaderboardView) -> str:
         },
         "category": {k: category[k] for k in ("key", "label", "description", "n_votes")},
         "status": "ok" if view.result else "insufficient",
-        "reason": view.reason,
+        # The reason as a code with its figures, and in English words (downloads are never
+        # localised); an older snapshot's sentence this code does not know, as stored.
+        "reason_code": view.reason_code,
+        "reason": _english_reason(view),
         "style_control": view.style == "on",
         "models": [_pick(row, RATED_FIELDS) for row in view.rows],
         "provisional": [_pick(row, PROVISIONAL_FIELDS) for row in view.provisional],

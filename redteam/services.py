@@ -37,6 +37,7 @@ from arena.live.upstream import Answer, UpstreamTarget
 from arena.models import ArenaModel
 from arena.selectors import live_limits, terms_accepted
 from arena.services.vote_guards import challenge_required_error
+from arena.signals import send_after_commit
 from redteam.judges import JudgeVerdict, judge_model_ask, phrase_judge, secret_judge
 from redteam.models import Attempt, AttemptTurn, Challenge
 from redteam.payloads import AttemptJson, ChallengeJson, TurnJson
@@ -313,9 +314,7 @@ def _end(attempt: Attempt, state: str, reason: str = "") -> None:
     attempt.ended_at = timezone.now()
     attempt.save(update_fields=["state", "verdict_reason", "evidence", "ended_at"])
     attempt_id = attempt.pk
-    transaction.on_commit(
-        lambda: attempt_ended.send(sender=Attempt, attempt_id=attempt_id, state=state)
-    )
+    send_after_commit(attempt_ended, sender=Attempt, attempt_id=attempt_id, state=state)
 
 
 def _out_of_limits(attempt: Attempt, turns_used: int) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
-from django.db import transaction
+
+from arena.signals import after_commit
 
 
 @shared_task(  # type: ignore[untyped-decorator]
@@ -28,4 +29,4 @@ def refit(force: bool = False) -> dict[str, Any]:
 
 def refit_enqueue() -> None:
     """Queue a refit once the current transaction commits."""
-    transaction.on_commit(lambda: refit.apply_async())
+    after_commit(lambda: refit.apply_async())

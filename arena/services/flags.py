@@ -11,16 +11,14 @@ from collections.abc import Iterable
 from django.db import transaction
 
 from arena.models import Battle, Vote
-from arena.signals import vote_flags_changed
+from arena.signals import send_after_commit, vote_flags_changed
 
 ANOMALOUS_VOTER = "anomalous_voter"
 
 
 def _announce(vote_ids: list[int], reason: str) -> None:
     if vote_ids:
-        transaction.on_commit(
-            lambda: vote_flags_changed.send(sender=Vote, vote_ids=vote_ids, reason=reason)
-        )
+        send_after_commit(vote_flags_changed, sender=Vote, vote_ids=vote_ids, reason=reason)
 
 
 def votes_flag(*, vote_ids: Iterable[int], reason: str) -> list[int]:

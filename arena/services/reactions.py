@@ -6,7 +6,7 @@ from django.utils.translation import gettext_noop
 from arena.errors import ArenaError, ErrorCode
 from arena.models import Battle, Reaction, ReactionTag, Vote
 from arena.selectors import battle_for_session
-from arena.signals import counted_reaction_changed
+from arena.signals import counted_reaction_changed, send_after_commit
 
 # The reasons ComparIA offers with a reaction: what a new arena starts with (the migration that
 # made the table wrote the same list), and what ``reaction_tags_seed`` restores.
@@ -79,9 +79,7 @@ def reaction_set(
         counted = Reaction.objects.filter(battle=battle, side=side, after_reveal=False)
         if voted and counted.exists():
             # The reaction the verdict may have read stops counting: say so once committed.
-            transaction.on_commit(
-                lambda: counted_reaction_changed.send(sender=Reaction, battle_id=battle.pk)
-            )
+            send_after_commit(counted_reaction_changed, sender=Reaction, battle_id=battle.pk)
         if liked is None:
             Reaction.objects.filter(battle=battle, side=side).delete()
             return None

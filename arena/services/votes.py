@@ -33,7 +33,7 @@ from arena.services.vote_guards import (
     vote_caps_release,
     vote_caps_take,
 )
-from arena.signals import vote_recorded
+from arena.signals import send_after_commit, vote_recorded
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,8 @@ def vote_cast(
     """A visitor's vote as the vote API and the battle socket take it: the proof-of-work
     challenge (``challenge_passed``: the session's mark, read fresh by the caller), the daily
     caps taken (``vote_caps_take``), then ``vote_record``; the caps are given back when the vote
-    is not recorded, so a refused vote costs the visitor nothing of them.
+    is not recorded, so a refused vote costs the visitor nothing of them. Nothing after the
+    vote's commit raises here (its listeners are told robustly), so a recorded vote keeps them.
 
     Raises challenge_required (ARENA_CHALLENGE on, none solved), vote_cap, and what
     ``vote_record`` raises. The per-address rate limit is the caller's (django-ratelimit's
@@ -199,10 +200,12 @@ def _vote_record(
             rows.insert(vote, using=locked.using)
             battle.state = Battle.State.VOTED
             rows.update_fields([battle], ["state", "updated_at"], using=locked.using)
-            transaction.on_commit(
-                lambda: vote_recorded.send(
-                    sender=Vote, vote_id=vote.pk, battle_id=battle.pk, source=battle.source
-                )
+            send_after_commit(
+                vote_recorded,
+                sender=Vote,
+                vote_id=vote.pk,
+                battle_id=battle.pk,
+                source=battle.source,
             )
     except IntegrityError:
         raise ArenaError(ErrorCode.ALREADY_VOTED, ALREADY_VOTED_MESSAGE, status=409) from None

@@ -1,5 +1,6 @@
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import time_machine
@@ -7,6 +8,7 @@ from django.test import Client
 
 from arena.api import VOTER_SESSION_KEY
 from arena.services.terms import terms_accept
+from arena.signals import vote_recorded
 
 
 @pytest.fixture
@@ -45,3 +47,30 @@ def frozen_clock() -> Iterator[time_machine.Traveller]:
     """
     with time_machine.travel(time.time(), tick=False) as traveller:
         yield traveller
+
+
+class ListenerBroke(Exception):
+    """What a receiver of ``vote_recorded`` with a bug raises."""
+
+
+@pytest.fixture
+def broken_vote_listener(caplog) -> Iterator[Callable[[], list[logging.LogRecord]]]:
+    """A ``vote_recorded`` receiver that raises, connected for the test; gives the error records
+    logged with that exception's traceback."""
+
+    def listener(**kwargs: object) -> None:
+        raise ListenerBroke("a listener's bug")
+
+    def failures() -> list[logging.LogRecord]:
+        return [
+            r
+            for r in caplog.records
+            if r.levelno >= logging.ERROR
+            and r.exc_info
+            and isinstance(r.exc_info[1], ListenerBroke)
+        ]
+
+    vote_recorded.connect(listener, dispatch_uid="test.broken_vote_listener")
+    caplog.set_level(logging.ERROR)
+    yield failures
+    vote_recorded.disconnect(dispatch_uid="test.broken_vote_listener")

@@ -218,6 +218,22 @@ async def test_the_daily_cap_refuses_a_socket_vote_and_a_refused_vote_gives_its_
     await comm.disconnect()
 
 
+@pytest.mark.postgres
+async def test_a_listener_failing_after_commit_leaves_a_socket_vote_voted_and_counted(
+    settings, fake_upstream, live_models, broken_vote_listener
+):
+    settings.ARENA_VOTES_PER_SESSION_PER_DAY = 1
+    comm = await socket(await new_session())
+    first = await ready_battle(comm, fake_upstream, live_models)
+    answer = await vote(comm, first["id"])
+    assert answer["type"] == "voted", answer
+    assert [v.winner for v in await votes_of(first["id"])] == ["model_a"]
+    assert broken_vote_listener()
+    second = await ready_battle(comm, fake_upstream, live_models)
+    assert_refused(await vote(comm, second["id"]), "vote_cap", second["id"])
+    await comm.disconnect()
+
+
 async def test_the_per_address_rate_limit_counts_socket_and_http_votes_together(
     settings, fake_upstream, live_models
 ):

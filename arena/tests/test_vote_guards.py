@@ -97,6 +97,25 @@ def test_the_caps_start_again_at_midnight_utc(settings, pool):
     assert Vote.objects.count() == 2
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)  # the vote commits, so its after-commit work runs
+def test_a_listener_failing_after_commit_neither_fails_the_vote_nor_gives_its_cap_back(
+    settings, pool, broken_vote_listener
+):
+    settings.ARENA_VOTES_PER_SESSION_PER_DAY = 1
+    visitor = new_visitor()
+    visitor.raise_request_exception = False
+    answer = battle_and_vote(visitor)
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["state"] == "voted"
+    assert Vote.objects.count() == 1
+    assert broken_vote_listener(), "the receiver's failure is logged with its traceback"
+    # The committed vote keeps its place in the day's cap.
+    over = battle_and_vote(visitor)
+    assert over.status_code == 429 and over.json()["error"]["code"] == "vote_cap"
+    assert Vote.objects.count() == 1
+
+
 @pytest.mark.redis
 def test_caps_are_counted_in_redis_under_the_salted_ip_hash_never_the_raw_ip(settings, pool):
     if "Redis" not in django_settings.CACHES["default"]["BACKEND"]:

@@ -3,12 +3,15 @@
 import csv
 import io
 import json
+import logging
 import re
 from unittest import mock
 
 import pytest
 
 from ratings import engine, plots, services
+from ratings.api import LeaderboardOut
+from ratings.models import LeaderboardSnapshot
 
 
 @pytest.fixture(autouse=True)
@@ -110,6 +113,87 @@ def test_category_select_shows_that_category_or_its_lack_of_votes(client, snapsh
     assert "Not enough votes" in coding and 'data-testid="leaderboard-table"' not in coding
     assert '<option value="overall" selected>' in unknown
     assert 'data-testid="leaderboard-table"' in unknown
+
+
+def insufficient_section(html: str) -> str:
+    return html.split('data-testid="category-insufficient"', 1)[1].split("</section>", 1)[0]
+
+
+def category_of(snapshot, key: str) -> dict:
+    return next(c for c in snapshot.payload["categories"] if c["key"] == key)
+
+
+def test_a_category_short_of_votes_is_worded_in_french_with_its_figures(
+    client, snapshot, no_engine
+):
+    coding = category_of(snapshot, "coding")
+    assert coding["reason"] == {"code": "too_few_votes", "votes": coding["n_votes"], "needed": 10}
+
+    html = client.get("/leaderboard?category=coding", HTTP_ACCEPT_LANGUAGE="fr").content.decode()
+
+    section = insufficient_section(html)
+    assert f"{coding['n_votes']} des 10 votes qu’il faut pour classer cette catégorie" in section
+    assert "Not enough votes" not in html and "votes over" not in html
+    english = client.get("/leaderboard?category=coding").content.decode()
+    assert f"{coding['n_votes']} of the 10 votes this category needs" in english
+
+
+def test_the_json_download_gives_the_reasons_code_and_its_english_words(
+    client, snapshot, no_engine
+):
+    body = client.get(
+        "/leaderboard.json?category=coding", HTTP_ACCEPT_LANGUAGE="fr"
+    ).json()  # downloads are never localised
+    votes = category_of(snapshot, "coding")["n_votes"]
+    assert body["reason_code"] == {"code": "too_few_votes", "votes": votes, "needed": 10}
+    assert body["reason"].startswith("Not enough votes yet: ")
+    LeaderboardOut.model_validate(body)  # as the API document describes it
+
+
+def test_an_engine_exceptions_text_is_logged_never_stored_or_shown(client, rated_models, caplog):
+    raw = "raw engine words <b>7</b>"
+    with (
+        mock.patch.object(
+            services.FrameVotes, "fit", side_effect=engine.CannotRateError(raw), autospec=True
+        ),
+        caplog.at_level(logging.INFO, logger="ratings.services"),
+    ):
+        snapshot = services.snapshot_refresh().snapshot
+
+    overall = category_of(snapshot, "overall")
+    assert overall["status"] == "insufficient"
+    failed = {"code": "fit_failed", "error": "CannotRateError"}
+    assert overall["reason"] == failed and overall["reasons"] == {"on": failed, "off": failed}
+    assert "raw engine words" not in json.dumps(snapshot.payload)
+    assert any("raw engine words" in r.getMessage() for r in caplog.records)
+    for language in ("en", "fr"):
+        html = client.get("/leaderboard", HTTP_ACCEPT_LANGUAGE=language).content.decode()
+        assert "raw engine words" not in html and "CannotRateError" not in html
+    french = client.get("/leaderboard", HTTP_ACCEPT_LANGUAGE="fr").content.decode()
+    assert "Pas encore assez de votes pour classer cette vue" in insufficient_section(french)
+
+
+def test_a_snapshot_written_with_english_sentences_is_still_worded_in_french(
+    client, snapshot, no_engine
+):
+    old = json.loads(json.dumps(snapshot.payload))
+    coding = next(c for c in old["categories"] if c["key"] == "coding")
+    coding["reason"] = (
+        "Not enough votes yet: 3 votes over 2 models (at least 50 votes and 2 models are needed)."
+    )
+    LeaderboardSnapshot.objects.create(
+        vote_high_water=snapshot.vote_high_water + 1,
+        n_votes=snapshot.n_votes,
+        params=snapshot.params,
+        params_digest=snapshot.params_digest,
+        duration_seconds=0,
+        payload=old,
+    )
+
+    html = client.get("/leaderboard?category=coding", HTTP_ACCEPT_LANGUAGE="fr").content.decode()
+
+    assert "3 des 50 votes qu’il faut pour classer cette catégorie" in insufficient_section(html)
+    assert "Not enough votes" not in html
 
 
 def test_a_deactivated_model_is_still_listed_and_marked_retired(client, rated_models):

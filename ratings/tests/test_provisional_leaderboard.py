@@ -99,7 +99,8 @@ def test_no_two_ratable_models_mark_the_category_and_list_everyone(db, make_vote
     category = overall(services.snapshot_refresh().snapshot)
 
     assert category["status"] == "insufficient"
-    assert "No two models can be rated yet" in category["reason"]
+    assert category["reason"] == {"code": "no_comparable_models"}
+    assert category["reasons"] == {"on": category["reason"], "off": category["reason"]}
     assert {e["model"]: e["reason"] for e in category["provisional"]["off"]} == {
         "a": "no_losses",
         "b": "no_wins",

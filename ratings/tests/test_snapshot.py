@@ -129,13 +129,19 @@ def test_named_and_flagged_votes_are_not_rated(rated_models, make_vote):
     assert category(snapshot, "overall")["n_votes"] == 60
 
 
-def test_a_category_with_too_few_votes_is_marked_and_the_rest_is_still_written(rated_models):
+def test_a_category_with_too_few_votes_is_marked_and_the_rest_is_still_written(
+    rated_models, settings
+):
     snapshot = services.snapshot_refresh().snapshot
 
     coding = category(snapshot, "coding")
     assert coding["status"] == "insufficient"
     assert coding["results"] == {"on": None, "off": None}
-    assert "Not enough votes" in coding["reason"]
+    assert coding["reason"] == {
+        "code": "too_few_votes",
+        "votes": coding["n_votes"],
+        "needed": settings.RATINGS_MIN_CATEGORY_VOTES,
+    }
     assert category(snapshot, "overall")["status"] == "ok"
 
 
