@@ -83,6 +83,14 @@ def origin_allowed(scope: dict[str, Any]) -> bool:
     return _trusted(origin)
 
 
+class _Denier(WebsocketDenier):  # type: ignore[misc]  # channels is untyped
+    """Channels' denier without the channel layer it subscribes to by default: a refused
+    handshake reaches nothing (no channel layer, no session, no database), so a Redis that is
+    down is not polled, and logged as failing, for every handshake from a foreign page."""
+
+    channel_layer_alias = None
+
+
 class SameOriginValidator:
     """ASGI middleware for websockets: a handshake from another origin is denied (HTTP 403)."""
 
@@ -94,4 +102,4 @@ class SameOriginValidator:
             raise ValueError("SameOriginValidator serves websocket connections only")
         if origin_allowed(scope):
             return await self.application(scope, receive, send)
-        return await WebsocketDenier()(scope, receive, send)
+        return await _Denier()(scope, receive, send)

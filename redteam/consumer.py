@@ -18,41 +18,30 @@ Frames to the page:
 - ``error``       {code, message, field}  an ``ArenaError`` (``arena.errors``), as the battle
                   socket sends them; ``server_error`` for anything unexpected (logged)
 
-As the battle socket (``arena.live.consumer``): the session is the visitor's, the socket counts
-against its address's socket cap, frames are bounded in size, and tokens go from this
-consumer's own task straight to the socket; on ``stop`` or disconnect the upstream call is
-cancelled and what was produced is saved (and judged).
+Admission, frame intake, the idle clock, the caps and the close codes are the base every arena
+socket shares (``arena.live.websocket``): the session is the visitor's, the socket counts
+against its address's socket cap together with the battle sockets, frames are bounded in size,
+and a socket with no frame and nothing streaming for ``ARENA_WS_IDLE_SECONDS`` is closed (the
+page opens a new one when it next sends). Tokens go from this consumer's own task straight to
+the socket; on ``stop`` or disconnect the upstream call is cancelled and what was produced is
+saved (and judged).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
-from collections.abc import Mapping
 from importlib import import_module
 from typing import Any
 
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
-from django.utils import translation
 from django.utils.translation import gettext
 
 from arena.api import VOTER_SESSION_KEY
-from arena.errors import ArenaError, ErrorCode, still_streaming
-from arena.inputs import json_parse
-from arena.live.consumer import (
-    CLOSE_TOO_BIG,
-    CLOSE_TOO_MANY_SOCKETS,
-    frame_too_large_frame,
-    scope_language,
-    server_error_frame,
-    too_many_sockets_frame,
-)
-from arena.live.runtime import db, socket_counts
-from arena.live.sockets import SocketTicket, socket_admit, socket_release
-from arena.live.upstream import Answer, stream_answer
+from arena.errors import ArenaError, ErrorCode
+from arena.live.runtime import db
+from arena.live.upstream import Answer
+from arena.live.websocket import ArenaSocket, header, server_error_frame, unknown_frame
 from arena.services.vote_guards import CHALLENGE_SESSION_KEY
 from redteam.judges import judge_failed
 from redteam.services import (
@@ -79,78 +68,12 @@ def _session(session_key: str) -> tuple[str, bool]:
     return str(store.get(VOTER_SESSION_KEY) or ""), bool(store.get(CHALLENGE_SESSION_KEY))
 
 
-def _socket_open(session: Any, client_ip: str | None) -> tuple[str, SocketTicket | None]:
-    session_key = ""
-    if session is not None and getattr(session, "session_key", None):
-        session.keys()  # loads it: a forged or expired key is cleared
-        session_key = str(session.session_key or "")
-    return session_key, socket_admit(client_ip)
-
-
-class RedteamConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
-    channel_layer_alias = None  # nothing is sent to this socket from elsewhere
-
+class RedteamConsumer(ArenaSocket):
     async def connect(self) -> None:
-        translation.activate(scope_language(self.scope))
-        client = self.scope.get("client") or (None, None)
-        self.client_ip: str | None = client[0]
-        self.user_agent = ""
-        for name, value in self.scope.get("headers") or []:
-            if name == b"user-agent":
-                self.user_agent = value.decode("latin-1")
-        self.turn_task: asyncio.Task[None] | None = None
-        self.connected = True
-        self.send_lock = asyncio.Lock()
-        self.max_frame_bytes: int = settings.ARENA_WS_MAX_FRAME_BYTES
-        self.session_key, self.ticket = await db(_socket_open)(
-            self.scope.get("session"), self.client_ip
-        )
-        await self.accept()
-        if self.ticket is None:
-            await self._send(too_many_sockets_frame())
-            await self.close(code=CLOSE_TOO_MANY_SOCKETS)
-            return
-        socket_counts().add(self.ticket)
+        self.user_agent = header(self.scope, b"user-agent") or ""
+        await super().connect()
 
-    async def disconnect(self, code: int) -> None:
-        self.connected = False
-        await self._stop_turn()
-        ticket, self.ticket = self.ticket, None
-        if ticket is not None:
-            socket_counts().remove(ticket)
-            await db(socket_release)(ticket)
-
-    async def receive(
-        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
-    ) -> None:
-        """Dispatch one frame; an ``ArenaError`` becomes its error frame, anything else is
-        logged and answered with ``server_error``."""
-        size = len(text_data or "") * 4 if text_data is not None else len(bytes_data or b"")
-        if size > self.max_frame_bytes and (
-            bytes_data is not None
-            or len((text_data or "").encode("utf-8", "surrogatepass")) > self.max_frame_bytes
-        ):
-            await self._send(frame_too_large_frame())
-            await self.close(code=CLOSE_TOO_BIG)
-            return
-        try:
-            if text_data is None:
-                raise ArenaError(
-                    ErrorCode.INVALID_FRAME,
-                    gettext("Frames are JSON text, not binary."),
-                    field="frame",
-                )
-            content = json_parse(text_data, what="The frame", field="frame")
-            if not isinstance(content, dict):
-                raise ArenaError(ErrorCode.INVALID, gettext("Frames are JSON objects with a type."))
-            await self._dispatch(content)
-        except ArenaError as exc:
-            await self._send(exc.as_frame())
-        except Exception:
-            log.exception("a red-teaming frame failed")
-            await self._send(server_error_frame())
-
-    async def _dispatch(self, content: dict[str, Any]) -> None:
+    async def dispatch_frame(self, content: dict[str, Any]) -> None:
         kind = content.get("type")
         if kind == "start":
             await self._stop_turn()
@@ -201,29 +124,7 @@ class RedteamConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chan
         elif kind == "stop":
             await self._stop_turn()
         else:
-            raise ArenaError(ErrorCode.INVALID, gettext("Unknown frame type."), field="type")
-
-    def _refuse_while_streaming(self) -> None:
-        if self.turn_task is not None and not self.turn_task.done():
-            raise still_streaming(status=400)
-
-    async def _send(self, frame: Mapping[str, object]) -> None:
-        if not self.connected:
-            return
-        text = json.dumps(frame)
-        async with self.send_lock:
-            try:
-                await self.base_send({"type": "websocket.send", "text": text})
-            except Exception:  # the socket went away; disconnect() does the cleanup
-                self.connected = False
-
-    async def _stop_turn(self) -> None:
-        task, self.turn_task = self.turn_task, None
-        if task is None or task.done():
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+            raise unknown_frame(kind)
 
     async def _send_outcome(self, outcome: TurnOutcome) -> None:
         await self._send({"type": "turn_end", "turn": outcome.turn, "attempt": outcome.attempt})
@@ -239,35 +140,37 @@ class RedteamConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # chan
             await self._send({"type": "deltas", "text": text})
 
         try:
-            await stream_answer(
-                plan.target,
-                plan.history,
-                answer=answer,
-                on_delta=on_delta,
-                max_tokens=plan.max_tokens,
-                deadline_seconds=settings.ARENA_LIVE_ANSWER_SECONDS,
-            )
+            await self._stream(plan.target, plan.history, plan.max_tokens, answer, on_delta)
         finally:
-            # Reached on completion, stop and disconnect alike: what was produced is saved,
-            # shielded so that a cancellation does not lose it halfway.
-            if answer.status == "error":
-                log.warning("red-teaming answer failed (%s): %s", plan.attempt_id, answer.error)
-            saving = asyncio.ensure_future(db(attempt_turn_finish)(plan=plan, answer=answer))
+            # Reached on completion, stop and disconnect alike: what was produced is saved, and
+            # the idle clock starts when the turn ends, not at the last check that saw it
+            # streaming.
             try:
-                outcome = await asyncio.shield(saving)
-            except asyncio.CancelledError:
-                await asyncio.wait([saving])
-                raise
-            except Exception:
-                log.exception("a red-teaming turn could not be saved")
-                await self._send(server_error_frame())
-            else:
-                if answer.status == "error":
-                    await self._send(
-                        ArenaError(
-                            ErrorCode.ERROR,
-                            answer.public_error or gettext("The model could not answer."),
-                            status=502,
-                        ).as_frame()
-                    )
-                await self._send_outcome(outcome)
+                await self._finish_turn(plan, answer)
+            finally:
+                self._active()
+
+    async def _finish_turn(self, plan: TurnPlan, answer: Answer) -> None:
+        """Save (and judge) the turn, shielded so that a cancellation does not lose it halfway,
+        and send its outcome."""
+        if answer.status == "error":
+            log.warning("red-teaming answer failed (%s): %s", plan.attempt_id, answer.error)
+        saving = asyncio.ensure_future(db(attempt_turn_finish)(plan=plan, answer=answer))
+        try:
+            outcome = await asyncio.shield(saving)
+        except asyncio.CancelledError:
+            await asyncio.wait([saving])
+            raise
+        except Exception:
+            log.exception("a red-teaming turn could not be saved")
+            await self._send(server_error_frame())
+        else:
+            if answer.status == "error":
+                await self._send(
+                    ArenaError(
+                        ErrorCode.ERROR,
+                        answer.public_error or gettext("The model could not answer."),
+                        status=502,
+                    ).as_frame()
+                )
+            await self._send_outcome(outcome)

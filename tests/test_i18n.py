@@ -19,7 +19,7 @@ from django.test import Client
 from django.utils import translation
 
 from arena.errors import ArenaError, ErrorCode, not_found, still_streaming
-from arena.live.consumer import scope_language
+from arena.live.websocket import scope_language
 from config.asgi import application
 from config.settings import base
 

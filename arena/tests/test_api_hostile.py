@@ -2,6 +2,7 @@
 field, in the API's error shape."""
 
 import json
+import logging
 
 import pytest
 from django.db import DataError, connection, transaction
@@ -271,3 +272,16 @@ def test_a_pool_prompt_holding_a_lone_surrogate_is_served_with_replacement_chara
     assert visitor.get(f"/api/battles/{battle['id']}").json()["turns"] == battle["turns"]
     vote = post_json(visitor, f"/api/battles/{battle['id']}/vote", {"winner": "model_b"})
     assert vote.status_code == 201 and vote.json()["vote"] == {"winner": "model_b"}
+
+
+@pytest.mark.parametrize("url", ["/api/images", "/api/terms"])
+def test_a_form_django_cannot_parse_is_logged_on_one_line_without_a_traceback(
+    browser_visitor, pool, caplog, url
+):
+    caplog.set_level(logging.INFO)
+    response = browser_visitor.post(url, data=b"no boundary", content_type="multipart/form-data")
+    assert 400 <= response.status_code < 500
+    logged = [r for r in caplog.records if r.name == "django.request"]
+    assert [r.levelno for r in logged] == [logging.WARNING]
+    assert "MultiPartParserError" in logged[0].getMessage()  # the cause, on the line
+    assert not [r for r in caplog.records if r.exc_info] and "Traceback" not in caplog.text

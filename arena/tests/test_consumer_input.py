@@ -114,7 +114,7 @@ async def test_model_names_and_battle_ids_with_a_nul_or_a_surrogate_get_error_fr
 async def test_an_unexpected_exception_is_logged_and_answered_with_a_generic_error_frame(
     fake_upstream, live_models, monkeypatch, caplog
 ):
-    from arena.live import consumer
+    from arena.live import consumer, websocket
 
     def broken():
         raise RuntimeError("a bug, with internals: /srv/secret")
@@ -124,7 +124,7 @@ async def test_an_unexpected_exception_is_logged_and_answered_with_a_generic_err
     with caplog.at_level(logging.ERROR, logger="arena.live.consumer"):
         await comm.send_json_to({"type": "models"})
         error = await comm.receive_json_from(FRAME_TIMEOUT)
-    assert error == consumer.server_error_frame() and "secret" not in json.dumps(error)
+    assert error == websocket.server_error_frame() and "secret" not in json.dumps(error)
     logged = [r for r in caplog.records if r.exc_info and "a bug" in str(r.exc_info[1])]
     assert logged, "the exception is logged with its traceback"
     await still_usable(comm)

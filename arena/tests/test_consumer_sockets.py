@@ -8,7 +8,7 @@ from channels.testing import WebsocketCommunicator
 from django.core.cache import caches
 
 from arena.cache import FallbackRedisCache
-from arena.live import consumer
+from arena.live import websocket
 from arena.tests.test_consumer_live import FRAME_TIMEOUT, frames_until, open_socket
 from config.asgi import application
 
@@ -41,9 +41,9 @@ async def test_the_socket_past_the_cap_of_one_address_is_told_and_closed_another
         held.append(comm)
     refused, accept = await socket_from("203.0.113.7")
     assert accept["type"] == "websocket.accept"  # accepted only to say why
-    assert await refused.receive_json_from(FRAME_TIMEOUT) == consumer.too_many_sockets_frame()
+    assert await refused.receive_json_from(FRAME_TIMEOUT) == websocket.too_many_sockets_frame()
     closed = await refused.receive_output(FRAME_TIMEOUT)
-    assert closed == {"type": "websocket.close", "code": consumer.CLOSE_TOO_MANY_SOCKETS}
+    assert closed == {"type": "websocket.close", "code": websocket.CLOSE_TOO_MANY_SOCKETS}
     await refused.send_input({"type": "websocket.disconnect", "code": closed["code"]})
     await refused.wait(FRAME_TIMEOUT)
 
@@ -66,7 +66,7 @@ async def test_a_socket_with_no_frame_and_nothing_streaming_is_closed_as_idle(se
     settings.ARENA_WS_IDLE_SECONDS = 0.2
     comm = await open_socket()
     closed = await comm.receive_output(FRAME_TIMEOUT)
-    assert closed == {"type": "websocket.close", "code": consumer.CLOSE_IDLE}
+    assert closed == {"type": "websocket.close", "code": websocket.CLOSE_IDLE}
     await comm.send_input({"type": "websocket.disconnect", "code": closed["code"]})
     await comm.wait(FRAME_TIMEOUT)
 
@@ -81,7 +81,7 @@ async def test_a_socket_streaming_a_turn_is_not_idle(settings, fake_upstream, li
     frames = await frames_until(comm, "turn_end")
     assert frames[-1]["battle"]["votable"] is True
     closed = await comm.receive_output(FRAME_TIMEOUT)  # idle from the turn's end on
-    assert closed == {"type": "websocket.close", "code": consumer.CLOSE_IDLE}
+    assert closed == {"type": "websocket.close", "code": websocket.CLOSE_IDLE}
     await comm.send_input({"type": "websocket.disconnect", "code": closed["code"]})
     await comm.wait(FRAME_TIMEOUT)
 
@@ -90,9 +90,9 @@ async def test_a_frame_over_the_limit_is_refused_unparsed_and_the_largest_legiti
     settings, monkeypatch, fake_upstream, live_models
 ):
     parsed = []
-    real_parse = consumer.json_parse
+    real_parse = websocket.json_parse
     monkeypatch.setattr(
-        consumer,
+        websocket,
         "json_parse",
         lambda text, **kw: parsed.append(len(text)) or real_parse(text, **kw),
     )
@@ -112,7 +112,7 @@ async def test_a_frame_over_the_limit_is_refused_unparsed_and_the_largest_legiti
     refused = await comm.receive_json_from(FRAME_TIMEOUT)
     assert refused["code"] == "request_too_large" and refused["field"] == "frame"
     closed = await comm.receive_output(FRAME_TIMEOUT)
-    assert closed == {"type": "websocket.close", "code": consumer.CLOSE_TOO_BIG}
+    assert closed == {"type": "websocket.close", "code": websocket.CLOSE_TOO_BIG}
     assert parsed == [len(largest)]  # the large one was never parsed
     await comm.send_input({"type": "websocket.disconnect", "code": closed["code"]})
     await comm.wait(FRAME_TIMEOUT)

@@ -5,11 +5,13 @@ the test's own, ``cached_db`` sessions, rate limits on), the test kills that Red
 page, the terms, a pool battle and its vote, and the websocket's handshake and a live battle
 all still work; sessions come from the database; rate limits still hold, counted per process;
 one warning is logged. Redis is then restarted on the same port and, without a restart of
-anything, sessions and rate-limit counters are in Redis again.
+anything, sessions and rate-limit counters are in Redis again. A handshake refused for its
+Origin reaches neither Redis nor the database, so it logs nothing while Redis is down.
 """
 
 import json
 import logging
+import socket
 
 import pytest
 from channels.db import database_sync_to_async
@@ -168,3 +170,47 @@ def test_the_fallback_cache_passes_the_production_check_a_local_memory_cache_doe
     assert "arena.E002" not in {e.id for e in run_checks()}
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     assert "arena.E002" in {e.id for e in run_checks()}
+
+
+@pytest.fixture
+def silent_port():
+    """A loopback port that takes connections into its backlog and never answers: a Redis that
+    is down, which also shows whether anything tried to reach it."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.setblocking(False)
+    yield listener
+    listener.close()
+
+
+def attempted(listener: socket.socket) -> bool:
+    try:
+        connection, _ = listener.accept()
+    except BlockingIOError:
+        return False
+    connection.close()
+    return True
+
+
+async def test_a_handshake_refused_for_its_origin_touches_neither_redis_nor_the_database(
+    silent_port, settings, caplog
+):
+    from config.asgi import application
+
+    # No django_db mark: a query from anywhere fails the test.
+    url = f"redis://127.0.0.1:{silent_port.getsockname()[1]}/0"
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [url]}}
+    }
+    settings.CACHES = {"default": {"BACKEND": "arena.cache.FallbackRedisCache", "LOCATION": url}}
+    headers = [(b"origin", b"http://elsewhere.example"), (b"host", b"testserver")]
+    caplog.set_level(logging.WARNING)
+    for path in ("/ws/battle", "/ws/redteam"):
+        comm = WebsocketCommunicator(application, path, headers=headers)
+        connected, _ = await comm.connect(timeout=5)
+        assert connected is False  # closed before accepted: the server answers 403
+        await comm.send_input({"type": "websocket.disconnect", "code": 1006})
+        await comm.wait(5)  # the refusal has ended without an exception
+    assert not attempted(silent_port)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]

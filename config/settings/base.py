@@ -364,13 +364,26 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"client_errors_one_line": {"()": "config.log_filters.ClientErrorsOneLine"}},
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
     # django-axes logs every start and sign-in at INFO; its warnings (repeated failures, locks)
     # are what an operator needs.
     # The openai client's HTTP layer (httpx2; httpx where that is the transport) logs every
     # request at INFO: a line, and the loop's time to format and write it, per live answer.
     # Failed answers are logged by arena.live with their cause.
+    # A request Django refuses with a 4xx (a multipart body without a boundary, a body too
+    # large, a bad Host) is logged on one line, without the traceback of the client's error.
     "loggers": {
+        **{
+            name: {"filters": ["client_errors_one_line"]}
+            for name in (
+                "django.request",
+                "django.security.DisallowedHost",
+                "django.security.RequestDataTooBig",
+                "django.security.TooManyFieldsSent",
+                "django.security.TooManyFilesSent",
+            )
+        },
         "axes": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},
