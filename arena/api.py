@@ -54,6 +54,24 @@ def not_json(content_type: str) -> ArenaError:
     )
 
 
+# The API's views that take a form (multipart/form-data) rather than JSON, by view name.
+FORM_VIEWS = frozenset({"api:image_create"})
+
+
+def form_unreadable() -> ArenaError:
+    """The error for a form Django cannot parse sent to a view that takes one: a multipart
+    body whose Content-Type names no usable boundary, or whose parts are cut short."""
+    return ArenaError(
+        ErrorCode.BAD_REQUEST,
+        gettext(
+            "The form in the request body cannot be read: a multipart/form-data body needs a "
+            "boundary in its Content-Type and every part whole."
+        ),
+        status=400,
+        field="body",
+    )
+
+
 def text_inputs_problem(request: HttpRequest, url_args: dict[str, Any]) -> ArenaError | None:
     """A 400 for a NUL or a lone surrogate in a URL argument or a query parameter, naming it.
 

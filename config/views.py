@@ -22,7 +22,14 @@ from django.views.decorators.cache import cache_control
 from django.views.decorators.http import etag
 from django.views.i18n import JavaScriptCatalog
 
-from arena.api import error_json, error_response, errors_as_json, not_json
+from arena.api import (
+    FORM_VIEWS,
+    error_json,
+    error_response,
+    errors_as_json,
+    form_unreadable,
+    not_json,
+)
 from arena.errors import ErrorCode
 
 
@@ -59,6 +66,9 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
                 message=gettext("The request body is too large."),
             )
         if isinstance(exception, MultiPartParserError):  # a form Django could not even parse
+            match = request.resolver_match
+            if match is not None and match.view_name in FORM_VIEWS:
+                return error_json(form_unreadable())
             return error_json(not_json(request.content_type or "multipart"))
         return error_response(400)
     return render(request, "400.html", status=400)

@@ -97,6 +97,15 @@ def test_a_form_django_cannot_parse_is_a_415_naming_the_body_too(
     assert_error(response, 415, "unsupported_media_type", "body")
 
 
+def test_a_form_django_cannot_parse_on_the_upload_is_a_400_naming_the_body(browser_visitor):
+    """The upload takes a form, so its refusal is no "must be JSON": the form is unreadable."""
+    response = browser_visitor.post(
+        "/api/images", data=b"no boundary", content_type="multipart/form-data"
+    )
+    error = assert_error(response, 400, "bad_request", "body")
+    assert "multipart" in error["message"] and "JSON" not in error["message"]
+
+
 def test_the_same_requests_as_json_are_accepted(browser_visitor, pool):
     assert post_json(browser_visitor, "/api/terms", {"accept": True}).status_code == 200
     vote = post_json(browser_visitor, battle_url(browser_visitor, "/vote"), {"winner": "tie"})
