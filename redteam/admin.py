@@ -1,11 +1,19 @@
-"""The red-teaming admin: challenges written by staff, attempts kept as the record (read-only)."""
+"""The red-teaming admin: challenges written by staff, attempts kept as the record (read-only).
 
+The challenge's own page shows its secret (staff set it there); the attempts' pages show their
+texts with the secret redacted in every form the judge counts (``redteam.judges.secret_redact``),
+as the export does, so that reading the record does not hand the secret on.
+"""
+
+import json
 from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
 
+from redteam.judges import Redactable, secret_redact, secret_redact_json
 from redteam.models import Attempt, AttemptTurn, Challenge, PlayerProfile
+from redteam.selectors import challenge_secret
 
 
 @admin.register(Challenge)
@@ -47,18 +55,50 @@ class ChallengeAdmin(admin.ModelAdmin[Challenge]):
     )
 
 
+def _redacted_json(value: Redactable, challenge: Challenge) -> str:
+    if value is None:
+        return "-"
+    redacted = secret_redact_json(value, challenge_secret(challenge))
+    return json.dumps(redacted, ensure_ascii=False, indent=1)
+
+
 class AttemptTurnInline(admin.TabularInline[AttemptTurn, Attempt]):
     model = AttemptTurn
     extra = 0
     can_delete = False
-    fields = ("turn", "user_content", "content", "status", "verdict", "error", "latency_ms")
+    fields = ("turn", "prompt", "answer", "status", "judged", "failure", "latency_ms")
     readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).select_related("attempt__challenge")
+
+    @admin.display(description="user content")
+    def prompt(self, obj: AttemptTurn) -> str:
+        return secret_redact(obj.user_content, challenge_secret(obj.attempt.challenge))
+
+    @admin.display(description="content")
+    def answer(self, obj: AttemptTurn) -> str:
+        return secret_redact(obj.content, challenge_secret(obj.attempt.challenge))
+
+    @admin.display(description="verdict")
+    def judged(self, obj: AttemptTurn) -> str:
+        return _redacted_json(obj.verdict, obj.attempt.challenge)
+
+    @admin.display(description="error")
+    def failure(self, obj: AttemptTurn) -> str:
+        return secret_redact(obj.error, challenge_secret(obj.attempt.challenge))
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+# Every field of an attempt, read-only; the judge's reason and evidence may quote the secret, so
+# they are shown redacted in their place.
+_REDACTED = {"verdict_reason": "reason", "evidence": "evidence_redacted"}
+_ATTEMPT_FIELDS = tuple(_REDACTED.get(f.name, f.name) for f in Attempt._meta.fields)
 
 
 @admin.register(Attempt)
@@ -69,9 +109,16 @@ class AttemptAdmin(admin.ModelAdmin[Attempt]):
     date_hierarchy = "created_at"
     inlines = (AttemptTurnInline,)
     list_select_related = ("challenge", "model")
+    fields = _ATTEMPT_FIELDS
+    readonly_fields = _ATTEMPT_FIELDS
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [f.name for f in Attempt._meta.fields]
+    @admin.display(description="verdict reason")
+    def reason(self, obj: Attempt) -> str:
+        return secret_redact(obj.verdict_reason, challenge_secret(obj.challenge))
+
+    @admin.display(description="evidence")
+    def evidence_redacted(self, obj: Attempt) -> str:
+        return _redacted_json(obj.evidence, obj.challenge)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -3,7 +3,8 @@
 Columns: ``attempt_id``, ``model``, ``challenge`` (slug), ``challenge_kind``, ``rule``,
 ``state``, ``outcome`` (``broken`` or ``held``), ``verdict_reason``, ``evidence`` (JSON text),
 ``messages`` (role/content, the challenge's rule as the system message: the system prompt and
-its secret are never exported, and a secret the model repeated is replaced by ``[secret]``),
+its secret are never exported, and the secret in any form the judge counts (any case, spelled
+out, reversed, base64) is replaced by ``[***]`` in every text, ``redteam.judges.secret_redact``),
 ``turns``, ``judge`` (keyed hash of the player, ``arena.exports.records.judge_hash``),
 ``created_at`` and ``ended_at`` (ISO 8601, UTC). Flagged attempts are left out.
 """
@@ -15,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from arena.exports.records import judge_hash
-from redteam.models import Attempt, Challenge
+from redteam.judges import secret_redact, secret_redact_json
+from redteam.models import Attempt
+from redteam.selectors import challenge_secret
 
 EXPORTED_STATES = (Attempt.State.SUCCEEDED, Attempt.State.SURRENDERED, Attempt.State.EXPIRED)
 CARD = """---
@@ -33,10 +36,16 @@ secrets are not included. `judge` is a keyed hash of the player, stable across e
 """
 
 
-def _redact(text: str, challenge: Challenge) -> str:
-    if challenge.kind == Challenge.Kind.SECRET and challenge.target:
-        return text.replace(challenge.target, "[secret]")
-    return text
+def attempt_messages(attempt: Attempt) -> list[dict[str, str]]:
+    """The attempt's conversation, the challenge's rule as the system message, the secret
+    redacted (its turns prefetched by the caller)."""
+    challenge = attempt.challenge
+    secret = challenge_secret(challenge)
+    messages = [{"role": "system", "content": challenge.rule}]
+    for t in attempt.turns.all():
+        messages.append({"role": "user", "content": secret_redact(t.user_content, secret)})
+        messages.append({"role": "assistant", "content": secret_redact(t.content, secret)})
+    return messages
 
 
 def attempt_rows() -> list[dict[str, Any]]:
@@ -49,10 +58,8 @@ def attempt_rows() -> list[dict[str, Any]]:
     rows = []
     for a in attempts:
         ch = a.challenge
-        messages = [{"role": "system", "content": ch.rule}]
-        for t in a.turns.all():
-            messages.append({"role": "user", "content": _redact(t.user_content, ch)})
-            messages.append({"role": "assistant", "content": _redact(t.content, ch)})
+        secret = challenge_secret(ch)
+        messages = attempt_messages(a)
         rows.append(
             {
                 "attempt_id": str(a.id),
@@ -62,8 +69,8 @@ def attempt_rows() -> list[dict[str, Any]]:
                 "rule": ch.rule,
                 "state": a.state,
                 "outcome": "broken" if a.state == Attempt.State.SUCCEEDED else "held",
-                "verdict_reason": _redact(a.verdict_reason, ch),
-                "evidence": _redact(json.dumps(a.evidence), ch),
+                "verdict_reason": secret_redact(a.verdict_reason, secret),
+                "evidence": json.dumps(secret_redact_json(a.evidence, secret)),
                 "messages": messages,
                 "turns": (len(messages) - 1) // 2,
                 "judge": judge_hash(a.player_id),

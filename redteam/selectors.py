@@ -1,4 +1,5 @@
-"""Reads of the red-teaming play side: the challenges a player may pick."""
+"""Reads of the red-teaming play side: the challenges a player may pick, and the secret a
+challenge's attempts must never show outside the player's own page."""
 
 from redteam.models import Challenge
 
@@ -15,3 +16,9 @@ def challenges_active() -> list[Challenge]:
 
 def challenge_active(*, slug: str) -> Challenge | None:
     return Challenge.objects.filter(slug=slug, is_active=True).first()
+
+
+def challenge_secret(challenge: Challenge) -> str:
+    """The secret to redact from the challenge's attempts wherever they leave the player's own
+    page (``redteam.judges.secret_redact``); "" for the kinds that plant none."""
+    return challenge.target if challenge.kind == Challenge.Kind.SECRET else ""

@@ -7,7 +7,8 @@ A player is the arena's visitor: the pseudonymous voter id and the session hash 
 ``arena.identity``, the terms accepted and (when ``ARENA_CHALLENGE`` is on) the proof-of-work
 challenge solved, as before a vote. An attempt draws one anonymous live model (as a live battle
 draws, ``arena.live.draw``), skipping the models this player has used up today
-(``ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY``). Each turn passes the live battle's prompt limits,
+(``ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY``) and those its client address has, whatever the
+session (``ARENA_REDTEAM_ATTEMPTS_PER_MODEL_IP_DAY``, ``arena.daily_caps``). Each turn passes the live battle's prompt limits,
 call rate and moderation; its answer streams in the consumer (``redteam.consumer``) and is then
 judged (``redteam.judges``): a success ends the attempt with its evidence, and the turn or time
 limit running out ends it as expired. The model is named only once the attempt has ended.
@@ -26,6 +27,7 @@ from django.db.models import Count
 from django.utils import timezone
 from django.utils.translation import gettext
 
+from arena.daily_caps import DailyCap, daily_caps_release, daily_caps_take
 from arena.errors import ArenaError, ErrorCode, not_found, still_streaming
 from arena.identity import ip_hash, session_hash, session_hash_matches, user_agent_class
 from arena.inputs import text_storable
@@ -236,6 +238,34 @@ def _uncapped(candidates: list[ArenaModel], player_id: str) -> list[ArenaModel]:
     return left
 
 
+def _address_draw(
+    left: list[ArenaModel], client_ip: str | None, rng: random.Random
+) -> tuple[ArenaModel, list[str]]:
+    """A model drawn by sampling weight among ``left``, skipping those the client address has
+    used up today (UTC), whatever its sessions; the address's count taken for it, to give back
+    (``daily_caps_release``) if the attempt is not made."""
+    cap = settings.ARENA_REDTEAM_ATTEMPTS_PER_MODEL_IP_DAY
+    address = ip_hash(client_ip)
+    while left:
+        model = rng.choices(left, weights=[m.sampling_weight for m in left], k=1)[0]
+        if not address:
+            return model, []
+        taken = daily_caps_take([DailyCap(f"arena:redteam-cap:ip:{address}:{model.pk}", cap)])
+        if taken.over is None:
+            return model, taken.keys
+        left = [m for m in left if m.pk != model.pk]
+    raise ArenaError(
+        ErrorCode.ATTEMPT_CAP,
+        gettext(
+            "Your network has used its %(cap)s attempts against every model for today (UTC); "
+            "come back tomorrow."
+        )
+        % {"cap": cap}
+        + " (ARENA_REDTEAM_ATTEMPTS_PER_MODEL_IP_DAY)",
+        status=429,
+    )
+
+
 def attempt_start(
     *, player: Player, challenge_slug: object, rng: random.Random | None = None
 ) -> AttemptJson:
@@ -243,7 +273,8 @@ def attempt_start(
     live model, drawn by sampling weight among those the player has attempts left against.
 
     A challenge's judge model is never the model under test. Raises ``no_live_models`` when
-    no live model is available, ``attempt_cap`` (429) when the player has used up every one.
+    no live model is available, ``attempt_cap`` (429) when the player, or its client address,
+    has used up every one.
     """
     _player_check(player)
     rng = rng or random.SystemRandom()
@@ -256,19 +287,24 @@ def attempt_start(
             status=503,
         )
     flags = ["bot_user_agent"] if user_agent_class(player.user_agent) == "bot" else []
-    with transaction.atomic():
-        _lock_player(player.voter_id)
-        left = _uncapped(candidates, player.voter_id)
-        model = rng.choices(left, weights=[m.sampling_weight for m in left], k=1)[0]
-        attempt = Attempt.objects.create(
-            challenge=challenge,
-            model=model,
-            player_id=player.voter_id,
-            session_hash=session_hash(player.session_key),
-            ip_hash=ip_hash(player.client_ip),
-            flagged=bool(flags),
-            flags=flags,
-        )
+    counted: list[str] = []
+    try:
+        with transaction.atomic():
+            _lock_player(player.voter_id)
+            left = _uncapped(candidates, player.voter_id)
+            model, counted = _address_draw(left, player.client_ip, rng)
+            attempt = Attempt.objects.create(
+                challenge=challenge,
+                model=model,
+                player_id=player.voter_id,
+                session_hash=session_hash(player.session_key),
+                ip_hash=ip_hash(player.client_ip),
+                flagged=bool(flags),
+                flags=flags,
+            )
+    except Exception:
+        daily_caps_release(counted)  # no attempt made: the address's count is given back
+        raise
     return attempt_json(attempt, turns_used=0)
 
 

@@ -1,5 +1,6 @@
 """What a visitor passes before a vote is recorded: a proof-of-work challenge once per session,
-and daily caps per session and per client address.
+and daily caps per session and per client address (``arena.daily_caps``, which red-team
+attempts count through too).
 
 Both are kept in the cache (Redis in production, shared by every worker). While Redis is down
 the cache's counters (``add``/``incr``) are counted per process (``arena.cache``), as the rate
@@ -19,7 +20,7 @@ import binascii
 import hashlib
 import hmac
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Literal
 
 import altcha.v1 as altcha
@@ -31,7 +32,7 @@ from django.utils.translation import gettext
 # The API's response schema: pydantic needs typing_extensions' TypedDict on Python 3.11.
 from typing_extensions import TypedDict
 
-from arena.cache import counters_take
+from arena.daily_caps import DailyCap, daily_caps_release, daily_caps_take
 from arena.errors import ArenaError, ErrorCode
 from arena.identity import ip_hash, session_hash
 
@@ -146,58 +147,37 @@ def challenge_required_error() -> ArenaError:
 
 
 # --- daily caps -------------------------------------------------------------------------------
-def _cap_keys(*, session_key: str, ip: str | None) -> list[tuple[str, int, str]]:
-    """(cache key, cap, what it counts) for each cap in force, for today's UTC date."""
-    day = timezone.now().astimezone(UTC).date().isoformat()
-    keys = []
-    per_session = settings.ARENA_VOTES_PER_SESSION_PER_DAY
-    if per_session and session_key:
-        keys.append(
-            (f"arena:vote-cap:session:{session_hash(session_key)}:{day}", per_session, "session")
-        )
-    per_ip = settings.ARENA_VOTES_PER_IP_PER_DAY
-    if per_ip and ip:
-        keys.append((f"arena:vote-cap:ip:{ip_hash(ip)}:{day}", per_ip, "ip"))
-    return keys
-
-
-def _seconds_to_midnight() -> int:
-    now = timezone.now().astimezone(UTC)
-    midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
-    return int((midnight - now).total_seconds()) + 60
+def _session_cap(session_key: str) -> DailyCap:
+    return DailyCap(
+        f"arena:vote-cap:session:{session_hash(session_key)}",
+        settings.ARENA_VOTES_PER_SESSION_PER_DAY,
+    )
 
 
 def vote_caps_take(*, session_key: str, ip: str | None) -> list[str]:
-    """Count one vote against today's caps, or raise a 429 ``vote_cap`` naming the cap (and
-    count nothing). Returns the keys counted, for ``vote_caps_release`` if the vote then fails.
+    """Count one vote against today's caps per session and per client address
+    (``arena.daily_caps``), or raise a 429 ``vote_cap`` naming the cap (and count nothing).
+    Returns the keys counted, for ``vote_caps_release`` if the vote then fails."""
+    caps = [_session_cap(session_key)] if session_key else []
+    if ip:
+        caps.append(
+            DailyCap(f"arena:vote-cap:ip:{ip_hash(ip)}", settings.ARENA_VOTES_PER_IP_PER_DAY)
+        )
+    taken = daily_caps_take(caps)
+    if taken.over is None:
+        return taken.keys
+    cap = taken.over.cap
+    if session_key and taken.over == _session_cap(session_key):
+        message = gettext(
+            "This session has cast its %(cap)s votes for today (UTC); come back tomorrow."
+        ) % {"cap": cap}
+        setting = "ARENA_VOTES_PER_SESSION_PER_DAY"
+    else:
+        message = gettext(
+            "Your network has cast its %(cap)s votes for today (UTC); come back tomorrow."
+        ) % {"cap": cap}
+        setting = "ARENA_VOTES_PER_IP_PER_DAY"
+    raise ArenaError(ErrorCode.VOTE_CAP, f"{message} ({setting})", status=429)
 
-    Counted before the vote (``incr`` is atomic), so concurrent votes cannot pass a cap together.
-    """
-    caps = _cap_keys(session_key=session_key, ip=ip)
-    taken = [key for key, _, _ in caps]
-    # Every counter in one round trip; a count over its cap gives back all of them.
-    counts = counters_take(taken, timeout=_seconds_to_midnight()) if caps else []
-    for (_, cap, what), used in zip(caps, counts, strict=True):
-        if used > cap:
-            vote_caps_release(taken)
-            if what == "session":
-                message = gettext(
-                    "This session has cast its %(cap)s votes for today (UTC); come back tomorrow."
-                ) % {"cap": cap}
-                setting = "ARENA_VOTES_PER_SESSION_PER_DAY"
-            else:
-                message = gettext(
-                    "Your network has cast its %(cap)s votes for today (UTC); come back tomorrow."
-                ) % {"cap": cap}
-                setting = "ARENA_VOTES_PER_IP_PER_DAY"
-            raise ArenaError(ErrorCode.VOTE_CAP, f"{message} ({setting})", status=429)
-    return taken
 
-
-def vote_caps_release(keys: list[str]) -> None:
-    """Give back the counts of a vote that was not recorded."""
-    for key in keys:
-        try:
-            cache.decr(key)
-        except ValueError:  # expired meanwhile (a new day): nothing to give back
-            pass
+vote_caps_release = daily_caps_release

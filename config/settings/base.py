@@ -323,6 +323,15 @@ ARENA_VOTES_PER_IP_PER_DAY = env.int("ARENA_VOTES_PER_IP_PER_DAY", default=1000)
 # Red teaming: attempts one player may start against one model per UTC day (0: no cap), so a
 # player cannot farm one weak model's successes; the next attempt is drawn from the others.
 ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY = env.int("ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY", default=5)
+# ... and every session from one client address together (its salted hash, counted in the cache
+# as the votes' caps are), so new sessions from one address do not buy more (0: no cap).
+ARENA_REDTEAM_ATTEMPTS_PER_MODEL_IP_DAY = env.int(
+    "ARENA_REDTEAM_ATTEMPTS_PER_MODEL_IP_DAY", default=20
+)
+_bounded("ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY", ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY, 0, 1_000_000)
+_bounded(
+    "ARENA_REDTEAM_ATTEMPTS_PER_MODEL_IP_DAY", ARENA_REDTEAM_ATTEMPTS_PER_MODEL_IP_DAY, 0, 1_000_000
+)
 # A proof-of-work challenge (ALTCHA, self-hosted) before a session's first vote. Off here and in
 # local and test settings; production.py turns it on unless ARENA_CHALLENGE=false. The HMAC key
 # signs the challenges: empty derives one from SECRET_KEY for this one purpose.

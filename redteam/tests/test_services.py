@@ -2,10 +2,12 @@
 judging, surrender and expiry."""
 
 import random
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 import time_machine
+from django.db import IntegrityError
 from django.utils import timezone
 
 from arena.errors import ArenaError, ErrorCode
@@ -74,6 +76,55 @@ def test_yesterdays_attempts_do_not_count_against_today(
         for _ in live_models:
             attempt_start(player=player, challenge_slug=phrase_challenge.slug)
     assert attempt_start(player=player, challenge_slug=phrase_challenge.slug)["state"] == "open"
+
+
+def _start_until_capped(player, challenge) -> list[str]:
+    """Start attempts until the cap refuses one (a 429 ``attempt_cap``); their ids."""
+    started = []
+    for _ in range(20):
+        try:
+            started.append(attempt_start(player=player, challenge_slug=challenge.slug)["id"])
+        except ArenaError as refused:
+            assert refused.code == ErrorCode.ATTEMPT_CAP and refused.status == 429
+            return started
+    raise AssertionError("no cap refused 20 starts")
+
+
+def test_sessions_from_one_address_share_its_cap_on_each_model(
+    make_player, phrase_challenge, live_models, settings
+):
+    settings.ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY = 2
+    settings.ARENA_REDTEAM_ATTEMPTS_PER_MODEL_IP_DAY = 3
+    first, second = make_player(1), make_player(2)  # one address, two sessions
+    started = _start_until_capped(first, phrase_challenge)
+    started += _start_until_capped(second, phrase_challenge)
+    per_model = {m.pk: Attempt.objects.filter(pk__in=started, model=m).count() for m in live_models}
+    assert per_model == {live_models[0].pk: 3, live_models[1].pk: 3}
+    with pytest.raises(ArenaError) as refused:
+        attempt_start(player=make_player(3), challenge_slug=phrase_challenge.slug)
+    assert refused.value.code == ErrorCode.ATTEMPT_CAP and refused.value.status == 429
+    assert "ARENA_REDTEAM_ATTEMPTS_PER_MODEL_IP_DAY" in refused.value.message
+    # Another address has all its own.
+    elsewhere = replace(make_player(4), client_ip="10.0.0.2")
+    assert len(_start_until_capped(elsewhere, phrase_challenge)) == 4
+
+
+def test_a_start_that_fails_gives_its_count_back_to_the_address(
+    make_player, phrase_challenge, live_models, settings, monkeypatch
+):
+    settings.ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY = 0
+    settings.ARENA_REDTEAM_ATTEMPTS_PER_MODEL_IP_DAY = 1
+    create = Attempt.objects.create
+
+    def broken(**kwargs):
+        raise IntegrityError("lost")
+
+    monkeypatch.setattr(Attempt.objects, "create", broken)
+    player = make_player()
+    with pytest.raises(IntegrityError):
+        attempt_start(player=player, challenge_slug=phrase_challenge.slug)
+    monkeypatch.setattr(Attempt.objects, "create", create)
+    assert len(_start_until_capped(player, phrase_challenge)) == len(live_models)
 
 
 def test_an_attempt_needs_the_terms_accepted(make_player, phrase_challenge, live_models):
