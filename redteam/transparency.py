@@ -42,6 +42,7 @@ class LeftOut:
 @dataclass(frozen=True)
 class RedteamTransparency:
     cap: int  # ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY; 0 is no cap
+    cap_per_address: int  # ARENA_REDTEAM_ATTEMPTS_PER_MODEL_IP_DAY; 0 is no cap
     models: list[ModelPlayed]
     left_out: LeftOut
 
@@ -79,6 +80,7 @@ def redteam_transparency(snapshot_payload: dict[str, Any] | None) -> RedteamTran
         unplaced = [{**e, "name": names[e["kind"]].get(e["name"], e["name"])} for e in unplaced]
     return RedteamTransparency(
         cap=settings.ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY,
+        cap_per_address=settings.ARENA_REDTEAM_ATTEMPTS_PER_MODEL_IP_DAY,
         models=models,
         left_out=LeftOut(
             open=sum(m.open for m in models),

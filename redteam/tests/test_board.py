@@ -61,6 +61,7 @@ def test_the_board_names_models_and_challenges_and_says_how_it_is_made(
     from redteam.tests.factories import AttemptFactory
 
     settings.ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY = 4
+    settings.ARENA_REDTEAM_ATTEMPTS_PER_MODEL_IP_DAY = 9
     _attempts(120)
     ArenaModel.objects.filter(slug="strong").update(display_name="Strong Model 2")
     Challenge.objects.filter(slug="hard").update(title="The hard one")
@@ -79,6 +80,7 @@ def test_the_board_names_models_and_challenges_and_says_how_it_is_made(
 
     how = page.split('data-testid="redteam-transparency"', 1)[1].split("</section>", 1)[0]
     assert "at most 4 attempts a day against one model" in how
+    assert "one network address together may start at most 9 attempts a day" in how
     played = {
         row.split('data-model="', 1)[1].split('"', 1)[0]: [
             int(cell.split("<", 1)[0]) for cell in row.split("<td>")[2:]
@@ -100,7 +102,8 @@ def test_the_board_names_models_and_challenges_and_says_how_it_is_made(
 
 def test_without_attempts_the_board_says_none_was_played(client, settings):
     settings.ARENA_REDTEAM_ATTEMPTS_PER_MODEL_DAY = 0
+    settings.ARENA_REDTEAM_ATTEMPTS_PER_MODEL_IP_DAY = 0
     page = client.get("/redteam/leaderboard/").content.decode()
     how = page.split('data-testid="redteam-transparency"', 1)[1].split("</section>", 1)[0]
     assert "No attempt has been played yet." in how
-    assert "no daily cap" in how
+    assert "no daily cap" in how and "network address" not in how
