@@ -213,8 +213,8 @@ class FallbackRedisCache(RedisCache):
     def decr(self, key: Any, delta: int = 1, version: int | None = None) -> int:
         return self.incr(key, -delta, version)
 
-    def count(self, keys: list[str], timeout: int) -> list[int]:
-        """Add one to each counter, creating it at 1 with ``timeout`` seconds to live, in one
+    def count(self, keys: list[str], timeout: int, amount: int = 1) -> list[int]:
+        """Add ``amount`` to each counter, creating it with ``timeout`` seconds to live, in one
         round trip (``add`` then ``incr`` takes three: Django's ``incr`` checks first that the
         key exists); the new counts, in order. Per process while Redis is down, as ``incr``."""
         made = [self.make_and_validate_key(key) for key in keys]
@@ -223,21 +223,23 @@ class FallbackRedisCache(RedisCache):
             pipeline = self._cache.get_client(write=True).pipeline(transaction=False)
             for key in made:
                 pipeline.set(key, 0, ex=timeout, nx=True)
-                pipeline.incr(key)
+                pipeline.incr(key, amount)
             return [int(n) for n in pipeline.execute()[1::2]]
 
-        return self._run(call, lambda: _count_each(self.fallback, keys, timeout))
+        return self._run(call, lambda: _count_each(self.fallback, keys, timeout, amount))
 
 
-def counters_take(keys: list[str], timeout: int) -> list[int]:
-    """Add one to each counter in the default cache (created at 1 with ``timeout`` seconds to
+def counters_take(keys: list[str], timeout: int, amount: int = 1) -> list[int]:
+    """Add ``amount`` to each counter in the default cache (created with ``timeout`` seconds to
     live); the new counts. One round trip on the Redis cache, ``add``/``incr`` on any other."""
     backend = caches["default"]
     if isinstance(backend, FallbackRedisCache):
-        return backend.count(keys, timeout)
-    return _count_each(backend, keys, timeout)
+        return backend.count(keys, timeout, amount)
+    return _count_each(backend, keys, timeout, amount)
 
 
-def _count_each(backend: BaseCache, keys: list[str], timeout: int) -> list[int]:
+def _count_each(backend: BaseCache, keys: list[str], timeout: int, amount: int = 1) -> list[int]:
     """``counters_take`` on a cache without pipelines: ``add`` or ``incr`` each key."""
-    return [1 if backend.add(key, 1, timeout) else backend.incr(key) for key in keys]
+    return [
+        amount if backend.add(key, amount, timeout) else backend.incr(key, amount) for key in keys
+    ]

@@ -51,6 +51,7 @@ class ErrorCode(StrEnum):
     TURN_LOST = "turn_lost"
     PROMPT_REFUSED = "prompt_refused"
     MODERATION_UNAVAILABLE = "moderation_unavailable"
+    IMAGE_QUOTA = "image_quota"
     # red-teaming attempts (the redteam app)
     ATTEMPT_CAP = "attempt_cap"
     JUDGE_UNAVAILABLE = "judge_unavailable"

@@ -37,7 +37,7 @@ def live_battles_sweep_task() -> int:
     ignore_result=True,
 )
 def prompt_images_sweep_task() -> int:
-    """Delete uploaded images no battle took within a day; a rerun finds nothing more."""
+    """Delete uploaded images no battle took within the hour; a rerun finds nothing more."""
     return prompt_images_sweep()
 
 

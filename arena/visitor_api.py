@@ -511,13 +511,17 @@ IMAGE_BODY: dict[str, Any] = {
 @decorate_view(checked(body=False), limited("arena.image_create", "ARENA_RATELIMIT_UPLOADS"))
 def image_create(request: HttpRequest) -> Status[ImageOut]:
     """multipart/form-data, the file in the field image: a PNG, JPEG, WebP or GIF by its
-    content, at most ARENA_IMAGE_MAX_BYTES bytes (else a 413 request_too_large) and
-    ARENA_IMAGE_MAX_PIXELS pixels, whole (a 400 invalid_file naming field image otherwise:
-    another type whatever its name, a decompression bomb, a corrupt or truncated file).
-    Stored re-encoded without metadata; nothing is stored when refused. Its id then goes in
-    a live battle's start frame (images)."""
+    content, at most ARENA_IMAGE_MAX_BYTES bytes as sent and as stored (else a 413
+    request_too_large), ARENA_IMAGE_MAX_PIXELS pixels and ARENA_IMAGE_MAX_ASPECT_RATIO, whole
+    and checked within ARENA_IMAGE_CPU_SECONDS (a 400 invalid_file naming field image
+    otherwise: another type whatever its name, a decompression bomb, a corrupt or truncated
+    file), within today's quotas of unattached bytes (a 429 image_quota). Stored re-encoded
+    without metadata; nothing is stored when refused. Its id then goes in a live battle's
+    start frame (images)."""
     session_key, _ = session_identity(request)
-    image = image_upload(session_key=session_key, upload=request.FILES.get("image"))
+    image = image_upload(
+        session_key=session_key, upload=request.FILES.get("image"), client_ip=client_ip(request)
+    )
     return Status(
         201,
         {

@@ -2,12 +2,20 @@
 
 For a few images of real sizes, built at run time (a 12-megapixel camera JPEG, a phone photo, a
 1080p screenshot PNG, a WebP): ``arena.live.images.image_validate`` (identify by content, pixel
-limit, ``verify``, a full decode, EXIF orientation, metadata stripped, re-encoded) timed
-``--repeat`` times each, against the anchor in the same run: ``Image.open`` then ``save`` to the
-same output format with nothing checked. Printed: median and p99 per image in milliseconds, and
-the ratio of the medians (validation / anchor). No database: only the function is timed.
+and aspect-ratio limits, ``verify``, a full decode, EXIF orientation, metadata stripped,
+re-encoded within the byte limit) timed ``--repeat`` times each, against the anchor in the same
+run: ``Image.open`` then ``save`` to the same output format with nothing checked. Printed:
+median and p99 per image in milliseconds, and the ratio of the medians (validation / anchor).
+No database: only the function is timed.
 
-    .venv/bin/python bench/uploads.py [--repeat 30]
+Then the hostile uploads an attacker who has read the docs sends (a 5000x5000 black PNG of a
+few tens of kilobytes, colour noise as a quality-20 JPEG that re-encodes to several times its
+size, noise as a PNG, a 25,000,000x1 strip), each with the settings' limits: what became of it
+(stored, or refused and why) and the web worker thread's CPU time (``time.thread_time``), against
+the same anchor's CPU time. Last, the CPU time of a black PNG and a noise JPEG per megapixel with
+the limits lifted: what ``ARENA_IMAGE_MAX_PIXELS`` and ``ARENA_IMAGE_CPU_SECONDS`` are chosen by.
+
+    .venv/bin/python bench/uploads.py [--repeat 30] [--hostile-repeat 5]
 """
 
 from __future__ import annotations
@@ -29,11 +37,13 @@ import django  # noqa: E402
 
 django.setup()
 
+from django.conf import settings  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from arena.live.images import image_validate  # noqa: E402
+from arena.errors import ArenaError  # noqa: E402
+from arena.live.images import ImageLimits, image_validate  # noqa: E402
 
-MAX_PIXELS = 25_000_000
+MAX_PIXELS = 25_000_000  # the honest images above are all under it
 
 
 def photo(width: int, height: int) -> Image.Image:
@@ -86,23 +96,117 @@ def p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
+def noise_rgb(width: int, height: int, mode: str = "RGB") -> Image.Image:
+    """Independent random bytes in every channel: nothing to compress."""
+    return Image.frombytes(mode, (width, height), os.urandom(width * height * len(mode)))
+
+
+def hostile() -> list[tuple[str, bytes]]:
+    return [
+        ("black PNG 5000x5000", encoded(Image.new("RGB", (5000, 5000)), "PNG")),
+        ("black PNG 4000x4000", encoded(Image.new("RGB", (4000, 4000)), "PNG")),
+        ("noise JPEG q20 5000x5000", encoded(noise_rgb(5000, 5000), "JPEG", quality=20)),
+        ("noise JPEG q20 4000x4000", encoded(noise_rgb(4000, 4000), "JPEG", quality=20)),
+        ("noise PNG 1800x1800", encoded(noise_rgb(1800, 1800), "PNG")),
+        ("noise RGBA PNG 1500x1500", encoded(noise_rgb(1500, 1500, "RGBA"), "PNG")),
+        ("black PNG 25000000x1", encoded(Image.new("RGB", (25_000_000, 1)), "PNG")),
+    ]
+
+
+def cpu_timed(run: Callable[[], object], repeat: int) -> list[float]:
+    """The calling thread's CPU time of each run, in ms (the first run warms the codecs)."""
+    run()
+    times = []
+    for _ in range(repeat):
+        started = time.thread_time()
+        run()
+        times.append((time.thread_time() - started) * 1000)
+    return times
+
+
+def outcome(data: bytes, limits: ImageLimits) -> str:
+    try:
+        clean = image_validate(data=data, limits=limits)
+    except ArenaError as error:
+        setting = error.message.rsplit("(", 1)[-1].split(")", 1)[0]
+        return f"refused {error.status} {setting}"
+    return f"stored {clean.mime[6:]} {len(clean.data)}"
+
+
+def validated(data: bytes, limits: ImageLimits) -> None:
+    try:
+        image_validate(data=data, limits=limits)
+    except ArenaError:
+        pass
+
+
+def hostile_table(repeat: int) -> None:
+    limits = ImageLimits.from_settings()
+    print()
+    print(
+        f"Hostile uploads, limits as configured: {limits.max_bytes} bytes, "
+        f"{limits.max_pixels} pixels, aspect {limits.max_aspect_ratio}, "
+        f"{limits.cpu_seconds:g} s CPU; {repeat} runs each, thread CPU time in ms"
+    )
+    header = f"{'upload':<26} {'bytes':>9} {'outcome':<42} {'validate med':>12} {'max':>7}"
+    header += f" {'anchor med':>10} {'ratio':>6}"
+    print(header)
+    for name, data in hostile():
+        checked = cpu_timed(lambda d=data: validated(d, limits), repeat)
+        plain = cpu_timed(lambda d=data: anchor(d), repeat)
+        ratio = statistics.median(checked) / statistics.median(plain)
+        print(
+            f"{name:<26} {len(data):>9} {outcome(data, limits):<42} "
+            f"{statistics.median(checked):>12.1f} {max(checked):>7.1f} "
+            f"{statistics.median(plain):>10.1f} {ratio:>6.2f}"
+        )
+
+
+def megapixel_table(repeat: int) -> None:
+    """Validation's CPU time by size with the pixel and CPU limits lifted."""
+    lifted = ImageLimits(
+        max_bytes=100 * 1024 * 1024, max_pixels=100_000_000, max_aspect_ratio=20, cpu_seconds=60
+    )
+    print()
+    print(f"CPU time by size, limits lifted; {repeat} runs each, median ms")
+    print(f"{'megapixels':>10} {'black PNG':>10} {'noise JPEG q20':>15}")
+    for side in (2000, 2828, 3464, 4000, 4472, 5000):
+        black = encoded(Image.new("RGB", (side, side)), "PNG")
+        noise = encoded(noise_rgb(side, side), "JPEG", quality=20)
+        cells = [
+            statistics.median(cpu_timed(lambda d=d: validated(d, lifted), repeat))
+            for d in (black, noise)
+        ]
+        print(f"{side * side / 1e6:>10.0f} {cells[0]:>10.1f} {cells[1]:>15.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--hostile-repeat", type=int, default=5)
     args = parser.parse_args()
+    # The honest images' cost of the checks, whatever the CPU budget would have said.
+    limits = ImageLimits(
+        max_bytes=settings.ARENA_IMAGE_MAX_BYTES,
+        max_pixels=MAX_PIXELS,
+        max_aspect_ratio=settings.ARENA_IMAGE_MAX_ASPECT_RATIO,
+        cpu_seconds=60,
+    )
     print(f"Pillow {Image.__version__}, {args.repeat} runs per image, times in ms")
     header = f"{'image':<26} {'bytes':>10} {'validate med':>13} {'p99':>8}"
     header += f" {'anchor med':>11} {'p99':>8} {'ratio':>6}"
     print(header)
     for name, data in samples():
-        validated = timed(lambda d=data: image_validate(data=d, max_pixels=MAX_PIXELS), args.repeat)
+        checked = timed(lambda d=data: validated(d, limits), args.repeat)
         plain = timed(lambda d=data: anchor(d), args.repeat)
-        ratio = statistics.median(validated) / statistics.median(plain)
+        ratio = statistics.median(checked) / statistics.median(plain)
         print(
-            f"{name:<26} {len(data):>10} {statistics.median(validated):>13.1f} "
-            f"{p99(validated):>8.1f} {statistics.median(plain):>11.1f} {p99(plain):>8.1f} "
+            f"{name:<26} {len(data):>10} {statistics.median(checked):>13.1f} "
+            f"{p99(checked):>8.1f} {statistics.median(plain):>11.1f} {p99(plain):>8.1f} "
             f"{ratio:>6.2f}"
         )
+    hostile_table(args.hostile_repeat)
+    megapixel_table(args.hostile_repeat)
 
 
 if __name__ == "__main__":

@@ -31,11 +31,12 @@ BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": crontab(minute="*/5"),
         "options": {"expires": 4 * 60},
     },
-    # Images uploaded for a live prompt that no battle took within a day: file and row deleted.
+    # Images uploaded for a live prompt that no battle took: file and row deleted, each within
+    # the hour of its upload (arena.live.images.UNATTACHED_IMAGE_MINUTES plus a quarter hour).
     "arena-prompt-images-sweep": {
         "task": "arena.tasks.prompt_images_sweep",
-        "schedule": crontab(minute=17),
-        "options": {"expires": 50 * 60},
+        "schedule": crontab(minute="*/15"),
+        "options": {"expires": 14 * 60},
     },
     # Environment runs: pending records of expired submissions become expired (each a change in
     # the reward feed), and webhooks behind their feed are delivered again (at least once).

@@ -14,6 +14,7 @@ saved and the battle becomes ready to vote, or errored/aborted, which are not vo
 import random
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, router, transaction
@@ -30,7 +31,7 @@ from arena.inputs import text_storable
 from arena.leaks import answer_names_model
 from arena.live.breaker import provider_failure_record, provider_success_record
 from arena.live.draw import draw_pair, named_pair
-from arena.live.images import image_data_url, images_for_prompt
+from arena.live.images import image_data_url, images_for_prompt, images_quota_give_back
 from arena.live.limits import check_call_rate, check_concurrency, clean_prompt
 from arena.live.moderation import prompt_moderate
 from arena.live.owners import owners_mark
@@ -163,6 +164,12 @@ def _images_attach(*, battle: Battle, images: list[PromptImage]) -> None:
                 gettext("An image was sent with another prompt already; attach it again."),
                 field="images",
             )
+    # Taken, the images no longer count against their uploader's quotas of unattached bytes.
+    transaction.on_commit(
+        partial(images_quota_give_back, images),
+        using=router.db_for_write(PromptImage),
+        robust=True,
+    )
 
 
 def user_message(text: str, image_urls: list[str]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Images built at test time for the upload tests (no binary fixtures in the repository)."""
 
 import io
+import random
 
 from PIL import Image
 
@@ -46,3 +47,39 @@ def corrupt_png() -> bytes:
     middle = len(whole) // 2
     whole[middle : middle + 64] = b"\xff" * 64
     return bytes(whole)
+
+
+def noise_jpeg(width: int, height: int, *, quality: int = 20, seed: int = 1) -> bytes:
+    """Colour noise as a low-quality JPEG: a small file whose re-encoding at the stored quality
+    is several times larger."""
+    pixels = random.Random(seed).randbytes(width * height * 3)
+    out = io.BytesIO()
+    Image.frombytes("RGB", (width, height), pixels).save(out, format="JPEG", quality=quality)
+    return out.getvalue()
+
+
+def noise_png(width: int, height: int, *, mode: str = "RGB", seed: int = 1) -> bytes:
+    """Noise as a PNG: as large as its pixels, and slow to compress again."""
+    pixels = random.Random(seed).randbytes(width * height * len(mode))
+    out = io.BytesIO()
+    Image.frombytes(mode, (width, height), pixels).save(out, format="PNG")
+    return out.getvalue()
+
+
+def palette_noise_png(width: int, height: int, *, seed: int = 1) -> bytes:
+    """Noise in 256 colours with a transparent one: a byte a pixel here, four once re-encoded
+    as RGBA."""
+    rng = random.Random(seed)
+    image = Image.frombytes("P", (width, height), rng.randbytes(width * height))
+    image.putpalette(rng.randbytes(256 * 3))
+    image.info["transparency"] = 0
+    out = io.BytesIO()
+    image.save(out, format="PNG", transparency=0)
+    return out.getvalue()
+
+
+def zero_png(width: int, height: int) -> bytes:
+    """Black RGB pixels: a few tens of kilobytes for millions of pixels."""
+    out = io.BytesIO()
+    Image.new("RGB", (width, height)).save(out, format="PNG")
+    return out.getvalue()

@@ -8,7 +8,17 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from PIL import Image
 
 from arena.models import PromptImage
-from arena.tests.images import bomb_png, corrupt_png, jpeg_with_exif, noisy_png, png_bytes
+from arena.tests.images import (
+    bomb_png,
+    corrupt_png,
+    jpeg_with_exif,
+    noise_jpeg,
+    noise_png,
+    noisy_png,
+    palette_noise_png,
+    png_bytes,
+    zero_png,
+)
 
 
 def upload(client, data: bytes, name: str = "photo.png", content_type: str = "image/png"):
@@ -173,7 +183,7 @@ def test_the_image_policy_setting_is_read(settings, policy):
     assert prompt_verdict("What is this?").refused is False
 
 
-def test_images_no_battle_took_are_swept_after_a_day_and_others_stay(visitor, media_root):
+def test_images_no_battle_took_are_swept_within_the_hour_and_others_stay(visitor, media_root):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -185,7 +195,7 @@ def test_images_no_battle_took_are_swept_after_a_day_and_others_stay(visitor, me
         PromptImage.objects.get(pk=upload(visitor, png_bytes()).json()["id"]) for _ in range(3)
     )
     PromptImage.objects.filter(pk__in=[old.pk, taken.pk]).update(
-        created_at=timezone.now() - timedelta(hours=25)
+        created_at=timezone.now() - timedelta(minutes=50)
     )
     PromptImage.objects.filter(pk=taken.pk).update(battle=BattleFactory())
 
@@ -204,3 +214,173 @@ def test_the_admin_model_form_offers_supports_images(admin_client):
 
     assert response.status_code == 200
     assert b'name="supports_images"' in response.content
+
+
+# --- what is stored, and what an upload may cost ---------------------------------------------
+@pytest.fixture
+def decodes(monkeypatch) -> list[tuple[int, int]]:
+    """The sizes of the images whose pixels were decoded (Pillow's ``ImageFile.load``)."""
+    from PIL import ImageFile
+
+    seen: list[tuple[int, int]] = []
+    load = ImageFile.ImageFile.load
+
+    def counting(self):
+        seen.append(self.size)
+        return load(self)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", counting)
+    return seen
+
+
+def stored_bytes(media_root, response) -> bytes:
+    image = PromptImage.objects.get(pk=response.json()["id"])
+    return (media_root / image.file.name).read_bytes()
+
+
+def test_a_noise_jpeg_is_stored_within_the_byte_limit(visitor, media_root, settings):
+    # Noise at quality 20 re-encodes at the stored quality to about three times its size.
+    data = noise_jpeg(600, 600, quality=20)
+    settings.ARENA_IMAGE_MAX_BYTES = len(data) + 1024
+
+    response = upload(visitor, data, name="noise.jpg", content_type="image/jpeg")
+
+    assert response.status_code == 201, response.content
+    stored = stored_bytes(media_root, response)
+    assert len(stored) <= settings.ARENA_IMAGE_MAX_BYTES
+    assert response.json()["size"] == len(stored)
+    assert Image.open(io.BytesIO(stored)).size == (600, 600)
+
+
+def test_a_photo_like_png_is_stored_as_a_jpeg_within_the_byte_limit(visitor, media_root, settings):
+    data = noise_png(300, 300)
+    settings.ARENA_IMAGE_MAX_BYTES = len(data)
+
+    response = upload(visitor, data)
+
+    assert response.status_code == 201, response.content
+    assert response.json()["mime"] == "image/jpeg"
+    assert len(stored_bytes(media_root, response)) <= settings.ARENA_IMAGE_MAX_BYTES
+
+
+def test_a_transparent_image_over_the_limit_once_re_encoded_is_refused(
+    visitor, media_root, settings
+):
+    # 256 colours, one byte a pixel, become four once re-encoded as RGBA; transparency rules
+    # out a JPEG, so nothing fits.
+    data = palette_noise_png(300, 300)
+    settings.ARENA_IMAGE_MAX_BYTES = len(data) + 1024
+
+    response = upload(visitor, data)
+
+    assert_refused(response, 413, "ARENA_IMAGE_MAX_BYTES", media_root)
+    assert response.json()["error"]["code"] == "request_too_large"
+
+
+def test_the_default_pixel_limit_refuses_25_megapixels_before_decoding(
+    visitor, media_root, decodes
+):
+    data = zero_png(5000, 5000)  # a few tens of kilobytes
+    assert len(data) < 100_000
+
+    response = upload(visitor, data)
+
+    assert_refused(response, 400, "ARENA_IMAGE_MAX_PIXELS", media_root)
+    assert decodes == []
+
+
+@pytest.mark.parametrize("size", [(20_000, 10), (10, 20_000)])
+def test_an_extreme_aspect_ratio_is_refused_before_decoding(visitor, media_root, decodes, size):
+    response = upload(visitor, zero_png(*size))
+
+    assert_refused(response, 400, "ARENA_IMAGE_MAX_ASPECT_RATIO", media_root)
+    assert decodes == []
+
+
+def test_a_25_million_by_1_image_is_refused_before_decoding(visitor, media_root, decodes, settings):
+    settings.ARENA_IMAGE_MAX_PIXELS = 100_000_000  # the aspect ratio alone refuses it
+
+    response = upload(visitor, zero_png(25_000_000, 1))
+
+    assert_refused(response, 400, "ARENA_IMAGE_MAX_ASPECT_RATIO", media_root)
+    assert decodes == []
+
+
+def test_an_image_over_its_cpu_budget_is_refused_naming_the_setting(
+    visitor, media_root, settings, monkeypatch
+):
+    from arena import cpu_budget
+
+    # A clock that moves a second at each reading: the first check is past any budget.
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(cpu_budget, "_clock", lambda: float(next(ticks)))
+
+    response = upload(visitor, png_bytes(64, 48))
+
+    assert_refused(response, 400, "ARENA_IMAGE_CPU_SECONDS", media_root)
+
+
+# --- daily quotas of unattached bytes ---------------------------------------------------------
+def test_a_session_over_its_unattached_bytes_for_the_day_is_refused(visitor, media_root, settings):
+    first = upload(visitor, png_bytes(64, 48))
+    assert first.status_code == 201
+    settings.ARENA_IMAGE_UNATTACHED_BYTES_PER_SESSION = 2 * first.json()["size"] + 10
+
+    assert upload(visitor, png_bytes(64, 48)).status_code == 201
+    response = upload(visitor, png_bytes(64, 48))
+
+    assert response.status_code == 429, response.content
+    error = response.json()["error"]
+    assert error["code"] == "image_quota" and error["field"] == "image"
+    assert "ARENA_IMAGE_UNATTACHED_BYTES_PER_SESSION" in error["message"]
+    assert PromptImage.objects.count() == 2
+    assert len(stored_files(media_root)) == 2
+
+
+def test_an_address_over_its_unattached_bytes_for_the_day_is_refused(db, media_root, settings):
+    from django.test import Client
+
+    clients = []
+    for _ in range(3):
+        client = Client(REMOTE_ADDR="203.0.113.9")
+        client.get("/")
+        clients.append(client)
+    first = upload(clients[0], png_bytes(64, 48))
+    assert first.status_code == 201
+    settings.ARENA_IMAGE_UNATTACHED_BYTES_PER_IP = 2 * first.json()["size"] + 10
+
+    assert upload(clients[1], png_bytes(64, 48)).status_code == 201
+    response = upload(clients[2], png_bytes(64, 48))
+
+    assert response.status_code == 429, response.content
+    error = response.json()["error"]
+    assert error["code"] == "image_quota"
+    assert "ARENA_IMAGE_UNATTACHED_BYTES_PER_IP" in error["message"]
+    assert PromptImage.objects.count() == 2
+
+
+def test_the_quota_message_is_translated(visitor, media_root, settings):
+    settings.ARENA_IMAGE_UNATTACHED_BYTES_PER_SESSION = 10
+
+    response = visitor.post(
+        "/api/images",
+        {"image": SimpleUploadedFile("a.png", png_bytes(), content_type="image/png")},
+        headers={"accept-language": "fr"},
+    )
+
+    assert response.status_code == 429
+    assert "aujourd" in response.json()["error"]["message"]
+
+
+def test_an_unattached_upload_is_gone_within_the_hour():
+    from celery.schedules import crontab
+
+    from arena.live.images import UNATTACHED_IMAGE_MINUTES
+    from config.schedule import BEAT_SCHEDULE
+
+    schedule = BEAT_SCHEDULE["arena-prompt-images-sweep"]["schedule"]
+    assert isinstance(schedule, crontab) and schedule.hour == set(range(24))
+    minutes = sorted(schedule.minute)
+    gaps = [b - a for a, b in zip(minutes, minutes[1:], strict=False)]
+    longest_gap = max([*gaps, minutes[0] + 60 - minutes[-1]])
+    assert UNATTACHED_IMAGE_MINUTES + longest_gap <= 60

@@ -167,3 +167,20 @@ def test_the_moderation_endpoint_receives_the_image_parts(settings, fake_upstrea
     assert moderation[0].content_parts[0] == {"type": "text", "text": "Fine text"}
     assert moderation[0].image_urls[0].startswith("data:image/png;base64,")
     assert chat_requests(fake_upstream) == []
+
+
+@pytest.mark.django_db
+def test_an_image_a_battle_took_no_longer_counts_against_the_daily_quota(
+    settings, live_models, django_capture_on_commit_callbacks
+):
+    vision(live_models)
+    taken = uploaded("a" * 32)
+    settings.ARENA_IMAGE_UNATTACHED_BYTES_PER_SESSION = taken.size + 10
+    with django_capture_on_commit_callbacks(execute=True):
+        battle_start_live(session_key="a" * 32, prompt="See", image_ids=[str(taken.pk)])
+
+    uploaded("a" * 32)  # within the quota: the battle's image is given back
+    with pytest.raises(ArenaError) as caught:
+        uploaded("a" * 32)  # two unattached are over it
+
+    assert caught.value.code == "image_quota" and caught.value.status == 429

@@ -354,13 +354,41 @@ ARENA_MODERATION_BLOCKLIST = env("ARENA_MODERATION_BLOCKLIST", default="")
 # S3-compatible backend is configured, docs/deployment.md); served by arena.views.prompt_image.
 MEDIA_ROOT = Path(env("DJANGO_MEDIA_ROOT", default=str(VAR_DIR / "media")))
 MEDIA_URL = "/media/"
-# An upload's bytes and decoded pixels (width x height) at most; over either it is refused.
+# An upload's bytes, as sent and as stored (re-encoded), at most; over it is refused.
 ARENA_IMAGE_MAX_BYTES = env.int("ARENA_IMAGE_MAX_BYTES", default=10 * 1024 * 1024)
-ARENA_IMAGE_MAX_PIXELS = env.int("ARENA_IMAGE_MAX_PIXELS", default=25_000_000)
+# Pixels (width x height) and the longer side over the shorter at most, read from the header
+# and refused before any decoding. A 16 MP photo decodes and re-encodes in 0.2-0.3 s of CPU on
+# two busy cores (bench/uploads.py).
+ARENA_IMAGE_MAX_PIXELS = env.int("ARENA_IMAGE_MAX_PIXELS", default=16_000_000)
+ARENA_IMAGE_MAX_ASPECT_RATIO = env.int("ARENA_IMAGE_MAX_ASPECT_RATIO", default=20)
+# CPU seconds of the web worker's thread one upload's check and re-encoding may take; past it
+# the upload is refused (400 invalid_file). Above the 16 MP photo's cost so that a busy machine
+# does not refuse one.
+ARENA_IMAGE_CPU_SECONDS = env_float("ARENA_IMAGE_CPU_SECONDS", default=0.4)
 ARENA_IMAGE_MAX_PER_PROMPT = env.int("ARENA_IMAGE_MAX_PER_PROMPT", default=4)
 _bounded("ARENA_IMAGE_MAX_BYTES", ARENA_IMAGE_MAX_BYTES, 1024, 100 * 1024 * 1024)
-_bounded("ARENA_IMAGE_MAX_PIXELS", ARENA_IMAGE_MAX_PIXELS, 64, 200_000_000)
+_bounded("ARENA_IMAGE_MAX_PIXELS", ARENA_IMAGE_MAX_PIXELS, 64, 100_000_000)
+_bounded("ARENA_IMAGE_MAX_ASPECT_RATIO", ARENA_IMAGE_MAX_ASPECT_RATIO, 1, 1000)
+_bounded("ARENA_IMAGE_CPU_SECONDS", ARENA_IMAGE_CPU_SECONDS, 0.05, 30)
 _bounded("ARENA_IMAGE_MAX_PER_PROMPT", ARENA_IMAGE_MAX_PER_PROMPT, 1, 16)
+# Bytes of stored images not yet sent with a prompt, per session and per client address (its
+# salted hash) per UTC day, counted in the cache; a battle that takes an image gives its bytes
+# back. Over one: 429 image_quota. 0 turns a quota off.
+ARENA_IMAGE_UNATTACHED_BYTES_PER_SESSION = env.int(
+    "ARENA_IMAGE_UNATTACHED_BYTES_PER_SESSION", default=100 * 1024 * 1024
+)
+ARENA_IMAGE_UNATTACHED_BYTES_PER_IP = env.int(
+    "ARENA_IMAGE_UNATTACHED_BYTES_PER_IP", default=500 * 1024 * 1024
+)
+_bounded(
+    "ARENA_IMAGE_UNATTACHED_BYTES_PER_SESSION",
+    ARENA_IMAGE_UNATTACHED_BYTES_PER_SESSION,
+    0,
+    100 * 1024**3,
+)
+_bounded(
+    "ARENA_IMAGE_UNATTACHED_BYTES_PER_IP", ARENA_IMAGE_UNATTACHED_BYTES_PER_IP, 0, 100 * 1024**3
+)
 # Images when no moderation provider is configured: allow, or refuse every image prompt.
 ARENA_IMAGE_POLICY = env("ARENA_IMAGE_POLICY", default="allow")
 if ARENA_IMAGE_POLICY not in ("allow", "refuse"):
