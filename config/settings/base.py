@@ -88,6 +88,9 @@ MIDDLEWARE = [
     # Every error under /api/ leaves as the JSON error shape, whatever produced it (a 405 from a
     # method decorator, a 404 for an unknown path, a debug page): see arena/api.py.
     "arena.api.ApiErrorMiddleware",
+    # A path with a NUL or a lone surrogate is a 404 before any URL converter or view reads it
+    # (PostgreSQL refuses a NUL in a lookup): inside the one above, so it is JSON under /api/.
+    "config.middleware.UnstorablePathMiddleware",
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
