@@ -105,12 +105,17 @@ def _default_language() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _no_dns(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The webhook guard resolves host names through a stub: only ``localhost`` resolves, so no
-    test sends a DNS query off the machine; a test that needs a name gives its own resolver."""
+    """The guarded client resolves host names through a stub, for webhooks
+    (``environment.outbound``) and pool images (``arena.outbound``): only ``localhost``
+    resolves, so no test sends a DNS query off the machine; a test that needs a name gives its
+    own resolver."""
+    from arena import outbound as guard
     from environment import outbound
     from environment.tests.outbound_helpers import StubResolver
 
-    monkeypatch.setattr(outbound, "resolve_host", StubResolver({"localhost": ["127.0.0.1", "::1"]}))
+    stub = StubResolver({"localhost": ["127.0.0.1", "::1"]})
+    monkeypatch.setattr(outbound, "resolve_host", stub)
+    monkeypatch.setattr(guard, "resolve_host", stub)
 
 
 def _multihost_missing() -> str | None:

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET
 from arena.api import error_json, session_identity
 from arena.battle_sources import battle_sources_have_work
 from arena.errors import rate_limited
+from arena.links import absolute_url, public_host
 from arena.live.images import image_stored
 from arena.selectors import (
     live_battles_enabled,
@@ -132,7 +133,7 @@ def share_page(request: HttpRequest, token: str) -> HttpResponse:
     """A voted battle's outcome as its voter shared it: open to anyone with the link."""
     outcome = _shared(token)
     headline = share_headline(outcome)
-    card_url = request.build_absolute_uri(reverse("arena:share-card", args=[token]))
+    card_url = absolute_url(reverse("arena:share-card", args=[token]))
     description = outcome.prompt_excerpt or headline
     return render(
         request,
@@ -142,7 +143,7 @@ def share_page(request: HttpRequest, token: str) -> HttpResponse:
             "headline": headline,
             "description": description,
             "models": [outcome.model_a, outcome.model_b],
-            "page_url": request.build_absolute_uri(),
+            "page_url": absolute_url(reverse("arena:share", args=[token])),
             "card_url": card_url,
         },
     )
@@ -151,11 +152,12 @@ def share_page(request: HttpRequest, token: str) -> HttpResponse:
 @require_GET
 def share_card(request: HttpRequest, token: str) -> HttpResponse:
     """The outcome's 1200x630 PNG. Drawing one costs tens of milliseconds of CPU and a shared
-    link is fetched by every preview crawler and visitor, so the card is drawn once per token,
-    language and host, kept in the cache for a day, and browsers and proxies keep it as long."""
+    link is fetched by every preview crawler and visitor, so the card is drawn once per token
+    and language (it names the public host, which is the same for every request), kept in the
+    cache for a day, and browsers and proxies keep it as long."""
     outcome = _shared(token)
-    host = request.get_host()
-    key = "share-card:" + hashlib.sha256(f"{token}|{get_language()}|{host}".encode()).hexdigest()
+    host = public_host()
+    key = "share-card:" + hashlib.sha256(f"{token}|{get_language()}".encode()).hexdigest()
     png = cache.get(key)
     if png is None:
         png = card_png(

@@ -240,10 +240,16 @@ def _field_path(error: dict[str, Any], body: Any) -> list[str]:
     return path
 
 
-api.add_exception_handler(ArenaError, _arena_error)
-api.add_exception_handler(NinjaValidationError, _validation_error)
-api.add_exception_handler(HttpError, ninja_http_error)
-api.add_exception_handler(Http404, ninja_not_found)
+def error_handlers_add(target: NinjaAPI) -> None:
+    """Every error of ``target`` in the arena's error body, as this API answers them: an API
+    mounted beside this one under its bearer-token auth (the red-team rewards) answers alike."""
+    target.add_exception_handler(ArenaError, _arena_error)
+    target.add_exception_handler(NinjaValidationError, _validation_error)
+    target.add_exception_handler(HttpError, ninja_http_error)
+    target.add_exception_handler(Http404, ninja_not_found)
+
+
+error_handlers_add(api)
 
 
 # --- schemas: requests, and the error body for the document ------------------------------------

@@ -1,4 +1,5 @@
-"""Requests to URLs a trainer supplies (a run's webhook), through one guarded client.
+"""Requests to URLs a trainer supplies (a run's webhook), through the arena's guarded client
+(``arena.outbound``) under the webhooks' policy, read from the settings.
 
 A trainer names the URL, so without a guard the arena's own network (Redis, PostgreSQL, a
 cloud's metadata service, anything on loopback or a private network) would be one webhook away.
@@ -30,275 +31,60 @@ itself, after the check.
 
 from __future__ import annotations
 
-import functools
-import http.client
-import ipaddress
-import re
-import socket
-import ssl
-import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
-from urllib.parse import urlsplit, urlunsplit
-
 from django.conf import settings
 
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-Resolver = Callable[[str, int], list[str]]
+from arena import outbound as guard
+from arena.outbound import (
+    Address,
+    Destination,
+    OutboundFailed,
+    OutboundRefused,
+    OutboundResponse,
+    OutboundUnresolved,
+    Resolver,
+    resolve_host,
+    url_shown,
+)
+
+__all__ = [
+    "MAX_RESPONSE_BYTES",
+    "Destination",
+    "OutboundFailed",
+    "OutboundRefused",
+    "OutboundResponse",
+    "OutboundUnresolved",
+    "Resolver",
+    "address_refusal",
+    "outbound_check",
+    "outbound_post",
+    "resolve_host",
+    "url_shown",
+]
 
 # A receiver's answer is only its status: a few KB of the body are read (for the log), no more.
 MAX_RESPONSE_BYTES = 4096
-# The connection's own bound, within the total one (a host that never answers a SYN).
-CONNECT_SECONDS = 3.0
-
-_HOST_NAME = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?)+$")
-# IPv6 ranges that carry an IPv4 address (the IPv4-mapped and -compatible forms are found by
-# ipaddress itself, and ::/96 holds the compatible ones); a connection to one of them may end at
-# the IPv4 address it embeds, so they are refused rather than unwrapped.
-_EMBEDDING_NETWORKS = (
-    ipaddress.IPv6Network("::/96"),  # IPv4-compatible (deprecated)
-    ipaddress.IPv6Network("::ffff:0:0/96"),  # IPv4-mapped
-    ipaddress.IPv6Network("::ffff:0:0:0/96"),  # IPv4-translated (SIIT)
-    ipaddress.IPv6Network("64:ff9b::/96"),  # NAT64, well-known prefix
-    ipaddress.IPv6Network("64:ff9b:1::/48"),  # NAT64, local-use prefix
-    ipaddress.IPv6Network("2002::/16"),  # 6to4
-    ipaddress.IPv6Network("2001::/32"),  # Teredo
-)
-# RFC 1918 and unique local addresses; ipaddress's is_private holds documentation and other
-# ranges too, named below by the checks that follow (reserved, not publicly routable).
-_PRIVATE_NETWORKS = (
-    ipaddress.IPv4Network("10.0.0.0/8"),
-    ipaddress.IPv4Network("172.16.0.0/12"),
-    ipaddress.IPv4Network("192.168.0.0/16"),
-    ipaddress.IPv6Network("fc00::/7"),
-)
-_METADATA_ADDRESSES = (
-    ipaddress.IPv4Address("169.254.169.254"),
-    ipaddress.IPv6Address("fd00:ec2::254"),
-)
 
 
-class OutboundRefused(Exception):
-    """The guard refuses the URL or an address its host resolves to; the message says why, in
-    words a trainer can act on."""
-
-
-class OutboundFailed(Exception):
-    """An allowed request did not complete: no resolution, connection, TLS, time, protocol."""
-
-
-class OutboundUnresolved(OutboundFailed):
-    """The host did not resolve (a refusal at creation, a failure to retry at delivery)."""
-
-
-@dataclass(frozen=True)
-class Destination:
-    """A URL the guard accepts, with the addresses it checked (connected to in order)."""
-
-    scheme: Literal["http", "https"]
-    host: str  # lower case, IDNA-encoded; an IPv6 address without brackets
-    port: int
-    target: str  # path and query, as sent in the request line
-    addresses: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class OutboundResponse:
-    status: int
-    body: bytes  # at most MAX_RESPONSE_BYTES
-
-
-def resolve_host(host: str, port: int) -> list[str]:
-    """Every address ``host`` resolves to, for TCP (the network edge; tests replace it)."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise OutboundUnresolved(f"the host {host!r} does not resolve ({exc})") from None
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
-
-
-def url_shown(url: str) -> str:
-    """``url`` as the arena shows it: its userinfo, if any (older rows may hold one), masked."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        parts = urlsplit(url.replace("[", "").replace("]", ""))
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
-
-
-def _allow_list() -> tuple[
-    frozenset[str], tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
-]:
-    """The host names and networks of ``ARENA_ENV_WEBHOOK_ALLOW_HOSTS`` (checked at start-up),
-    parsed once per value of the setting rather than once per address checked."""
-    return _allow_list_parsed(tuple(settings.ARENA_ENV_WEBHOOK_ALLOW_HOSTS))
-
-
-@functools.lru_cache(maxsize=8)
-def _allow_list_parsed(
-    entries: tuple[str, ...],
-) -> tuple[frozenset[str], tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]]:
-    names: set[str] = set()
-    networks = []
-    for entry in entries:
-        try:
-            networks.append(ipaddress.ip_network(entry.strip(), strict=False))
-        except ValueError:
-            names.add(entry.strip().lower().rstrip("."))
-    return frozenset(names), tuple(networks)
+def webhook_policy() -> guard.OutboundPolicy:
+    """The webhooks' policy, as the settings say now."""
+    return guard.OutboundPolicy(
+        allow_http=settings.ARENA_ENV_WEBHOOK_ALLOW_HTTP,
+        allow_hosts=tuple(settings.ARENA_ENV_WEBHOOK_ALLOW_HOSTS),
+        timeout_seconds=float(settings.ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS),
+        allow_http_by="ARENA_ENV_WEBHOOK_ALLOW_HTTP",
+        allow_hosts_by="ARENA_ENV_WEBHOOK_ALLOW_HOSTS",
+    )
 
 
 def address_refusal(address: Address | str) -> str | None:
-    """Why the guard refuses to connect to ``address`` (a phrase naming its kind), or None when
-    it is a public address or inside a network of ``ARENA_ENV_WEBHOOK_ALLOW_HOSTS``."""
-    ip = ipaddress.ip_address(address) if isinstance(address, str) else address
-    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id:
-        ip = ipaddress.IPv6Address(str(ip).split("%", 1)[0])
-    _, networks = _allow_list()
-    if any(ip.version == network.version and ip in network for network in networks):
-        return None
-    if ip.is_unspecified:
-        return "an unspecified address"
-    if ip.is_loopback:
-        return "a loopback address"
-    if isinstance(ip, ipaddress.IPv6Address) and (
-        ip.ipv4_mapped is not None
-        or ip.sixtofour is not None
-        or ip.teredo is not None
-        or any(ip in network for network in _EMBEDDING_NETWORKS)
-    ):
-        return "an IPv6 address that embeds an IPv4 address"
-    if ip in _METADATA_ADDRESSES:
-        return "a cloud metadata address"
-    if ip.is_link_local:
-        return "a link-local address"
-    if ip.is_multicast:
-        return "a multicast address"
-    if any(ip in network for network in _PRIVATE_NETWORKS):
-        return "a private address"
-    if ip.is_reserved:
-        return "a reserved address"
-    if not ip.is_global:
-        return "an address that is not publicly routable"
-    return None
-
-
-def _is_address(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
-def _parsed(url: str) -> tuple[Literal["http", "https"], str, int, str]:
-    if not isinstance(url, str) or not url:
-        raise OutboundRefused("the URL is empty")
-    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
-        raise OutboundRefused("the URL holds whitespace or control characters")
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # an unclosed [ of an IPv6 address
-        raise OutboundRefused("the URL is not a valid URL") from None
-    scheme = parts.scheme.lower()
-    allowed = ("https", "http") if settings.ARENA_ENV_WEBHOOK_ALLOW_HTTP else ("https",)
-    if scheme not in allowed:
-        raise OutboundRefused(
-            "the URL must be https"
-            + ("" if settings.ARENA_ENV_WEBHOOK_ALLOW_HTTP else " (this arena sends no plain http)")
-        )
-    if "@" in parts.netloc:
-        raise OutboundRefused("the URL must not hold a user name or password (user:pw@)")
-    host = (parts.hostname or "").rstrip(".")
-    try:
-        port = parts.port or (443 if scheme == "https" else 80)
-    except ValueError:
-        raise OutboundRefused("the URL's port is not a number from 1 to 65535") from None
-    if not host or port == 0:
-        raise OutboundRefused("the URL has no host" if not host else "the URL's port is 0")
-    if not _is_address(host):
-        try:
-            host = host.encode("idna").decode("ascii")
-        except UnicodeError:
-            raise OutboundRefused(f"the host {host!r} is not a valid host name") from None
-        if not _HOST_NAME.match(host):
-            raise OutboundRefused(f"the host {host!r} is not a valid host name")
-    target = urlunsplit(("", "", parts.path or "/", parts.query, ""))
-    return scheme, host, port, target  # type: ignore[return-value]
+    """Why a webhook may not go to ``address``, or None (``arena.outbound.address_refusal``)."""
+    return guard.address_refusal(address, allow_hosts=tuple(settings.ARENA_ENV_WEBHOOK_ALLOW_HOSTS))
 
 
 def outbound_check(url: str, *, resolve: Resolver | None = None) -> Destination:
-    """The destination of ``url`` if the guard allows it, having resolved its host and checked
-    every address; opens no connection. Raises ``OutboundRefused`` (with the reason) or
-    ``OutboundUnresolved``."""
-    scheme, host, port, target = _parsed(url)
-    names, _ = _allow_list()
-    try:
-        literal: Address | None = ipaddress.ip_address(host)
-    except ValueError:
-        literal = None
-    if literal is not None:
-        addresses = [str(literal)]
-    else:
-        addresses = (resolve or resolve_host)(host, port)
-        if not addresses:
-            raise OutboundUnresolved(f"the host {host!r} does not resolve")
-    if host not in names:
-        for address in addresses:
-            refusal = address_refusal(address)
-            if refusal is not None:
-                shown = host if literal is not None else f"{host} resolves to {address},"
-                raise OutboundRefused(
-                    f"{shown} {refusal}, which this arena does not send to "
-                    + (
-                        ""
-                        if literal is not None
-                        else "(every address a host resolves to is checked) "
-                    )
-                    + "unless its operator allows it (ARENA_ENV_WEBHOOK_ALLOW_HOSTS)"
-                )
-    return Destination(scheme, host, port, target, tuple(addresses))
-
-
-class _PinnedHTTPConnection(http.client.HTTPConnection):
-    """An HTTP connection to ``address``, whatever ``host`` (the Host header's) resolves to."""
-
-    def __init__(self, host: str, port: int, *, address: str, timeout: float) -> None:
-        super().__init__(host, port, timeout=timeout)
-        self.address = address
-        self.seconds = timeout
-        self.raw: socket.socket | None = None
-
-    def connect(self) -> None:
-        family = socket.AF_INET6 if ":" in self.address else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        self.raw = sock
-        sock.settimeout(min(CONNECT_SECONDS, self.seconds))
-        try:
-            sock.connect((self.address, self.port))
-        except OSError:
-            sock.close()  # close() of the connection only knows a connected socket
-            raise
-        sock.settimeout(self.seconds)
-        self.sock = sock
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """The system's CAs, certificate and host name checked: loaded once per process."""
-    return ssl.create_default_context()
-
-
-class _PinnedHTTPSConnection(_PinnedHTTPConnection):
-    default_port = 443
-
-    def connect(self) -> None:
-        super().connect()
-        self.sock = _tls_context().wrap_socket(self.sock, server_hostname=self.host)
+    """``arena.outbound.outbound_check`` under the webhooks' policy. The host is resolved
+    through this module's ``resolve_host`` unless ``resolve`` is given (tests replace it)."""
+    return guard.outbound_check(url, policy=webhook_policy(), resolve=resolve or resolve_host)
 
 
 def outbound_post(
@@ -308,67 +94,14 @@ def outbound_post(
     headers: dict[str, str],
     resolve: Resolver | None = None,
 ) -> OutboundResponse:
-    """POST ``body`` to ``url`` through the guard (see the module docstring); the receiver's
+    """POST ``body`` to ``url`` through the guard under the webhooks' policy; the receiver's
     status and the start of its body. Raises ``OutboundRefused`` or ``OutboundFailed``."""
-    destination = outbound_check(url, resolve=resolve)
-    seconds = float(settings.ARENA_ENV_WEBHOOK_TIMEOUT_SECONDS)
-    deadline = time.monotonic() + seconds
-    connection_class = (
-        _PinnedHTTPSConnection if destination.scheme == "https" else _PinnedHTTPConnection
+    return guard.outbound_request(
+        "POST",
+        url,
+        policy=webhook_policy(),
+        max_bytes=MAX_RESPONSE_BYTES,
+        body=body,
+        headers=headers,
+        resolve=resolve or resolve_host,
     )
-    failure = "no address"
-    for address in destination.addresses:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        connection = connection_class(
-            destination.host, destination.port, address=address, timeout=remaining
-        )
-        # The total bound: reads that each arrive in time (a receiver that drips its answer)
-        # end when the socket is shut at the deadline.
-        expired = threading.Event()
-
-        def cut(
-            connection: _PinnedHTTPConnection = connection, expired: threading.Event = expired
-        ) -> None:
-            expired.set()
-            if connection.raw is not None:
-                try:
-                    socket.socket.shutdown(connection.raw, socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-        timer = threading.Timer(remaining, cut)
-        timer.daemon = True
-        timer.start()
-        try:
-            try:
-                connection.connect()
-            except OSError as exc:
-                failure = f"{address}: {type(exc).__name__}: {exc}"
-                continue
-            # Once connected, this address is the one: a second POST elsewhere would be a
-            # second delivery.
-            try:
-                connection.request(
-                    "POST",
-                    destination.target,
-                    body=body,
-                    headers={**headers, "Connection": "close"},
-                )
-                response = connection.getresponse()
-                content = response.read(MAX_RESPONSE_BYTES)
-            except (OSError, http.client.HTTPException, ValueError) as exc:
-                if expired.is_set():
-                    raise OutboundFailed(f"no answer within {seconds:g} seconds") from None
-                raise OutboundFailed(f"{type(exc).__name__}: {exc}") from None
-            if expired.is_set():
-                # The cut socket reads as the end of the answer: what came is not all of it.
-                raise OutboundFailed(f"no answer within {seconds:g} seconds")
-            return OutboundResponse(status=response.status, body=content)
-        finally:
-            timer.cancel()
-            connection.close()
-    if time.monotonic() >= deadline:
-        raise OutboundFailed(f"no connection within {seconds:g} seconds")
-    raise OutboundFailed(f"could not connect ({failure})")

@@ -394,6 +394,8 @@ class Cluster:
             "DJANGO_SECRET_KEY": self.secret_key,
             "ARENA_IP_HASH_SALT": "multihost-salt",
             "DJANGO_ALLOWED_HOSTS": ",".join(hosts),
+            # Visitors reach the site through the proxy: its links name the proxy.
+            "ARENA_PUBLIC_ORIGIN": self.proxy_url,
             "DJANGO_STATIC_ROOT": str(self.tmp / "staticfiles"),
             "DJANGO_MEDIA_ROOT": str(self.tmp / "media"),
         } | self.settings

@@ -143,6 +143,17 @@ def test_unknown_page_is_the_site_404_page(client):
     assert b"Page not found" in response.content and b'class="site-header"' in response.content
 
 
+def test_a_nul_in_a_page_path_is_the_site_404_page(client):
+    # PostgreSQL refuses a NUL in the share's lookup; no page has one in its path.
+    response = client.get("/s/a%00b.png")
+    assert response.status_code == 404
+    assert b"Page not found" in response.content
+
+
+def test_a_nul_in_an_api_path_is_a_json_404(client):
+    assert_api_error(client.get("/api/battles/%00"), 404, "not_found")
+
+
 def test_error_templates_render_on_their_own():
     from django.template import loader
 

@@ -53,6 +53,7 @@ from arena.services.vote_guards import challenge_create
 from arena.tests.factories import pool_of
 from arena.tests.images import png_bytes
 from config.asgi import application
+from tests import test_schemathesis_env
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -91,6 +92,34 @@ def _routes(patterns, prefix=""):
             yield from _routes(pattern.url_patterns, route)
         else:
             yield "/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route)
+
+
+def _ninja_documents(patterns, prefix=""):
+    """The document URL of each django-ninja API in the URLconf (None for one serving none):
+    ninja mounts each API as a resolver of app name "ninja", its document named openapi-json."""
+    for pattern in patterns:
+        if not hasattr(pattern, "url_patterns"):
+            continue
+        route = prefix + str(pattern.pattern)
+        if pattern.app_name == "ninja":
+            yield next(
+                (
+                    "/" + route + str(inner.pattern)
+                    for inner in pattern.url_patterns
+                    if getattr(inner, "name", None) == "openapi-json"
+                ),
+                None,
+            )
+        else:
+            yield from _ninja_documents(pattern.url_patterns, route)
+
+
+def test_every_api_the_site_serves_has_its_document_fuzzed():
+    # A new django-ninja API fails this until its document is fuzzed here or beside the
+    # environment's (each module lists the documents it fuzzes).
+    documents = list(_ninja_documents(get_resolver().url_patterns))
+    assert len(documents) == len(set(documents))
+    assert set(documents) == {DOCUMENT_URL, *test_schemathesis_env.DOCUMENT_URLS}
 
 
 def test_the_document_covers_every_api_endpoint_and_the_leaderboard_downloads(client):

@@ -1,8 +1,10 @@
-"""The environment API against its own generated OpenAPI document (/api/env/v1/openapi.json).
+"""The environment's APIs against their own generated OpenAPI documents: the environment API's
+(/api/env/v1/openapi.json) and the red-team rewards' mounted under it
+(/api/env/v1/redteam/openapi.json), both under the same bearer-token auth.
 
 As tests/test_schemathesis.py does for the public API: Schemathesis generates requests for every
-operation, valid ones and ones the document rules out, and sends them to the ASGI application
-in process; every answer must be no server error, a documented status, of the documented
+operation of each document, valid ones and ones the document rules out, and sends them to the
+ASGI application in process; every answer must be no server error, a documented status, of the documented
 content type and schema, and a request the document rules out must be refused. Requests carry a
 valid bearer token (the security parameters are the test's, not generated); half of those
 naming a run name a real run of that token, so submissions and reward pages are exercised, not
@@ -35,10 +37,15 @@ from arena.tests.factories import CompletionFactory
 from arena.tokens import token_create
 from config.asgi import application
 from environment.runs import env_run_create
+from redteam.models import AttemptTurn
+from redteam.tests.factories import AttemptFactory
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 DOCUMENT_URL = "/api/env/v1/openapi.json"
+REDTEAM_DOCUMENT_URL = "/api/env/v1/redteam/openapi.json"
+# What this module fuzzes (tests/test_schemathesis.py checks every API's document is fuzzed).
+DOCUMENT_URLS = (DOCUMENT_URL, REDTEAM_DOCUMENT_URL)
 MAX_EXAMPLES = 25
 MAX_PROMPT_CHARS = settings.ARENA_ENV_MAX_PROMPT_CHARS
 CHECKS = [
@@ -51,17 +58,25 @@ CHECKS = [
     schemathesis.checks.unsupported_method,
 ]
 
-schema = schemathesis.openapi.from_asgi(DOCUMENT_URL, application)
-schema.config.phases.update(phases=["examples", "coverage", "fuzzing"])
-schema.config.generation.update(
-    modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE],
-    max_examples=MAX_EXAMPLES,
-    deterministic=True,
-    database="none",
-    with_security_parameters=False,
-    allow_x00=False,
-    codec="utf-8",
-)
+
+def _configured(url: str):
+    """The document at ``url``, from the ASGI application, generating as described above."""
+    document = schemathesis.openapi.from_asgi(url, application)
+    document.config.phases.update(phases=["examples", "coverage", "fuzzing"])
+    document.config.generation.update(
+        modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE],
+        max_examples=MAX_EXAMPLES,
+        deterministic=True,
+        database="none",
+        with_security_parameters=False,
+        allow_x00=False,
+        codec="utf-8",
+    )
+    return document
+
+
+schema = _configured(DOCUMENT_URL)
+redteam_schema = _configured(REDTEAM_DOCUMENT_URL)
 
 
 class Trainer:
@@ -94,24 +109,19 @@ def trainer(transactional_db) -> Trainer:
     return Trainer()
 
 
-def test_the_document_is_openapi_3_and_lists_the_operations(db):
-    response = Client().get(DOCUMENT_URL)
-    assert response.status_code == 200
-    document = json.loads(response.content)
-    assert document["openapi"].startswith("3.")
-    operations = {
-        (method.upper(), path) for path, item in document["paths"].items() for method in item
-    }
-    assert operations == {
-        ("POST", "/api/env/v1/runs"),
-        ("GET", "/api/env/v1/runs"),
-        ("GET", "/api/env/v1/runs/{run_id}"),
-        ("POST", "/api/env/v1/runs/{run_id}/close"),
-        ("POST", "/api/env/v1/runs/{run_id}/submissions"),
-        ("GET", "/api/env/v1/runs/{run_id}/rewards"),
-        ("POST", "/api/env/v1/runs/{run_id}/submissions/cancel"),
-        ("POST", "/api/env/v1/runs/{run_id}/submissions/{submission_id}/cancel"),
-    }
+@pytest.fixture
+def redteam_attempts(trainer) -> dict[str, str]:
+    """A model's slug with a held and a broken attempt, one with a turn, and the cursor of the
+    first (a cursor is only ever read from a page)."""
+    held = AttemptFactory(state="surrendered")
+    AttemptFactory(state="succeeded", model=held.model)
+    AttemptTurn.objects.create(attempt=held, turn=0, user_content="hi", content="no")
+    page = Client().get(
+        f"{REDTEAM_DOCUMENT_URL.rsplit('/', 1)[0]}/rewards",
+        {"model": held.model.slug},
+        headers={"Authorization": f"Bearer {trainer.raw}"},
+    )
+    return {"model": held.model.slug, "after": page.json()["items"][0]["cursor"]}
 
 
 def _is_uuid(value: object) -> bool:
@@ -122,14 +132,17 @@ def _is_uuid(value: object) -> bool:
     return True
 
 
-@schema.parametrize()
-@hypothesis_settings(
+FUZZING = hypothesis_settings(
     max_examples=MAX_EXAMPLES,
     deadline=None,
     derandomize=True,
     database=None,
     suppress_health_check=list(HealthCheck),
 )
+
+
+@schema.parametrize()
+@FUZZING
 def test_the_env_api_answers_every_generated_request_as_its_document_says(case, trainer):
     # A generated id that is a UUID (a request the document allows there) is half the time
     # the real run's; a malformed one stays, so the request stays as invalid as generated.
@@ -138,4 +151,22 @@ def test_the_env_api_answers_every_generated_request_as_its_document_says(case, 
         path["run_id"] = trainer.run_id
     if case.meta is not None and case.meta.generation.mode.is_positive:
         trainer.follow_data_rules(case)
+    case.call_and_validate(headers={"Authorization": f"Bearer {trainer.raw}"}, checks=CHECKS)
+
+
+@redteam_schema.parametrize()
+@FUZZING
+def test_the_redteam_rewards_answer_every_generated_request_as_their_document_says(
+    case, trainer, redteam_attempts
+):
+    # Half of the valid requests name the model with ended attempts, so pages are not all
+    # empty; a valid request's cursor is one a page gave (it is opaque: any other string is a
+    # request no schema can rule out, and a 400).
+    query = case.query if isinstance(case.query, dict) else {}
+    if case.meta is not None and case.meta.generation.mode.is_positive:
+        turn = next(trainer.turn)
+        if "model" in query and turn % 2:
+            query["model"] = redteam_attempts["model"]
+        if query.get("after"):
+            query["after"] = redteam_attempts["after"] if turn % 3 else ""
     case.call_and_validate(headers={"Authorization": f"Bearer {trainer.raw}"}, checks=CHECKS)

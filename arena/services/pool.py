@@ -19,7 +19,10 @@ Every line is checked before anything is written; every malformed line is report
 pool-only models.
 
 ``images`` (or ``image``, one reference) are the prompt's images, sent with its first turn: a
-path relative to the file's folder, or an http(s) URL fetched at import time. Each is copied in
+path under the file's folder (or the folder ``--images-root`` names; nothing outside it, by
+``..``, an absolute path or a symlink, is read), or an http(s) URL fetched at import time through
+the guarded client (``arena.outbound``: no loopback, private or metadata address unless
+``--images-allow-host`` names it). Each is copied in
 through the same checks as a visitor's upload (``arena.live.images.image_validate``: type by
 content, size and pixel limits, decompression bombs, corruption), its metadata stripped and
 re-encoded, before anything is written; a bad image is reported with its line like any other
@@ -35,8 +38,6 @@ repeating a stored text adds nothing; an import never changes or removes a store
 import hashlib
 import json
 import re
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,13 @@ from arena.models import (
     Prompt,
     PromptImage,
     completion_turns_hash,
+)
+from arena.outbound import (
+    OutboundFailed,
+    OutboundPolicy,
+    OutboundRefused,
+    outbound_request,
+    url_shown,
 )
 from arena.pool_cache import generation_bumps_deferred
 
@@ -113,8 +121,29 @@ class PoolImportResult:
     images_stored: int = 0
 
 
-#: Seconds an image URL may take to answer and send, per read.
+#: Seconds an image URL may take to connect, answer and send, in all.
 IMAGE_FETCH_TIMEOUT = 20.0
+
+
+@dataclass(frozen=True)
+class ImageSources:
+    """Where a pool file's images may come from: paths under ``root`` (the file's folder
+    unless the operator names another), URLs through the guarded client (``arena.outbound``),
+    which reaches no loopback, private or metadata address unless ``allow_hosts`` (host names,
+    addresses or networks) names it. Plain http is taken: the operator wrote the file, and the
+    guard is about where a URL leads, not how."""
+
+    root: Path
+    allow_hosts: tuple[str, ...] = ()
+
+    def policy(self) -> OutboundPolicy:
+        return OutboundPolicy(
+            allow_http=True,
+            allow_hosts=self.allow_hosts,
+            timeout_seconds=IMAGE_FETCH_TIMEOUT,
+            allow_http_by="",
+            allow_hosts_by="import_pool --images-allow-host",
+        )
 
 
 def _text(value: str, name: str, line_no: int) -> str:
@@ -249,27 +278,34 @@ def _image_references(obj: dict[str, Any], line_no: int) -> tuple[str, ...]:
     return tuple(_text(v.strip(), "images", line_no) for v in value)
 
 
-def _image_bytes(reference: str, folder: Path) -> bytes:
-    """The bytes ``reference`` names (a URL fetched, or a path under ``folder``), at most
-    ``ARENA_IMAGE_MAX_BYTES`` of them; an ``ArenaError`` saying why not."""
+def _image_bytes(reference: str, sources: ImageSources) -> bytes:
+    """The bytes ``reference`` names (a URL fetched through the guard, or a path under the
+    images folder), at most ``ARENA_IMAGE_MAX_BYTES`` of them; an ``ArenaError`` saying why
+    not."""
     limit = settings.ARENA_IMAGE_MAX_BYTES
     too_large = f"is larger than {limit} bytes (ARENA_IMAGE_MAX_BYTES)"
     if reference.startswith(("http://", "https://")):
         try:
-            # The scheme is checked above: urllib opens nothing but http(s) here.
-            with urllib.request.urlopen(reference, timeout=IMAGE_FETCH_TIMEOUT) as response:  # noqa: S310
-                data = response.read(limit + 1)
-        except urllib.error.HTTPError as exc:
-            raise _image_problem(f"{reference} answered HTTP {exc.code}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", None) or exc
-            raise _image_problem(f"cannot fetch {reference} ({reason})") from None
-        if len(data) > limit:
-            raise _image_problem(f"{reference} {too_large}")
-        return bytes(data)
-    path = Path(reference)
-    if not path.is_absolute():
-        path = folder / path
+            response = outbound_request(
+                "GET", reference, policy=sources.policy(), max_bytes=limit + 1
+            )
+        except OutboundRefused as exc:
+            raise _image_problem(f"{url_shown(reference)} is refused: {exc}") from None
+        except OutboundFailed as exc:
+            raise _image_problem(f"cannot fetch {url_shown(reference)} ({exc})") from None
+        if response.status != 200:
+            raise _image_problem(f"{url_shown(reference)} answered HTTP {response.status}")
+        if len(response.body) > limit:
+            raise _image_problem(f"{url_shown(reference)} {too_large}")
+        return response.body
+    root = sources.root.resolve()
+    # Resolved, symlinks and ``..`` included, before the check: a link inside the folder that
+    # points out of it is outside.
+    path = (root / reference).resolve()
+    if not path.is_relative_to(root):
+        raise _image_problem(
+            f"{reference} is outside the images folder {root} (import_pool --images-root)"
+        )
     try:
         if path.stat().st_size > limit:
             raise _image_problem(f"{reference} {too_large}")
@@ -283,7 +319,7 @@ def _image_problem(message: str) -> ArenaError:
 
 
 def _images_read(
-    lines: list[PoolLine], folder: Path, progress: Progress
+    lines: list[PoolLine], sources: ImageSources, progress: Progress
 ) -> tuple[dict[str, CleanImage], list[str]]:
     """Every distinct image reference of ``lines`` read and checked once: the clean images by
     reference, and one problem per line naming a bad one."""
@@ -292,7 +328,7 @@ def _images_read(
     references = list(dict.fromkeys(r for line in lines for r in line.images))
     for reference in progress(references, desc="checking images"):
         try:
-            data = _image_bytes(reference, folder)
+            data = _image_bytes(reference, sources)
             clean[reference] = image_validate(data=data, max_pixels=settings.ARENA_IMAGE_MAX_PIXELS)
         except ArenaError as exc:
             refused[reference] = exc.message
@@ -313,9 +349,18 @@ def _model_slug(name: str) -> str:
 
 
 def pool_import(
-    *, path: Path, source: str | None = None, progress: Progress = no_progress
+    *,
+    path: Path,
+    source: str | None = None,
+    progress: Progress = no_progress,
+    images_root: Path | None = None,
+    images_allow_hosts: Sequence[str] = (),
 ) -> PoolImportResult:
     """Import a JSONL pool file atomically; re-importing the same file changes nothing.
+
+    Image paths are read under ``images_root`` (the file's folder by default) and nowhere
+    else; image URLs reach no loopback, private or metadata address unless
+    ``images_allow_hosts`` names it (``ImageSources``).
 
     Every line is checked first; if any is malformed, one ``ArenaError`` names each (up to
     ``MAX_REPORTED_LINES``), one per line of its message, and nothing is written.
@@ -346,7 +391,11 @@ def pool_import(
             lines.append(pool_parse_line(text, line_no))
         except ArenaError as exc:
             problems.append(exc.message)
-    images, image_problems = _images_read(lines, path.parent, progress)
+    sources = ImageSources(
+        root=images_root if images_root is not None else path.parent,
+        allow_hosts=tuple(images_allow_hosts),
+    )
+    images, image_problems = _images_read(lines, sources, progress)
     problems += image_problems
     problems += _prompt_id_conflicts(lines, source, images)
     if len(problems) == 1:

@@ -16,6 +16,9 @@ from arena.tests.images import bomb_png, jpeg_with_exif, png_bytes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("media_root")]
 
+# The test's image server listens on loopback, which the import fetches from only when told.
+LOOPBACK_ALLOWED = ("--images-allow-host", "127.0.0.1/32")
+
 
 class _Images(http.server.BaseHTTPRequestHandler):
     files: dict[str, bytes] = {}
@@ -70,7 +73,7 @@ def test_a_path_and_a_url_are_copied_in_stripped_and_in_order(tmp_path, image_ho
     _Images.files = {"/dog.png": png_bytes(32, 24)}
     path = pool_file(tmp_path, ["cat.jpg", f"{image_host}/dog.png"])
     out = io.StringIO()
-    call_command("import_pool", str(path), stdout=out)
+    call_command("import_pool", str(path), *LOOPBACK_ALLOWED, stdout=out)
     assert "2 images" in out.getvalue()
     prompt = Prompt.objects.get()
     assert prompt.image_count == 2
@@ -129,7 +132,7 @@ def test_a_bad_image_is_reported_with_its_line_and_nothing_is_imported(
 def test_a_url_that_fails_is_reported_with_its_status(tmp_path, image_host):
     path = pool_file(tmp_path, [f"{image_host}/gone.png"])
     with pytest.raises(CommandError, match="answered HTTP 404"):
-        call_command("import_pool", str(path))
+        call_command("import_pool", str(path), *LOOPBACK_ALLOWED)
 
 
 def test_an_oversized_image_names_the_limit(tmp_path, settings):
@@ -172,3 +175,57 @@ def test_the_images_stay_on_the_next_battle_and_the_vote_answer(tmp_path, visito
     )
     assert voted.status_code == 201, voted.content
     assert voted.json()["images"] == first["images"]
+
+
+def test_a_path_outside_the_files_folder_is_refused(tmp_path):
+    folder = tmp_path / "pool"
+    folder.mkdir()
+    (tmp_path / "secret.png").write_bytes(png_bytes())
+    for reference in ("../secret.png", str(tmp_path / "secret.png")):
+        with pytest.raises(CommandError, match="outside the images folder"):
+            call_command("import_pool", str(pool_file(folder, [reference])))
+    assert not PromptImage.objects.exists()
+
+
+def test_a_symlink_escaping_the_folder_is_refused(tmp_path):
+    folder = tmp_path / "pool"
+    folder.mkdir()
+    (tmp_path / "secret.png").write_bytes(png_bytes())
+    (folder / "cat.png").symlink_to(tmp_path / "secret.png")
+    with pytest.raises(CommandError, match="outside the images folder"):
+        call_command("import_pool", str(pool_file(folder, ["cat.png"])))
+
+
+def test_the_images_root_option_names_the_folder_images_are_read_from(tmp_path):
+    pool, images = tmp_path / "pool", tmp_path / "images"
+    pool.mkdir()
+    images.mkdir()
+    (images / "cat.png").write_bytes(png_bytes())
+    (pool / "dog.png").write_bytes(png_bytes())
+    path = pool_file(pool, ["cat.png"])
+    call_command("import_pool", str(path), "--images-root", str(images), stdout=io.StringIO())
+    assert PromptImage.objects.count() == 1
+    with pytest.raises(CommandError, match="outside the images folder"):
+        call_command(
+            "import_pool",
+            str(pool_file(pool, [str(pool / "dog.png")])),
+            "--images-root",
+            str(images),
+        )
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::1]"])
+def test_a_loopback_url_is_refused_and_never_fetched(tmp_path, image_host, host):
+    # localhost resolves through the tests' stub resolver (conftest), to loopback.
+    _Images.files = {"/dog.png": png_bytes()}
+    port = image_host.rsplit(":", 1)[1]
+    path = pool_file(tmp_path, [f"http://{host}:{port}/dog.png"])
+    with pytest.raises(CommandError, match="loopback address"):
+        call_command("import_pool", str(path))
+    assert not PromptImage.objects.exists()
+
+
+def test_a_url_to_a_private_network_is_refused(tmp_path):
+    path = pool_file(tmp_path, ["http://169.254.169.254/latest/meta-data/"])
+    with pytest.raises(CommandError, match="metadata address"):
+        call_command("import_pool", str(path))

@@ -155,3 +155,50 @@ def test_local_defaults_need_no_services(settings):
         "django.core.cache.backends.locmem.LocMemCache",
         "True",
     ]
+
+
+def production_origin(**env) -> subprocess.CompletedProcess:
+    return import_production_settings(
+        "import config.settings.production as p; print(p.ARENA_PUBLIC_ORIGIN)",
+        **{**REQUIRED_ENV, **env},
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "origin"),
+    [
+        ({}, "https://arena.example"),
+        ({"DJANGO_SECURE_SSL_REDIRECT": "false"}, "http://arena.example"),
+        (
+            {"DJANGO_CSRF_TRUSTED_ORIGINS": "https://Proxy.example:8443"},
+            "https://proxy.example:8443",
+        ),
+        (
+            {
+                "ARENA_PUBLIC_ORIGIN": "https://arena.example.org/",
+                "DJANGO_CSRF_TRUSTED_ORIGINS": "",
+            },
+            "https://arena.example.org",
+        ),
+    ],
+    ids=["allowed-host", "plain-http", "trusted-origin", "set"],
+)
+def test_production_links_on_the_set_or_derived_public_origin(env, origin):
+    result = production_origin(**env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == origin
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"DJANGO_ALLOWED_HOSTS": ".example.org"},
+        {"DJANGO_ALLOWED_HOSTS": "*"},
+        {"ARENA_PUBLIC_ORIGIN": "arena.example.org"},
+        {"ARENA_PUBLIC_ORIGIN": "https://arena.example.org/battles"},
+    ],
+    ids=["wildcard-host", "any-host", "no-scheme", "a-path"],
+)
+def test_production_refuses_to_start_without_a_public_origin(env):
+    result = production_origin(**env)
+    assert result.returncode != 0 and "ARENA_PUBLIC_ORIGIN" in result.stderr

@@ -1,6 +1,7 @@
 """Sharing an outcome: who may share, what a share shows, and its card."""
 
 import io
+import re
 
 import pytest
 from PIL import Image
@@ -134,3 +135,44 @@ def test_the_card_is_drawn_once_per_language_and_served_from_the_cache(battle, c
     assert french.status_code == 200 and french.content != first.content
     assert len(drawn) == 2 and drawn[0] != drawn[1]  # one English headline, one French
     assert client.get("/s/no-such-token.png").status_code == 404
+
+
+def _og(page: str, prop: str) -> str:
+    match = re.search(rf'<meta property="og:{prop}" content="([^"]*)">', page)
+    assert match is not None, prop
+    return match.group(1)
+
+
+def test_a_share_pages_links_are_on_the_public_origin_whatever_the_host_header(
+    battle, client, settings
+):
+    # The Host header is the client's to choose (an allowed host with another port here): the
+    # links a crawler copies into a preview name the site's configured origin instead.
+    settings.ARENA_PUBLIC_ORIGIN = "https://arena.example.org"
+    vote(battle)
+    share = share_create(battle_id=battle.id, session_key="session-1", include_prompt=False)
+    page = client.get(f"/s/{share.token}", headers={"host": "localhost:1"}).content.decode()
+    assert _og(page, "url") == f"https://arena.example.org/s/{share.token}"
+    assert _og(page, "image") == f"https://arena.example.org/s/{share.token}.png"
+    assert "localhost:1" not in page
+
+
+def test_the_card_names_the_public_host_and_is_drawn_once_whatever_the_host_header(
+    battle, client, settings, monkeypatch
+):
+    from arena import views
+
+    settings.ARENA_PUBLIC_ORIGIN = "https://arena.example.org"
+    vote(battle)
+    share = share_create(battle_id=battle.id, session_key="session-1", include_prompt=False)
+    footers = []
+    real = views.card_png
+
+    def recording(**kwargs):
+        footers.append(kwargs["footer"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(views, "card_png", recording)
+    for host in ("localhost:1", "127.0.0.1", "localhost:2"):
+        assert client.get(f"/s/{share.token}.png", headers={"host": host}).status_code == 200
+    assert footers == ["Vote blind: arena.example.org"]

@@ -14,6 +14,7 @@ import math
 import re
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import django_stubs_ext
 import environ
@@ -59,6 +60,38 @@ SECRET_KEY = env("DJANGO_SECRET_KEY", default="")
 ALLOWED_HOSTS: list[str] = env.list("DJANGO_ALLOWED_HOSTS", default=[])
 CSRF_TRUSTED_ORIGINS: list[str] = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
+
+def public_origin(value: str, *, name: str = "ARENA_PUBLIC_ORIGIN") -> str:
+    """``value`` as an origin (``scheme://host[:port]``, no trailing slash), or a refusal to
+    start naming ``name``."""
+    try:
+        parts = urlsplit(value.strip())
+        parts.port  # noqa: B018 (a port that is not a number raises here)
+    except ValueError:
+        parts = None
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or "@" in parts.netloc
+        or "*" in parts.netloc
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+    ):
+        raise ImproperlyConfigured(
+            f"{name} must be an origin such as https://arena.example.org; it is {value!r}."
+        )
+    return f"{parts.scheme}://{parts.netloc.lower()}"
+
+
+# The site's public origin, the one base of every absolute link it hands out (share pages' og:
+# tags and their cards): never the Host header, which the client chooses. Production derives it
+# when unset (config/settings/production.py).
+ARENA_PUBLIC_ORIGIN = public_origin(
+    env("ARENA_PUBLIC_ORIGIN", default="") or "http://127.0.0.1:8000"
+)
+
 # No "daphne": the ASGI server is uvicorn (bin/serve, for the demo too), and daphne's app (whose
 # only use is to make `runserver` serve ASGI) loads Twisted into every process and command.
 INSTALLED_APPS = [
@@ -88,6 +121,9 @@ MIDDLEWARE = [
     # Every error under /api/ leaves as the JSON error shape, whatever produced it (a 405 from a
     # method decorator, a 404 for an unknown path, a debug page): see arena/api.py.
     "arena.api.ApiErrorMiddleware",
+    # A path with a NUL or a lone surrogate is a 404 before any URL converter or view reads it
+    # (PostgreSQL refuses a NUL in a lookup): inside the one above, so it is JSON under /api/.
+    "config.middleware.UnstorablePathMiddleware",
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

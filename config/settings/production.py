@@ -3,7 +3,16 @@
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import DATABASES, REDIS_URL, SECRET_KEY, env, env_float
+from .base import (
+    ALLOWED_HOSTS,
+    CSRF_TRUSTED_ORIGINS,
+    DATABASES,
+    REDIS_URL,
+    SECRET_KEY,
+    env,
+    env_float,
+    public_origin,
+)
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ARENA_PRODUCTION = True
@@ -69,3 +78,24 @@ SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=60 * 60 * 24
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
 SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)
 SILENCED_SYSTEM_CHECKS = ["security.W005", "security.W021"]
+
+# --- The public origin ------------------------------------------------------------------------
+# ARENA_PUBLIC_ORIGIN when set; else the first of DJANGO_CSRF_TRUSTED_ORIGINS (the origin a proxy
+# serves the site on); else the first of DJANGO_ALLOWED_HOSTS, https unless the site serves plain
+# http (DJANGO_SECURE_SSL_REDIRECT=false). Without one of them that names a single host (no
+# wildcard), production refuses to start rather than link to whatever Host a client sent.
+if env("ARENA_PUBLIC_ORIGIN", default=""):
+    pass  # read and checked by base
+elif CSRF_TRUSTED_ORIGINS and "*" not in CSRF_TRUSTED_ORIGINS[0]:
+    ARENA_PUBLIC_ORIGIN = public_origin(CSRF_TRUSTED_ORIGINS[0], name="DJANGO_CSRF_TRUSTED_ORIGINS")
+elif ALLOWED_HOSTS and ALLOWED_HOSTS[0] != "*" and not ALLOWED_HOSTS[0].startswith("."):
+    ARENA_PUBLIC_ORIGIN = public_origin(
+        f"{'https' if SECURE_SSL_REDIRECT else 'http'}://{ALLOWED_HOSTS[0]}",
+        name="DJANGO_ALLOWED_HOSTS",
+    )
+else:
+    raise ImproperlyConfigured(
+        "Production settings need ARENA_PUBLIC_ORIGIN (such as https://arena.example.org), the "
+        "origin of the site's links, when neither DJANGO_CSRF_TRUSTED_ORIGINS nor "
+        "DJANGO_ALLOWED_HOSTS starts with a single host."
+    )

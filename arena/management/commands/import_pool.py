@@ -21,10 +21,38 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", type=Path)
         parser.add_argument("--source", help="Source label of the prompts (default import:<name>)")
+        parser.add_argument(
+            "--images-root",
+            type=Path,
+            help="Folder the images' paths are read under, and nothing outside it (default: the "
+            "file's folder)",
+        )
+        parser.add_argument(
+            "--images-allow-host",
+            action="append",
+            default=[],
+            metavar="HOST_OR_NETWORK",
+            help="A host name, address or network (10.0.0.0/8) image URLs may reach although it "
+            "is loopback, private or otherwise not public; repeat for more",
+        )
 
-    def handle(self, *args: Any, file: Path, source: str | None, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        file: Path,
+        source: str | None,
+        images_root: Path | None,
+        images_allow_host: list[str],
+        **options: Any,
+    ) -> None:
         try:
-            result = pool_import(path=file, source=source, progress=progress)
+            result = pool_import(
+                path=file,
+                source=source,
+                progress=progress,
+                images_root=images_root,
+                images_allow_hosts=images_allow_host,
+            )
         except ArenaError as exc:
             # One line per malformed line of the file: the summary, then each line's problem.
             raise CommandError(exc.message) from None
