@@ -149,12 +149,14 @@ def test_a_nul_or_lone_surrogate_in_a_json_string_is_a_400_naming_the_field(
 
 @pytest.mark.parametrize("method", ["get", "vote"])
 @pytest.mark.parametrize("battle_id", ["%00", f"{NO_SUCH_BATTLE}%00"], ids=["nul", "uuid-nul"])
-def test_a_nul_in_the_battle_id_is_a_400_naming_it(visitor, method, battle_id):
+def test_a_nul_in_the_battle_id_is_a_json_404(visitor, method, battle_id):
+    """No battle's id holds a NUL: the path names nothing (``UnstorablePathMiddleware``)."""
     if method == "get":
         response = visitor.get(f"/api/battles/{battle_id}")
     else:
         response = post_json(visitor, f"/api/battles/{battle_id}/vote", {"winner": "tie"})
-    assert_error(response, 400, "invalid", "battle_id")
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+    assert not Vote.objects.exists()
 
 
 @pytest.mark.parametrize(
