@@ -37,7 +37,6 @@ import re
 from datetime import UTC, datetime
 
 import pytest
-import schemathesis
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import get_resolver
@@ -52,37 +51,16 @@ from arena.services.terms import terms_accept
 from arena.services.vote_guards import challenge_create
 from arena.tests.factories import pool_of
 from arena.tests.images import png_bytes
-from config.asgi import application
 from tests import test_schemathesis_env
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-# Generated requests per operation in the fuzzing phase; the coverage phase adds its own fixed
-# cases (boundary values, missing parameters, each method the path does not allow).
-MAX_EXAMPLES = 25
-CHECKS = [
-    schemathesis.checks.not_a_server_error,
-    schemathesis.checks.status_code_conformance,
-    schemathesis.checks.content_type_conformance,
-    schemathesis.checks.response_schema_conformance,
-    schemathesis.checks.negative_data_rejection,
-    schemathesis.checks.positive_data_acceptance,
-    schemathesis.checks.unsupported_method,
-]
-
+# Generated per operation, the checks and the generation: as the environment's documents are.
+MAX_EXAMPLES = test_schemathesis_env.MAX_EXAMPLES
+CHECKS = test_schemathesis_env.CHECKS
 DOCUMENT_URL = "/api/openapi.json"
 # Requests go to the ASGI application in process, the document included.
-schema = schemathesis.openapi.from_asgi(DOCUMENT_URL, application)
-schema.config.phases.update(phases=["examples", "coverage", "fuzzing"])
-schema.config.generation.update(
-    modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE],
-    max_examples=MAX_EXAMPLES,
-    deterministic=True,
-    database="none",
-    with_security_parameters=False,
-    allow_x00=False,
-    codec="utf-8",
-)
+schema = test_schemathesis_env.configured(DOCUMENT_URL)
 
 
 def _routes(patterns, prefix=""):

@@ -23,7 +23,6 @@ all.
 """
 
 import itertools
-import json
 import uuid
 
 import pytest
@@ -59,8 +58,9 @@ CHECKS = [
 ]
 
 
-def _configured(url: str):
-    """The document at ``url``, from the ASGI application, generating as described above."""
+def configured(url: str):
+    """The document at ``url``, from the ASGI application, generating as described above
+    (tests/test_schemathesis.py configures the public API's document through this too)."""
     document = schemathesis.openapi.from_asgi(url, application)
     document.config.phases.update(phases=["examples", "coverage", "fuzzing"])
     document.config.generation.update(
@@ -75,8 +75,8 @@ def _configured(url: str):
     return document
 
 
-schema = _configured(DOCUMENT_URL)
-redteam_schema = _configured(REDTEAM_DOCUMENT_URL)
+schema = configured(DOCUMENT_URL)
+redteam_schema = configured(REDTEAM_DOCUMENT_URL)
 
 
 class Trainer:
