@@ -13,7 +13,7 @@ from typing import Any
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-STEPS = (
+STEPS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("migrate", "creating or updating the database's tables", {"interactive": False}),
     ("load_demo", "loading the demo's prompts, answers and expert votes", {}),
     ("rate_snapshot", "fitting the first leaderboard (Bradley-Terry, style control)", {}),
