@@ -127,6 +127,12 @@ class ReasonCodeOut(_Out):
     error: str | None = Field(None, description="The rating engine's exception class, if any.")
 
 
+class PositionOut(_Out):
+    coefficient: float | None = Field(description="Logits; null when not identified.")
+    standard_error: float | None
+    interval: list[float] | None
+
+
 class LeaderboardOut(_Out):
     snapshot: SnapshotOut
     category: CategoryOut
@@ -141,6 +147,12 @@ class LeaderboardOut(_Out):
     n_battles: int = Field(ge=0)
     n_battles_input: int = Field(ge=0)
     method: dict[str, Any] | None
+    position: PositionOut | None = Field(
+        None,
+        description="The log-odds advantage of the answer shown on the left (side A) for two "
+        "models of equal rating and style, with its standard error and 95% interval; null "
+        "when the fit had no position term (RATINGS_POSITION off).",
+    )
     warnings: list[str] = Field(
         description="What a reader of this view should know: an anchor model that was missing "
         "or preliminary, no established model yet."

@@ -14,6 +14,7 @@ from django.conf import settings
 
 from ratings import engine
 from ratings.cli import parse_anchor
+from ratings.selectors import draw_propensity
 
 
 def _anchor(params: dict[str, Any]) -> tuple[str, float] | None:
@@ -29,6 +30,15 @@ def scale_options(params: dict[str, Any]) -> dict[str, Any]:
         "anchor_fallback": True,
         "established_min_votes": params.get("established_min_votes", 0),
     }
+
+
+def weighting_options(params: dict[str, Any]) -> dict[str, Any]:
+    """The position term and the inverse-propensity weights, the same for both refit paths
+    (``RATINGS_POSITION``, ``RATINGS_INVERSE_PROPENSITY``; see ``selectors.draw_propensity``)."""
+    propensity = None
+    if params.get("inverse_propensity"):
+        propensity = draw_propensity(float(params["propensity_min_share"]))
+    return {"position": bool(params.get("position")), "propensity": propensity}
 
 
 def fit_battles(
@@ -47,4 +57,5 @@ def fit_battles(
         seed=params["seed"],
         workers=settings.RATINGS_BOOTSTRAP_WORKERS,  # not in params: results do not depend on it
         **scale_options(params),
+        **weighting_options(params),
     )

@@ -16,6 +16,7 @@ from django.db.models import QuerySet
 from django.utils.translation import gettext_noop
 
 from arena.models import ArenaModel
+from arena.sampling.stats import pair_probabilities_now
 from arena.selectors import SourceCap, votes_for_rating
 from ratings.category_text import view_reason, view_reason_text
 from ratings.engine import ModelRatingDict, RatingResultDict
@@ -237,3 +238,28 @@ def models_leaderboard_status(snapshot: LeaderboardSnapshot | None) -> dict[str,
     for row in view.rows:
         status[row["model"]] = "ranked, preliminary" if row["preliminary"] else "ranked"
     return status
+
+
+def draw_propensity(min_share: float) -> dict[tuple[str, str], float]:
+    """The probability that the sampler draws each pair of models (by slug), for the fit's
+    inverse-propensity weights (``RATINGS_INVERSE_PROPENSITY``).
+
+    The draw probability is not stored with a battle, so it is computed here from the policy
+    in force (``arena.sampling.stats.pair_probabilities_now``: the active rule with the latest
+    snapshot's statistics and the floor, or the weighted draw when it is off) over every model,
+    and applies to every vote of a pair whenever it was cast. That is an approximation: exact
+    while the sampling weights and the snapshot statistics have not changed since the votes.
+    A model whose weight is 0 now (retired) takes the smallest positive weight, as it was
+    drawn when it had one. Each probability is floored at ``min_share / pairs``, so no pair
+    weighs more than ``1 / min_share`` times what a uniform draw would give it.
+    """
+    models = list(ArenaModel.objects.only("pk", "slug", "sampling_weight"))
+    positive = [float(m.sampling_weight) for m in models if m.sampling_weight > 0]
+    stand_in = min(positive, default=1.0)
+    weights = {
+        m.pk: float(m.sampling_weight) if m.sampling_weight > 0 else stand_in for m in models
+    }
+    probabilities = pair_probabilities_now(weights)
+    floor = min_share / max(len(probabilities), 1)
+    slug = {m.pk: m.slug for m in models}
+    return {(slug[a], slug[b]): max(p, floor) for (a, b), p in probabilities.items()}

@@ -115,6 +115,11 @@ def snapshot_params(*, streamed: bool = False) -> dict[str, Any]:
         "source_min_votes": settings.RATINGS_SOURCE_MIN_VOTES,
         "established_min_votes": settings.RATINGS_ESTABLISHED_MIN_VOTES,
         "anchor": settings.RATINGS_ANCHOR_MODEL or None,
+        "position": settings.RATINGS_POSITION,
+        "inverse_propensity": settings.RATINGS_INVERSE_PROPENSITY,
+        "propensity_min_share": (
+            settings.RATINGS_PROPENSITY_MIN_SHARE if settings.RATINGS_INVERSE_PROPENSITY else None
+        ),
         "votes": "anonymous, unflagged",
         "schema": PAYLOAD_SCHEMA,
     }

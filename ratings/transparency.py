@@ -9,6 +9,9 @@
 - How recognisable each active model's pool answers are (``arena.recognisability``: by a
   published answer's text under the rotation of variants, by style, by naming the model),
   computed once per change of the pool by a task and read from the shared cache.
+- The fit's position term and inverse-propensity weights (``RATINGS_POSITION``,
+  ``RATINGS_INVERSE_PROPENSITY``), read from the latest snapshot's overall view: whether they
+  were on, and the left side's coefficient with its standard error and interval.
 - Flagged votes by reason, the leaderboard's excluded votes (from the latest snapshot: named,
   flagged, repeated visitors' prompts past ``RATINGS_DUPLICATE_PROMPT_CAP``) and when
   snapshots are written (the beat schedule's sweep, the after-vote refresh, the latest one).
@@ -23,6 +26,7 @@ sampling policy and the draw shares follow the models' current weights, read liv
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +71,44 @@ class PairShare:
 
 
 @dataclass(frozen=True)
+class PositionFigures:
+    """The latest snapshot's position term (overall view, style control on where rated)."""
+
+    position: bool  # the fit had the position term
+    inverse_propensity: bool  # votes were weighted by 1 / P(pair drawn)
+    coefficient: float | None  # logits; None when not identified
+    standard_error: float | None
+    left_wins: float | None  # sigma(coefficient) in percent: the left answer's win chance
+    left_lower: float | None  # the same at the interval's ends
+    left_upper: float | None
+
+
+def _percent(logit: float | None) -> float | None:
+    return None if logit is None else 100.0 / (1.0 + math.exp(-logit))
+
+
+def position_figures(payload: dict[str, Any]) -> PositionFigures | None:
+    """``PositionFigures`` from a snapshot payload; None when its overall view is not rated."""
+    overall = next((c for c in payload.get("categories", []) if c.get("key") == "overall"), None)
+    results = (overall or {}).get("results") or {}
+    result = results.get("on") or results.get("off")
+    if not result:
+        return None
+    method = result.get("method") or {}
+    effect = result.get("position") or {}
+    interval = effect.get("interval") or [None, None]
+    return PositionFigures(
+        position=bool(method.get("position")),
+        inverse_propensity=bool(method.get("inverse_propensity")),
+        coefficient=effect.get("coefficient"),
+        standard_error=effect.get("standard_error"),
+        left_wins=_percent(effect.get("coefficient")),
+        left_lower=_percent(interval[0]),
+        left_upper=_percent(interval[1]),
+    )
+
+
+@dataclass(frozen=True)
 class Transparency:
     policy: SamplingPolicy
     draws: list[DrawShare]
@@ -81,6 +123,7 @@ class Transparency:
     # None while the current pool's figures are computed (arena.transparency).
     recognisability: list[ModelRecognisability] | None = None
     bridging: Bridging | None = None
+    position: PositionFigures | None = None
 
 
 def crontab_text(schedule: Any) -> str:
@@ -137,6 +180,7 @@ def _snapshot_figures(head: SnapshotHead) -> tuple[dict[str, Any], ExcludedCount
 def transparency() -> Transparency:
     snapshot = snapshot_head()
     excluded = None
+    position = None
     if snapshot is None:
         served = models_served()
     else:
@@ -144,6 +188,12 @@ def transparency() -> Transparency:
         kept, excluded = snapshot_cached(head, "transparency", (), lambda: _snapshot_figures(head))
         # Decoded on each visit (a few dozen rows): the labels follow the visitor's language.
         served = served_summary_from_json(kept)
+        position = snapshot_cached(
+            head,
+            "transparency-position",
+            (),
+            lambda: position_figures(dict(snapshot_payload(snapshot_row(head)))),
+        )
     draws, pairs, n_pairs = _draws()
     sweep = settings.CELERY_BEAT_SCHEDULE.get(SNAPSHOT_SWEEP, {})
     return Transparency(
@@ -159,4 +209,5 @@ def transparency() -> Transparency:
         refresh_debounce_seconds=int(settings.RATINGS_REFRESH_DEBOUNCE_SECONDS),
         recognisability=pool_recognisability(),
         bridging=bridging_now(),
+        position=position,
     )

@@ -389,6 +389,8 @@ def _json_text(view: LeaderboardView) -> str:
             result.get("n_battles_input", result.get("n_battles", 0)) if result else 0
         ),
         "method": result.get("method") if result else None,
+        # The left side's coefficient (schema 7; None without RATINGS_POSITION or before).
+        "position": result.get("position") if result else None,
         "warnings": view.warnings,
         "matrices": result.get("matrices") if result else None,
     }

@@ -41,7 +41,7 @@ from ratings.categories import (
     language_code,
     snapshot_categories,
 )
-from ratings.fits import fit_battles, scale_options
+from ratings.fits import fit_battles, scale_options, weighting_options
 from ratings.selectors import rated_votes
 
 if TYPE_CHECKING:
@@ -625,6 +625,7 @@ class ParquetVotes:
             batch_rows=self.batch_rows,
             spill_dir=self.path.parent,  # the engine's spill, removed with the votes' file
             **scale_options(params),
+            **weighting_options(params),
         )
 
     def models(self) -> set[str]:

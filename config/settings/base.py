@@ -555,6 +555,15 @@ _bounded("ARENA_ENV_SOURCE_MIN_VOTES", ARENA_ENV_SOURCE_MIN_VOTES, 1, 1_000_000)
 # (so its votes do not move the established models). At 50 votes a 95% interval is about +-96
 # points (ratings/engine/result.py); 0 makes every rated model established.
 RATINGS_ESTABLISHED_MIN_VOTES = env.int("RATINGS_ESTABLISHED_MIN_VOTES", default=50)
+# A left/right position term in the fit: one coefficient (with its standard error, on
+# /transparency) for the log-odds advantage of the answer shown on the left (side A).
+RATINGS_POSITION = env.bool("RATINGS_POSITION", default=False)
+# Inverse-propensity weights: each vote counts 1 / P(its pair is drawn), P read at fit time from
+# the sampling policy in force (arena.sampling), floored at RATINGS_PROPENSITY_MIN_SHARE / the
+# number of pairs so no pair counts more than 1 / that share times its uniform weight.
+RATINGS_INVERSE_PROPENSITY = env.bool("RATINGS_INVERSE_PROPENSITY", default=False)
+RATINGS_PROPENSITY_MIN_SHARE = env_float("RATINGS_PROPENSITY_MIN_SHARE", default=0.1)
+_bounded("RATINGS_PROPENSITY_MIN_SHARE", RATINGS_PROPENSITY_MIN_SHARE, 0.001, 1)
 # "slug=rating" pins that model's rating instead of centring the established models on 1000;
 # a view where it is missing or preliminary falls back to that centring with a warning.
 RATINGS_ANCHOR_MODEL = env("RATINGS_ANCHOR_MODEL", default="")

@@ -22,6 +22,7 @@ from .data import (
     Battles,
     BattleTable,
     FloatArray,
+    Propensity,
     as_table,
     encode,
     without_features,
@@ -30,7 +31,7 @@ from .elo import online_elo
 from .errors import CannotRateError, EngineError
 from .identify import Identification, identify
 from .provisional import Provisional
-from .result import Centre, Matrices, Method, ModelRating, RatingResult
+from .result import Centre, Matrices, Method, ModelRating, PositionEffect, RatingResult
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -167,6 +168,8 @@ def rate(
     workers: int | None = None,
     established_min_votes: int = 0,
     anchor_fallback: bool = False,
+    position: bool = False,
+    propensity: Propensity | None = None,
 ) -> RatingResult:
     """Bradley-Terry ratings (optionally style-controlled) with 95% intervals, as a
     ``RatingResult`` (``result.to_dict()`` is its JSON form; see ``result``).
@@ -189,6 +192,15 @@ def rate(
     equal style. ``with_online_elo=False`` skips the sequential Elo replay (~1 s per 1M battles).
     ``workers`` is the bootstrap's thread count (default ``min(2, os.cpu_count())``; results do
     not depend on it).
+
+    ``position`` adds a covariate that is 1 for every battle: side A (``model_a``) is the
+    answer shown on the left, so its coefficient (``result.position``) is the log-odds
+    advantage of the left side for two models of equal rating and style; ``None`` there when
+    the data cannot tell it from the ratings (every pair met in one orientation only).
+    ``propensity`` maps each pair of model names (either order; every pair in ``df``) to the
+    probability that the sampler drew that pair; each battle then counts ``1 / probability`` times (normalised to
+    average 1; combined with ``reweight`` by product), so pairs the sampler favoured do not
+    dominate the fit. Intervals are then the weighted fit's sandwich (HC0) or bootstrap.
 
     Only the models where maximum-likelihood ratings exist are rated: the largest strongly
     connected component of the "scored against" graph, fitted with the battles among its
@@ -217,6 +229,8 @@ def rate(
             workers=workers,
             established_min_votes=established_min_votes,
             anchor_fallback=anchor_fallback,
+            position=position,
+            propensity=propensity,
         )
 
 
@@ -237,10 +251,18 @@ def _restricted(
     *,
     style_control: bool,
     reweight: bool,
+    position: bool,
+    propensity: Propensity | None,
 ) -> Battles:
     """The battles among rated models, encoded afresh (style z-scores and weights included)."""
     keep = split.rated_mask[battles.file_a] & split.rated_mask[battles.file_b]
-    return encode(table.take(np.flatnonzero(keep)), style_control=style_control, reweight=reweight)
+    return encode(
+        table.take(np.flatnonzero(keep)),
+        style_control=style_control,
+        reweight=reweight,
+        position=position,
+        propensity=propensity,
+    )
 
 
 @dataclass(frozen=True)
@@ -250,9 +272,10 @@ class _Fit:
     theta: FloatArray  # identified model logits, in ``battles.models`` order
     lower: FloatArray
     upper: FloatArray
-    beta: FloatArray  # style coefficients, in ``battles.feature_names`` order
+    beta: FloatArray  # style coefficients (then the position's), ``battles.feature_names`` order
     beta_lower: FloatArray
     beta_upper: FloatArray
+    beta_se: FloatArray  # sandwich standard errors, or the bootstrap replicates' deviations
     logits: FloatArray  # the fitted (unidentified) model logits, for predicted win rates
     iterations: int
     gradient_max_norm: float
@@ -276,17 +299,36 @@ def _check_options(
 
 
 def _ratable_battles(
-    df: pd.DataFrame | BattleTable, *, style_control: bool, reweight: bool
+    df: pd.DataFrame | BattleTable,
+    *,
+    style_control: bool,
+    reweight: bool,
+    position: bool = False,
+    propensity: Propensity | None = None,
 ) -> tuple[Battles, int, Identification]:
     """The battles among the rated set, the number of battles given, and the split."""
     table = as_table(df)
-    battles = encode(table, style_control=style_control, reweight=reweight)
+    battles = encode(
+        table,
+        style_control=style_control,
+        reweight=reweight,
+        position=position,
+        propensity=propensity,
+    )
     n_input = battles.n_battles
     split = identify(battles)
     if not split.ratable:
         raise CannotRateError(split.reason_text(), split.provisional)
     if not split.everyone_rated:
-        battles = _restricted(table, battles, split, style_control=style_control, reweight=reweight)
+        battles = _restricted(
+            table,
+            battles,
+            split,
+            style_control=style_control,
+            reweight=reweight,
+            position=position,
+            propensity=propensity,
+        )
     return battles, n_input, split
 
 
@@ -340,6 +382,7 @@ def _fit(
         beta=result.theta[p:],
         beta_lower=beta_lower,
         beta_upper=beta_upper,
+        beta_se=samples[:, p:].std(axis=0, ddof=1),
         logits=result.theta[:p],
         iterations=result.iterations + boot_iterations,
         gradient_max_norm=result.gradient_max_norm,
@@ -361,6 +404,7 @@ def _sandwich_fit(result: bt.Fit, cov: FloatArray, p: int, weights: FloatArray) 
         beta=beta,
         beta_lower=beta - Z_95 * beta_se,
         beta_upper=beta + Z_95 * beta_se,
+        beta_se=beta_se,
         logits=result.theta[:p],
         iterations=result.iterations,
         gradient_max_norm=result.gradient_max_norm,
@@ -430,9 +474,25 @@ def _style(
     coefficients: dict[str, float | None] = dict.fromkeys(STYLE_ELEMENTS)
     intervals: dict[str, tuple[float, float] | None] = dict.fromkeys(STYLE_ELEMENTS)
     for j, name in enumerate(battles.feature_names):
-        coefficients[name] = float(fit.beta[j])
-        intervals[name] = (float(fit.beta_lower[j]), float(fit.beta_upper[j]))
+        if name in coefficients:
+            coefficients[name] = float(fit.beta[j])
+            intervals[name] = (float(fit.beta_lower[j]), float(fit.beta_upper[j]))
     return coefficients, intervals
+
+
+def _position(battles: Battles, fit: _Fit, *, asked: bool) -> PositionEffect | None:
+    """The left side's coefficient, or ``None`` without the option; its fields are ``None``
+    when the option was on but the data could not identify it."""
+    if not asked:
+        return None
+    if not battles.position:
+        return PositionEffect(None, None, None, None)
+    return PositionEffect(
+        coefficient=float(fit.beta[-1]),
+        standard_error=float(fit.beta_se[-1]),
+        lower=float(fit.beta_lower[-1]),
+        upper=float(fit.beta_upper[-1]),
+    )
 
 
 def _rate(
@@ -450,9 +510,17 @@ def _rate(
     workers: int | None,
     established_min_votes: int,
     anchor_fallback: bool,
+    position: bool,
+    propensity: Propensity | None,
 ) -> RatingResult:
     _check_options(ci, rounds, style_l2, workers, established_min_votes)
-    battles, n_input, split = _ratable_battles(df, style_control=style_control, reweight=reweight)
+    battles, n_input, split = _ratable_battles(
+        df,
+        style_control=style_control,
+        reweight=reweight,
+        position=position,
+        propensity=propensity,
+    )
     scale = rating_scale(
         battles,
         split,
@@ -485,6 +553,8 @@ def _rate(
         reweight=reweight,
         style_l2=style_l2,
         with_online_elo=with_online_elo,
+        position=position,
+        inverse_propensity=propensity is not None,
     )
 
 
@@ -503,6 +573,8 @@ def _result(
     reweight: bool,
     style_l2: float,
     with_online_elo: bool,
+    position: bool = False,
+    inverse_propensity: bool = False,
 ) -> RatingResult:
     """The ``RatingResult`` of a fit (``rate``'s and ``rate_parquet``'s)."""
     anchor = scale.anchor
@@ -534,7 +606,10 @@ def _result(
             centre=scale.centre,
             established_min_votes=established_min_votes,
             warnings=scale.warnings,
+            position=position,
+            inverse_propensity=inverse_propensity,
         ),
         matrices=_matrices(battles, order, fit.logits),
         online_elo=elo,
+        position=_position(battles, fit, asked=position),
     )

@@ -7,14 +7,16 @@ pieces would become public across modules for no reader's benefit.
 Model (Bradley & Terry 1952; LMArena's style control, blog post of 2024-08-29): battle ``i``
 between models ``a`` and ``b`` with style features ``f_i`` (k z-scored differences) has
 
-    P(A wins) = sigma(z_i),   z_i = theta_a - theta_b + beta . f_i,
+    P(A wins) = sigma(z_i),   z_i = theta_a - theta_b + beta . f_i [+ gamma],
 
-and a tie counts as half a win (``y_i = 0.5``). The fit maximises the weighted log-likelihood
+and a tie counts as half a win (``y_i = 0.5``). ``gamma``, with the position covariate on, is
+the log-odds advantage of side A (shown on the left): a feature that is 1 for every battle,
+the last of ``f``, not penalised. The fit maximises the weighted log-likelihood
 
     l(theta, beta) = sum_i c_i [y_i z_i - log(1 + exp z_i)] - (lambda n / 2) |beta|^2
 
-(``c_i`` = inverse pair-frequency weight or 1; ``lambda`` is arena-rank's ``reg`` on its
-mean loss, hence the factor ``n`` battles). Ratings are identified only up to a shift, so one
+(``c_i`` = the pair's weight, inverse pair-frequency and/or inverse propensity, or 1; ``lambda``
+is arena-rank's ``reg`` on its mean loss, hence the factor ``n`` battles). Ratings are identified only up to a shift, so one
 reference model is held at 0 during the fit and the result is re-centred afterwards.
 
 Convergence: Newton iterations (halving steps that overshoot, see ``fit``) stop when the
@@ -82,10 +84,23 @@ class Rows:
     features: FloatArray | None  # (k, R)
     penalty: float  # lambda * n on the style coefficients
     l2: float  # lambda
+    position: bool = False  # the last feature row is the (unpenalised) position covariate
 
     @property
     def k(self) -> int:
         return 0 if self.features is None else self.features.shape[0]
+
+    @property
+    def k_style(self) -> int:
+        return self.k - int(self.position)
+
+    def penalties(self) -> FloatArray:
+        """The L2 penalty on each coefficient after the ratings: ``penalty`` on style, 0 on
+        the position."""
+        out = np.full(self.k, self.penalty)
+        if self.position:
+            out[-1] = 0.0
+        return out
 
     @property
     def n_pairs(self) -> int:
@@ -120,6 +135,7 @@ def rows_from_battles(battles: Battles, style_l2: float) -> Rows:
         features=battles.features,
         penalty=style_l2 * battles.n_battles,
         l2=style_l2,
+        position=battles.position,
     )
 
 
@@ -189,14 +205,14 @@ def _gradient(rows: Rows, theta: FloatArray, prob: FloatArray) -> FloatArray:
     g = np.empty(p + rows.k)
     g[:p] = _to_models(rows, np.add.reduceat(resid, rows.starts))
     if rows.features is not None:
-        g[p:] = rows.features @ resid - rows.penalty * theta[p:]
+        g[p:] = rows.features @ resid - rows.penalties() * theta[p:]
     return g
 
 
 def _hessian(rows: Rows, prob: FloatArray) -> FloatArray:
     h = _outer_sum(rows, rows.c * prob * (1.0 - prob))
     p = rows.n_models
-    h[p:, p:] += rows.penalty * np.eye(rows.k)
+    h[p:, p:] += np.diag(rows.penalties())
     return h
 
 
@@ -376,11 +392,19 @@ def sandwich(rows: Rows, result: Fit) -> FloatArray:
     """
     prob = expit(_logits(rows, result.theta))
     meat = _outer_sum(rows, rows.c2 * (rows.y - prob) ** 2)
-    return robust_covariance(result, meat, rows.n_models, penalty=rows.penalty, l2=rows.l2)
+    return robust_covariance(
+        result, meat, rows.n_models, penalty=rows.penalty, l2=rows.l2, position=rows.position
+    )
 
 
 def robust_covariance(
-    result: Fit, meat: FloatArray, n_models: int, *, penalty: float, l2: float
+    result: Fit,
+    meat: FloatArray,
+    n_models: int,
+    *,
+    penalty: float,
+    l2: float,
+    position: bool = False,
 ) -> FloatArray:
     """``H^-1 M H^-1`` from the fit's Hessian and ``meat = sum_i s_i s_i^T`` (see ``sandwich``)."""
     p = n_models
@@ -389,6 +413,8 @@ def robust_covariance(
         # sum_i s_i = n u at the optimum, so sum (s_i - u)(s_i - u)^T = sum s s^T - n u u^T.
         u = np.zeros(size)
         u[p:] = l2 * result.theta[p:]
+        if position:
+            u[-1] = 0.0  # the position is not penalised: its scores sum to 0
         meat = meat - (penalty / l2) * np.outer(u, u)
     ref = result.reference
     keep = np.arange(size) != ref
@@ -429,9 +455,10 @@ def _resample(rows: Rows, battles: Battles, rng: np.random.Generator) -> Rows:
         y=rows.y[keep],
         c=c,
         c2=c2,
-        features=None,
+        features=None if rows.features is None else np.ascontiguousarray(rows.features[:, keep]),
         penalty=rows.penalty,
         l2=rows.l2,
+        position=rows.position,
     )
 
 
@@ -537,7 +564,7 @@ def _fast_replicate(
         g = np.empty(len(theta))
         g[:p] = _to_models(rows, np.add.reduceat(resid, rows.starts, dtype=np.float64))
         # The curvature only steers the iteration, so float32 sums are enough.
-        g[p:] = (boot.features @ resid).astype(np.float64) - rows.penalty * theta[p:]
+        g[p:] = (boot.features @ resid).astype(np.float64) - rows.penalties() * theta[p:]
         hess[:p, :p] = _pair_block(rows, np.add.reduceat(curv, rows.starts).astype(np.float64))
         step = np.zeros_like(theta)
         step[keep] = np.linalg.solve(hess[np.ix_(keep, keep)], g[keep])
@@ -577,6 +604,7 @@ def _weighted(rows: Rows, counts: NDArray[np.float32]) -> Rows:
         features=rows.features,
         penalty=rows.penalty,
         l2=rows.l2,
+        position=rows.position,
     )
 
 
@@ -609,8 +637,9 @@ def bootstrap(
 ) -> tuple[FloatArray, int]:
     """Replicate parameter vectors (rounds x (p + k)) and the total iteration count.
 
-    Without style features a replicate is n battles drawn with replacement (multinomial over
-    the grouped rows) and fitted exactly. With style features each battle gets a Poisson(1)
+    Without style features (the position alone does not count: its rows may be grouped) a
+    replicate is n battles drawn with replacement (multinomial over the rows) and fitted
+    exactly. With style features each battle gets a Poisson(1)
     count (the Poisson bootstrap, which matches the multinomial one to O(1/n)) and is fitted
     by ``_fast_replicate``. Replicates whose MLE does not exist are redrawn.
 
@@ -621,7 +650,7 @@ def bootstrap(
     out = np.empty((rounds, len(full.theta)))
     iterations = 0
     n_workers = workers or min(2, os.cpu_count() or 1)
-    if rows.features is None:
+    if rows.k_style == 0:
 
         def one(stream: np.random.Generator) -> tuple[FloatArray, int]:
             return _grouped_replicate(rows, battles, full, stream)

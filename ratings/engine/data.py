@@ -32,6 +32,15 @@ from .errors import CannotRateError, EngineError
 if TYPE_CHECKING:
     import pandas as pd
 
+#: The name of the position covariate among ``Battles.feature_names``: a row of ones (side A,
+#: ``model_a``, is the answer shown on the left), last after the style features and neither
+#: centred nor scaled, so its coefficient is the log-odds advantage of the left side.
+POSITION = "position"
+
+#: Probability that a battle showed its pair, keyed by the two model names (either order);
+#: the inverse-propensity weights are ``1 / probability``.
+Propensity = Mapping[tuple[str, str], float]
+
 #: Outcome of a battle from model A's side; a tie of either kind is half a win.
 OUTCOMES: Mapping[str, float] = {"model_a": 1.0, "model_b": 0.0, "tie": 0.5, "tie (bothbad)": 0.5}
 
@@ -54,9 +63,9 @@ class Battles:
     row_pair: IntArray  # (R,) pair index of each row
     y: FloatArray  # (R,) outcome from A's side: 1, 0.5 or 0
     mult: FloatArray  # (R,) battles the row stands for
-    pair_weight: FloatArray | None  # (P,) inverse pair-frequency weight, None when unweighted
-    features: FloatArray | None  # (k, R) z-scored style features, C-contiguous rows
-    feature_names: tuple[str, ...]  # element names of the rows of ``features``
+    pair_weight: FloatArray | None  # (P,) pair weight (see ``encode``), None when unweighted
+    features: FloatArray | None  # (k, R) z-scored style features then the position's ones
+    feature_names: tuple[str, ...]  # element names of the rows of ``features`` (or POSITION)
     degenerate: tuple[str, ...]  # style elements dropped: constant, collinear, or confounded
     n_battles: int
     file_a: IntArray  # (n,) model id of side A in input order (for the online Elo)
@@ -70,6 +79,11 @@ class Battles:
     @property
     def n_pairs(self) -> int:
         return len(self.pair_a)
+
+    @property
+    def position(self) -> bool:
+        """Whether the last feature row is the position covariate."""
+        return bool(self.feature_names) and self.feature_names[-1] == POSITION
 
 
 def without_features(battles: Battles, keep: NDArray[np.bool_]) -> Battles:
@@ -319,11 +333,16 @@ def encode(
     style_control: bool,
     reweight: bool,
     min_pair_count: int = 50,
+    position: bool = False,
+    propensity: Propensity | None = None,
 ) -> Battles:
     """Validate ``df`` and build the pair-sorted arrays.
 
     Reweighting follows arena-rank: each battle of the unordered pair {a, b} gets weight
-    ``1 / max(count{a, b}, 50)``, normalised so the weights average 1 over the battles.
+    ``1 / max(count{a, b}, 50)``. With ``propensity`` each battle of {a, b} is also weighted
+    by ``1 / propensity[a, b]`` (inverse-propensity weighting: a pair the sampler drew twice
+    as often counts half as much per battle). The product is normalised so the weights
+    average 1 over the battles. ``position`` appends the position covariate (``POSITION``).
     """
     table = as_table(source)
     _require_columns(table, ("model_a", "model_b", "winner"))
@@ -366,6 +385,8 @@ def encode(
             counts.astype(np.float64),
             reweight=reweight,
             min_pair_count=min_pair_count,
+            position=position,
+            propensity=propensity,
             file_a=a,
             file_b=b,
             file_y=y,
@@ -381,6 +402,8 @@ def encode(
         degenerate,
         reweight=reweight,
         min_pair_count=min_pair_count,
+        position=position,
+        propensity=propensity,
         file_a=a,
         file_b=b,
         file_y=y,
@@ -393,6 +416,8 @@ def battles_from_counts(
     *,
     reweight: bool,
     min_pair_count: int = 50,
+    position: bool = False,
+    propensity: Propensity | None = None,
     file_a: IntArray | None = None,
     file_b: IntArray | None = None,
     file_y: FloatArray | None = None,
@@ -414,6 +439,8 @@ def battles_from_counts(
         (),
         reweight=reweight,
         min_pair_count=min_pair_count,
+        position=position,
+        propensity=propensity,
         file_a=empty if file_a is None else file_a,
         file_b=empty if file_b is None else file_b,
         file_y=np.zeros(0) if file_y is None else file_y,
@@ -432,6 +459,8 @@ def _pair_sorted(
     *,
     reweight: bool,
     min_pair_count: int,
+    position: bool,
+    propensity: Propensity | None,
     file_a: IntArray,
     file_b: IntArray,
     file_y: FloatArray,
@@ -450,12 +479,20 @@ def _pair_sorted(
     pair_b = present % p
 
     pair_weight: FloatArray | None = None
-    if reweight:
+    if reweight or propensity is not None:
         battles_per_pair = np.add.reduceat(mult, starts)
-        unordered = np.minimum(pair_a, pair_b) * p + np.maximum(pair_a, pair_b)
-        per_unordered = np.bincount(unordered, battles_per_pair, minlength=p * p)[unordered]
-        w = 1.0 / np.maximum(per_unordered, float(min_pair_count))
+        w = np.ones(len(pair_a))
+        if reweight:
+            unordered = np.minimum(pair_a, pair_b) * p + np.maximum(pair_a, pair_b)
+            per_unordered = np.bincount(unordered, battles_per_pair, minlength=p * p)[unordered]
+            w /= np.maximum(per_unordered, float(min_pair_count))
+        if propensity is not None:
+            w /= pair_propensities(models, pair_a, pair_b, propensity)
         pair_weight = w / (np.dot(w, battles_per_pair) / n)
+    if position:
+        ones = np.ones((1, len(row_y)))
+        features = ones if features is None else np.ascontiguousarray(np.vstack([features, ones]))
+        names = (*names, POSITION)
 
     return Battles(
         models=models,
@@ -474,6 +511,25 @@ def _pair_sorted(
         file_b=file_b,
         file_y=file_y,
     )
+
+
+def pair_propensities(
+    models: list[str], pair_a: IntArray, pair_b: IntArray, propensity: Propensity
+) -> FloatArray:
+    """``propensity`` of each ordered pair (looked up in either order); a pair without a
+    probability in (0, 1] raises ``EngineError`` naming it."""
+    out = np.empty(len(pair_a))
+    for i, (a, b) in enumerate(zip(pair_a.tolist(), pair_b.tolist(), strict=True)):
+        names = (models[a], models[b])
+        value = propensity.get(names, propensity.get((names[1], names[0])))
+        if value is None or not (0.0 < float(value) <= 1.0):
+            raise EngineError(
+                f"pair {names[0]} / {names[1]} has no draw probability in (0, 1] "
+                f"({value!r}): inverse-propensity weights need one for every pair",
+                column="propensity",
+            )
+        out[i] = float(value)
+    return out
 
 
 def flatten_conv_metadata(df: pd.DataFrame, column: str = "conv_metadata") -> pd.DataFrame:

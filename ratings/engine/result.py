@@ -63,6 +63,14 @@ class MethodDict(TypedDict):
     centre: Centre
     established_min_votes: int
     warnings: list[str]
+    position: bool
+    inverse_propensity: bool
+
+
+class PositionDict(TypedDict):
+    coefficient: float | None
+    standard_error: float | None
+    interval: list[float] | None
 
 
 class MatricesDict(TypedDict):
@@ -82,6 +90,7 @@ class RatingResultDict(TypedDict):
     method: MethodDict
     matrices: MatricesDict
     online_elo: dict[str, float] | None
+    position: PositionDict | None
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,8 @@ class Method:
     established_min_votes: int = 0
     warnings: tuple[str, ...] = ()  # e.g. an anchor that could not serve, and what replaced it
     scale: str = SCALE
+    position: bool = False  # the left side's covariate was in the fit
+    inverse_propensity: bool = False  # battles were weighted by 1 / P(pair drawn)
 
     def to_dict(self) -> MethodDict:
         anchor: AnchorDict | None = None
@@ -150,6 +161,31 @@ class Method:
             "centre": self.centre,
             "established_min_votes": self.established_min_votes,
             "warnings": list(self.warnings),
+            "position": self.position,
+            "inverse_propensity": self.inverse_propensity,
+        }
+
+
+@dataclass(frozen=True)
+class PositionEffect:
+    """The log-odds advantage of side A (shown on the left) over side B, for two models of
+    equal rating and style, with its standard error and 95% interval (sandwich, or the
+    bootstrap's percentiles and deviation). Every field is ``None`` when the data cannot tell
+    it from the ratings (each pair met in one orientation only)."""
+
+    coefficient: float | None
+    standard_error: float | None
+    lower: float | None
+    upper: float | None
+
+    def to_dict(self) -> PositionDict:
+        interval = None
+        if self.lower is not None and self.upper is not None:
+            interval = [self.lower, self.upper]
+        return {
+            "coefficient": self.coefficient,
+            "standard_error": self.standard_error,
+            "interval": interval,
         }
 
 
@@ -208,6 +244,7 @@ class RatingResult:
     method: Method
     matrices: Matrices
     online_elo: dict[str, float] | None
+    position: PositionEffect | None = None  # None when the fit had no position covariate
 
     def to_dict(self) -> RatingResultDict:
         """The JSON-ready form (the snapshot payload's per-view result; CLI ``--format json``)."""
@@ -229,4 +266,5 @@ class RatingResult:
             "method": self.method.to_dict(),
             "matrices": self.matrices.to_dict(),
             "online_elo": None if self.online_elo is None else dict(self.online_elo),
+            "position": None if self.position is None else self.position.to_dict(),
         }

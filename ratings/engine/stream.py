@@ -55,7 +55,9 @@ from .api import (
     rating_scale,
 )
 from .data import (
+    POSITION,
     STYLE_ELEMENTS,
+    Propensity,
 )
 from .errors import EngineError
 from .result import RatingResult
@@ -79,6 +81,8 @@ def rate_parquet(
     workers: int = 1,
     established_min_votes: int = 0,
     anchor_fallback: bool = False,
+    position: bool = False,
+    propensity: Propensity | None = None,
 ) -> RatingResult:
     """``rate`` on the battles of a Parquet file, read ``batch_rows`` rows at a time.
 
@@ -126,6 +130,8 @@ def rate_parquet(
                 style_l2=style_l2,
                 established_min_votes=established_min_votes,
                 anchor_fallback=anchor_fallback,
+                position=position,
+                propensity=propensity,
             )
 
 
@@ -140,8 +146,10 @@ def _rate_scanned(
     workers: int,
     established_min_votes: int,
     anchor_fallback: bool,
+    position: bool = False,
+    propensity: Propensity | None = None,
 ) -> RatingResult:
-    rated = _rated(scan, reweight)
+    rated = _rated(scan, reweight, position, propensity)
     battles = rated.battles
     scale = rating_scale(
         battles,
@@ -165,11 +173,13 @@ def _rate_scanned(
         )
     else:
         style, rows = _style_statistics(scan, rated, style_l2)
-        k = len(style.kept)
+        k = len(style.kept) + int(style.position)
         rows = replace(rows, penalty=style_l2 * battles.n_battles, l2=style_l2)
+        names = tuple(STYLE_ELEMENTS[j] for j in style.kept)
         battles = replace(
             battles,
-            feature_names=tuple(STYLE_ELEMENTS[j] for j in style.kept),
+            features=None,
+            feature_names=(*names, POSITION) if style.position else names,
             degenerate=style.degenerate,
         )
         coarse = bt.fit(bt.pair_rows(rows))
@@ -178,7 +188,9 @@ def _rate_scanned(
         spill = _Spill(scan, rated, style, rows, workers)
         result = bt.newton(spill.evaluate, start, p, ref)
         meat = spill.meat_at_optimum(result.theta)
-        cov = bt.robust_covariance(result, meat, p, penalty=rows.penalty, l2=style_l2)
+        cov = bt.robust_covariance(
+            result, meat, p, penalty=rows.penalty, l2=style_l2, position=style.position
+        )
         fit = _sandwich_fit(result, cov, p, scale.weights)
     if ci == "none":
         fit = replace(
@@ -198,6 +210,8 @@ def _rate_scanned(
         reweight=reweight,
         style_l2=style_l2,
         with_online_elo=False,
+        position=position,
+        inverse_propensity=propensity is not None,
     )
 
 

@@ -17,7 +17,7 @@ from .data import (
 )
 from .errors import EngineError
 from .stream_scan import _PRODUCTS, K, _Scan
-from .stream_sums import _c_per_pair, _Rated, _Style, _to_rated
+from .stream_sums import _c_per_pair, _Rated, _Style, _to_rated, with_position
 
 #: A Newton evaluation after one whose gradient max-norm is below this is likely the last
 #: (Newton converges quadratically: 0.5 -> 1e-6 -> 1e-12 on the benchmark), so it also sums
@@ -60,6 +60,9 @@ class _Spill:
     Sums are taken over the raw style differences ``r`` and scan pair ids, and turned into
     sums over z-scored features ``(r - mean) / std`` and rated pairs afterwards (a few
     p x k operations), so the per-battle work is one ``bincount`` per sum and no rescaling.
+    The position covariate (``style.position``), a constant, needs no sums of its own: its
+    coefficient ``gamma`` (last in ``theta``) is folded into each pair's logit offset and its
+    sums are the pairs' and the style features' totals (``with_position``).
     """
 
     def __init__(
@@ -92,18 +95,20 @@ class _Spill:
         g_sums: _Sums | None
         h_sums: _Sums | None
         m_sums: _Sums | None = None
-        if not theta[rows.n_models :].any() and not with_meat:
+        p, k = rows.n_models, len(self.style.kept)
+        if not theta[p : p + k].any() and not with_meat:
             g_sums, h_sums = self._sums_without_style(theta)
         else:
             g_sums, h_sums, m_sums = self._pass(theta, gradient=True, meat=with_meat)
         assert g_sums is not None and h_sums is not None
-        p, k = rows.n_models, len(self.style.kept)
-        g = np.empty(p + k)
+        g = np.empty(len(theta))
         per_pair, cross, _ = self._standardised(g_sums)
         g[:p] = bt._to_models(rows, per_pair)
-        g[p:] = cross - rows.penalty * theta[p:]
+        g[p : p + k] = cross - rows.penalty * theta[p : p + k]
+        if self.style.position:
+            g[p + k] = per_pair.sum()
         hess = self._outer(h_sums)
-        hess[p:, p:] += rows.penalty * np.eye(k)
+        hess[p : p + k, p : p + k] += rows.penalty * np.eye(k)
         self.meat = self._outer(m_sums) if m_sums is not None else None
         self.meat_at = theta.copy()
         self.last_gmax = float(np.max(np.abs(g)))
@@ -124,7 +129,7 @@ class _Spill:
         n_pairs, kept = rows.n_pairs, self.style.kept
         k = len(kept)
         d = np.zeros(n_pairs + 1)
-        d[:n_pairs] = theta[rows.pair_a] - theta[rows.pair_b]
+        d[:n_pairs] = theta[rows.pair_a] - theta[rows.pair_b] + self._gamma(theta)
         prob = bt.expit(d[self.index])
         battles = scan.counts.sum(axis=1)
         points = 0.5 * scan.counts[:, 1] + scan.counts[:, 2]
@@ -149,10 +154,11 @@ class _Spill:
         array loops and ``bincount`` release the GIL); each sums its share, the shares add."""
         rows = self.rows
         p, n_pairs = rows.n_models, rows.n_pairs
-        # z = theta_a - theta_b + beta . (r - mean) / std, with the constant folded into d.
-        slope = theta[p:] / self.style.std
+        # z = theta_a - theta_b + beta . (r - mean) / std [+ gamma], constants folded into d.
+        slope = theta[p : p + len(self.style.kept)] / self.style.std
         d = np.zeros(n_pairs + 1)
         d[:n_pairs] = theta[rows.pair_a] - theta[rows.pair_b] - float(slope @ self.style.mean)
+        d[:n_pairs] += self._gamma(theta)
         d_scan = d[self.index]
         count = max(1, min(self.workers, len(self.segments)))
         bounds = np.linspace(0, len(self.segments), count + 1).round().astype(int)
@@ -225,9 +231,16 @@ class _Spill:
         gram = sums.gram - np.outer(mean, a) - np.outer(a, mean) + total * np.outer(mean, mean)
         return per_pair, cross, gram / np.outer(std, std)
 
+    def _gamma(self, theta: FloatArray) -> float:
+        """The position coefficient in ``theta`` (0 without the position covariate)."""
+        return float(theta[-1]) if self.style.position else 0.0
+
     def _outer(self, sums: _Sums) -> FloatArray:
         per_pair, cross, gram = self._standardised(sums)
-        if len(self.style.kept) == 0:
+        if self.style.position:
+            assert gram is not None
+            cross, gram = with_position(per_pair, cross, gram)
+        elif len(self.style.kept) == 0:
             return bt.outer_from_sums(self.rows, per_pair, None, None)
         return bt.outer_from_sums(self.rows, per_pair, cross, gram)
 

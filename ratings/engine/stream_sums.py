@@ -4,7 +4,7 @@ the rated battles and which style elements are identified."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from .data import (
     Battles,
     FloatArray,
     IntArray,
+    Propensity,
     battles_from_counts,
     independent_in_gram,
 )
@@ -32,7 +33,9 @@ class _Rated:
     index: IntArray  # scan pair id -> pair index in ``battles`` (n_pairs when not rated)
 
 
-def _rated(scan: _Scan, reweight: bool) -> _Rated:
+def _rated(
+    scan: _Scan, reweight: bool, position: bool = False, propensity: Propensity | None = None
+) -> _Rated:
     n_input = int(round(float(scan.counts.sum())))
     if n_input == 0:
         raise CannotRateError("no battles to rate")
@@ -46,7 +49,7 @@ def _rated(scan: _Scan, reweight: bool) -> _Rated:
     rank = np.full(scan.n_models, -1, dtype=np.int64)
     rank[[scan.ids[m] for m in models]] = np.arange(len(models))
     a, b = rank[pair_a], rank[pair_b]
-    battles = _grouped(models, a, b, scan.counts, reweight)
+    battles = _grouped(models, a, b, scan.counts, reweight, position, propensity)
     split = identify(battles)
     if not split.ratable:
         raise CannotRateError(split.reason_text(), split.provisional)
@@ -56,7 +59,8 @@ def _rated(scan: _Scan, reweight: bool) -> _Rated:
         sub = np.full(len(models), -1, dtype=np.int64)
         sub[split.rated_mask] = np.arange(len(kept))
         a, b = np.where(inside, sub[a], -1), np.where(inside, sub[b], -1)
-        battles = _grouped(kept, a, b, scan.counts * inside[:, None], reweight)
+        counts = scan.counts * inside[:, None]
+        battles = _grouped(kept, a, b, counts, reweight, position, propensity)
     p = battles.n_models
     code = np.where(a >= 0, a * p + b, -1)
     present_codes = battles.pair_a * p + battles.pair_b
@@ -66,33 +70,45 @@ def _rated(scan: _Scan, reweight: bool) -> _Rated:
 
 
 def _grouped(
-    models: list[str], a: IntArray, b: IntArray, counts: FloatArray, reweight: bool
+    models: list[str],
+    a: IntArray,
+    b: IntArray,
+    counts: FloatArray,
+    reweight: bool,
+    position: bool,
+    propensity: Propensity | None,
 ) -> Battles:
     p = len(models)
     inside = a >= 0
     full = np.zeros(p * p * 3)
     for y2 in range(3):
         full[(a[inside] * p + b[inside]) * 3 + y2] = counts[inside, y2]
-    return battles_from_counts(models, full, reweight=reweight)
+    return battles_from_counts(
+        models, full, reweight=reweight, position=position, propensity=propensity
+    )
 
 
 @dataclass(frozen=True)
 class _Style:
-    """The z-scoring and the elements kept (in ``STYLE_ELEMENTS`` order)."""
+    """The z-scoring and the elements kept (in ``STYLE_ELEMENTS`` order), and whether the
+    position covariate is in the fit (after them, identified)."""
 
     kept: IntArray  # raw element indices kept
     mean: FloatArray  # (len(kept),)
     std: FloatArray
     degenerate: tuple[str, ...]
+    position: bool = False
 
 
 def _style_statistics(scan: _Scan, rated: _Rated, style_l2: float) -> tuple[_Style, bt.Rows]:
     """``encode``'s z-scoring and element checks, then ``_identified_rows``', from the sums.
 
     Returns the kept elements and the rows of the grouped battles (for the reference model and
-    the starting point).
+    the starting point; without the position's feature row, which ``_Spill`` adds from sums).
     """
     battles = rated.battles
+    asked_position = battles.position
+    battles = without_position(battles)
     inside = rated.index < battles.n_pairs
     n = float(battles.n_battles)
     mean = scan.sf[:, inside].sum(axis=1) / n
@@ -111,7 +127,8 @@ def _style_statistics(scan: _Scan, rated: _Rated, style_l2: float) -> tuple[_Sty
     # The c-weighted Gram of (e_a - e_b, z-scored features), as ``bt.identified_features``.
     rows = bt.rows_from_battles(battles, style_l2)
     weight = np.add.reduceat(rows.c, rows.starts) / np.add.reduceat(battles.mult, battles.starts)
-    if len(kept):
+    position = False
+    if len(kept) or asked_position:
         mz, sz = mean[kept], std[kept]
         per_pair_n = np.add.reduceat(battles.mult, battles.starts)
         sf = _to_rated(scan.sf[kept], rated.index, battles.n_pairs)
@@ -129,8 +146,14 @@ def _style_statistics(scan: _Scan, rated: _Rated, style_l2: float) -> tuple[_Sty
         zgram = (
             raw_gram - np.outer(mz, raw_sf) - np.outer(raw_sf, mz) + total * np.outer(mz, mz)
         ) / np.outer(sz, sz)
-        full = bt.outer_from_sums(rows, _c_per_pair(rows), cross, zgram)
+        per_pair = _c_per_pair(rows)
+        if asked_position:
+            cross, zgram = with_position(per_pair, cross, zgram)
+        full = bt.outer_from_sums(rows, per_pair, cross, zgram)
         identified = bt.identified_in_gram(full, battles.n_models)
+        if asked_position:
+            position = bool(identified[-1])
+            identified = identified[:-1]
         kept = kept[identified]
     names = {STYLE_ELEMENTS[j] for j in kept}
     style = _Style(
@@ -138,8 +161,32 @@ def _style_statistics(scan: _Scan, rated: _Rated, style_l2: float) -> tuple[_Sty
         mean=mean[kept],
         std=std[kept],
         degenerate=tuple(e for e in STYLE_ELEMENTS if e not in names),
+        position=position,
     )
     return style, rows
+
+
+def without_position(battles: Battles) -> Battles:
+    """Grouped ``battles`` without the position's feature row (the streamed style fit sums
+    the style features from the spill and derives the position's sums from the pairs')."""
+    if not battles.position:
+        return battles
+    return replace(battles, features=None, feature_names=())
+
+
+def with_position(
+    per_pair: FloatArray, cross: FloatArray, gram: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Sums over ``(f, 1)`` from sums over ``f``: the constant feature's per-pair sum of ``v``
+    is ``per_pair``, its products with ``f_j`` are ``cross[j]``'s total, its square is the
+    total of ``v``."""
+    k = gram.shape[0]
+    cross_out = np.vstack([cross, per_pair[None, :]])
+    gram_out = np.zeros((k + 1, k + 1))
+    gram_out[:k, :k] = gram
+    gram_out[k, :k] = gram_out[:k, k] = cross.sum(axis=1)
+    gram_out[k, k] = per_pair.sum()
+    return cross_out, gram_out
 
 
 def _c_per_pair(rows: bt.Rows) -> FloatArray:

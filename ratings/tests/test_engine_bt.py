@@ -620,3 +620,141 @@ def test_style_bootstrap_whose_replicates_almost_never_have_ratings_says_so():
         EngineError, match=r"^bootstrap replicates keep losing a model's only wins or losses$"
     ):
         rate(df, ci="bootstrap", rounds=5, seed=0)
+
+
+def pair_propensity(df: pd.DataFrame, seed: int = 0) -> dict[tuple[str, str], float]:
+    """A draw probability per unordered pair, unequal (as an active sampler's are)."""
+    rng = np.random.default_rng(seed)
+    models = sorted(set(df.model_a) | set(df.model_b))
+    return {
+        (a, b): float(rng.uniform(0.01, 0.3)) for i, a in enumerate(models) for b in models[i + 1 :]
+    }
+
+
+def weighted_glm(df: pd.DataFrame, *, style: bool, position: bool, propensity=None):
+    """GLM (binomial) on the explicit design: +1/-1 model columns (first model dropped),
+    z-scored style, a column of ones for side A's (left) position; ``var_weights`` 1/propensity."""
+    models = sorted(set(df.model_a) | set(df.model_b))
+    index = {m: i for i, m in enumerate(models)}
+    n, p = len(df), len(models)
+    x = np.zeros((n, p))
+    x[np.arange(n), df.model_a.map(index)] = 1
+    x[np.arange(n), df.model_b.map(index)] = -1
+    columns = [x[:, 1:]]
+    if style:
+        raw, _ = data.style_differences(df)
+        columns.append(((raw - raw.mean(1, keepdims=True)) / raw.std(1, keepdims=True)).T)
+    if position:
+        columns.append(np.ones((n, 1)))
+    weight = np.ones(n)
+    if propensity is not None:
+        weight = np.array(
+            [
+                1 / propensity.get((a, b), propensity.get((b, a)))
+                for a, b in zip(df.model_a, df.model_b, strict=True)
+            ]
+        )
+    y = df.winner.map(data.OUTCOMES).to_numpy()
+    design = np.column_stack(columns)
+    family = sm.families.Binomial()
+    robust = sm.GLM(y, design, family=family, var_weights=weight).fit(tol=1e-13, cov_type="HC0")
+    return models, robust
+
+
+@pytest.mark.parametrize("style", [False, True], ids=["plain", "style"])
+@pytest.mark.parametrize(
+    "options", ["position", "propensity", "both"], ids=["position", "ipw", "position+ipw"]
+)
+def test_position_and_propensity_weights_equal_a_weighted_statsmodels_glm_hc0(style, options):
+    df = battles(n=600, p=5, seed=3, style=style)
+    position = options in ("position", "both")
+    propensity = pair_propensity(df) if options in ("propensity", "both") else None
+    models, robust = weighted_glm(df, style=style, position=position, propensity=propensity)
+    cov = robust.cov_params()
+    expected, se = centred_ratings(models, robust.params, cov)
+    result = engine_rate(df, style_control=style, position=position, propensity=propensity)
+    assert result.method.position is position
+    assert result.method.inverse_propensity is (propensity is not None)
+    for row in result.models:
+        assert row.rating == pytest.approx(expected[row.model], abs=1e-6)
+        half_width = (row.rating_upper - row.rating_lower) / 2
+        assert half_width == pytest.approx(1.959963984540054 * se[row.model], rel=1e-6)
+    p = len(models)
+    robust_se = np.sqrt(np.diag(cov))
+    if style:
+        assert result.style_coefficients is not None and result.style_intervals is not None
+        for j, name in enumerate(data.STYLE_ELEMENTS):
+            assert result.style_coefficients[name] == pytest.approx(
+                robust.params[p - 1 + j], abs=1e-6
+            )
+            lo, hi = result.style_intervals[name]
+            assert (hi - lo) / 2 == pytest.approx(
+                1.959963984540054 * robust_se[p - 1 + j], rel=1e-6
+            )
+    if position:
+        assert result.position is not None
+        assert result.position.coefficient == pytest.approx(robust.params[-1], abs=1e-6)
+        assert result.position.standard_error == pytest.approx(robust_se[-1], rel=1e-6)
+        assert result.position.lower == pytest.approx(
+            robust.params[-1] - 1.959963984540054 * robust_se[-1], abs=1e-6
+        )
+    else:
+        assert result.position is None
+
+
+def test_a_left_side_advantage_in_the_votes_is_recovered_by_the_position_coefficient():
+    rng = np.random.default_rng(7)
+    n, p = 20_000, 6
+    a = rng.integers(0, p, n)
+    b = (a + rng.integers(1, p, n)) % p
+    z = np.linspace(-1, 1, p)[a] - np.linspace(-1, 1, p)[b] + 0.3
+    winner = np.where(rng.random(n) < 1 / (1 + np.exp(-z)), "model_a", "model_b")
+    df = pd.DataFrame({"model_a": [f"m{i}" for i in a], "model_b": [f"m{i}" for i in b]})
+    df["winner"] = winner
+    result = engine_rate(df, style_control=False, position=True)
+    assert result.position is not None and result.position.coefficient is not None
+    assert result.position.lower < 0.3 < result.position.upper
+    assert result.position.lower > 0.2
+    off = engine_rate(df, style_control=False)
+    assert off.position is None and off.to_dict()["position"] is None
+
+
+def test_a_position_the_data_cannot_tell_from_the_ratings_is_none():
+    # m0 is always on the left: its rating and the left side's advantage trade off exactly.
+    df = pd.DataFrame(
+        {
+            "model_a": ["m0"] * 8,
+            "model_b": ["m1", "m1", "m2", "m2"] * 2,
+            "winner": ["model_a", "model_b"] * 4,
+        }
+    )
+    result = engine_rate(df, style_control=False, position=True)
+    assert result.position is not None
+    assert result.position.coefficient is None and result.position.standard_error is None
+    assert result.to_dict()["position"] == {
+        "coefficient": None,
+        "standard_error": None,
+        "interval": None,
+    }
+
+
+@pytest.mark.parametrize("style", [False, True], ids=["plain", "style"])
+def test_bootstrap_gives_the_position_an_interval_like_the_sandwich(style):
+    df = battles(n=2000, p=5, seed=4, style=style)
+    sandwich = engine_rate(df, style_control=style, position=True)
+    boot = engine_rate(df, style_control=style, position=True, ci="bootstrap", rounds=200)
+    assert sandwich.position is not None and boot.position is not None
+    assert boot.position.coefficient == pytest.approx(sandwich.position.coefficient, abs=1e-9)
+    assert boot.position.lower < boot.position.coefficient < boot.position.upper
+    assert boot.position.standard_error == pytest.approx(sandwich.position.standard_error, rel=0.25)
+
+
+def test_a_pair_without_a_draw_probability_is_refused_naming_it():
+    df = battles(n=300, p=4, style=False)
+    propensity = pair_propensity(df)
+    del propensity[("m1", "m2")]
+    with pytest.raises(EngineError, match="m1 / m2|m2 / m1"):
+        engine_rate(df, style_control=False, propensity=propensity)
+    propensity[("m2", "m1")] = 0.0
+    with pytest.raises(EngineError, match="draw probability"):
+        engine_rate(df, style_control=False, propensity=propensity)

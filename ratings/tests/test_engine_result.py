@@ -29,6 +29,7 @@ RESULT_KEYS = [
     "method",
     "matrices",
     "online_elo",
+    "position",
 ]
 MODEL_KEYS = ["model", "rating", "rating_lower", "rating_upper", "rank", "votes", "preliminary"]
 PROVISIONAL_KEYS = ["model", "battles", "wins", "losses", "ties", "reason"]
@@ -47,7 +48,10 @@ METHOD_KEYS = [
     "centre",
     "established_min_votes",
     "warnings",
+    "position",
+    "inverse_propensity",
 ]
+POSITION_KEYS = ["coefficient", "standard_error", "interval"]
 MATRIX_KEYS = ["models", "battle_counts", "win_fraction", "predicted_win_probability"]
 
 
@@ -68,6 +72,7 @@ def with_newcomer(style: bool) -> pd.DataFrame:
         {"style_control": True},
         {"style_control": False, "with_online_elo": False},
         {"style_control": True, "ci": "bootstrap", "rounds": 5, "seed": 2, "anchor": ("m2", 1200)},
+        {"style_control": True, "position": True},
     ],
 )
 def test_rate_returns_a_result_whose_dict_round_trips_through_json_with_the_documented_keys(
@@ -93,6 +98,10 @@ def test_rate_returns_a_result_whose_dict_round_trips_through_json_with_the_docu
         assert data["style_coefficients"] is None
         assert data["style_coefficient_intervals"] is None
     assert (data["online_elo"] is None) == (options.get("with_online_elo") is False)
+    if options.get("position"):
+        assert list(data["position"]) == POSITION_KEYS
+    else:
+        assert data["position"] is None
 
 
 def test_the_dict_says_what_the_attributes_say():

@@ -15,7 +15,7 @@ import pytest
 from ratings.engine import CannotRateError, EngineError, RatingResult, rate, rate_parquet
 from ratings.engine.io import read_battles
 
-from .test_engine_bt import battles
+from .test_engine_bt import battles, pair_propensity
 
 #: "The same ratings": 1e-6 Elo points, on ratings, interval bounds and style coefficients.
 ELO = 1e-6
@@ -66,16 +66,38 @@ def assert_same(streamed: RatingResult, memory: RatingResult) -> None:
         atol=1e-12,
     )
     assert streamed.online_elo is None
+    assert streamed.method.position == memory.method.position
+    assert streamed.method.inverse_propensity == memory.method.inverse_propensity
+    if memory.position is None:
+        assert streamed.position is None
+    else:
+        assert streamed.position is not None
+        for field in ("coefficient", "standard_error", "lower", "upper"):
+            value, other = getattr(memory.position, field), getattr(streamed.position, field)
+            assert (value is None) == (other is None)
+            if value is not None:
+                assert abs(other - value) < 1e-9
 
 
 @pytest.mark.parametrize("style_control", [True, False])
 @pytest.mark.parametrize(
     "options",
-    [{}, {"reweight": True}, {"style_l2": 0.01}, {"anchor": ("m2", 1200.0)}],
-    ids=["plain", "reweight", "l2", "anchor"],
+    [
+        {},
+        {"reweight": True},
+        {"style_l2": 0.01},
+        {"anchor": ("m2", 1200.0)},
+        {"position": True},
+        {"propensity": True},
+        {"position": True, "propensity": True, "style_l2": 0.01},
+    ],
+    ids=["plain", "reweight", "l2", "anchor", "position", "ipw", "position+ipw+l2"],
 )
 def test_streamed_fit_equals_the_in_memory_fit(tmp_path, style_control, options):
-    path = write(battles(20_000, p=12, seed=3), tmp_path / "b.parquet", row_group_size=3000)
+    df = battles(20_000, p=12, seed=3)
+    if options.get("propensity"):
+        options = {**options, "propensity": pair_propensity(df)}
+    path = write(df, tmp_path / "b.parquet", row_group_size=3000)
     memory = rate(read_battles(path), style_control=style_control, **options)
     streamed = rate_parquet(path, style_control=style_control, batch_rows=2500, **options)
     assert_same(streamed, memory)

@@ -156,6 +156,23 @@ def test_streamed_refresh_writes_the_same_payload_as_the_in_memory_one(votes, se
     assert sum(masks) == 123 * fits and max(masks) == 25 and len(masks) >= 5 * fits
 
 
+def test_streamed_refresh_with_position_and_propensity_weights_writes_the_in_memory_payload(
+    votes, settings
+):
+    from arena.models import ArenaModel
+
+    ArenaModel.objects.filter(pk=votes[0].pk).update(sampling_weight=5)
+    settings.RATINGS_POSITION = True
+    settings.RATINGS_INVERSE_PROPENSITY = True
+    memory, streamed = refresh_both(settings)
+    assert_same(memory.payload, streamed.payload)
+    for style in ("on", "off"):
+        result = category(streamed, "overall")["results"][style]
+        assert result["method"]["position"] and result["method"]["inverse_propensity"]
+        assert result["position"]["coefficient"] is not None
+        assert result["position"]["standard_error"] > 0
+
+
 def test_a_refresh_from_plain_style_counts_writes_the_in_memory_payload(votes, settings):
     # Without the votes holding one count and not the others the votes are read once.
     Vote.objects.filter(style={"sum_assistant_a_tokens": 3}).update(style={})

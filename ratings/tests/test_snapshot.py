@@ -5,11 +5,13 @@ import time
 from unittest import mock
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.db import DatabaseError, connection, connections, transaction
 
 from arena.selectors import votes_for_rating
-from ratings import engine, services
+from arena.tests.test_settings import import_production_settings
+from ratings import engine, selectors, services
 from ratings.models import LeaderboardSnapshot, SnapshotImmutableError
 
 
@@ -102,6 +104,74 @@ def test_force_writes_a_new_snapshot_on_unchanged_votes(rated_models):
     first = services.snapshot_refresh().snapshot
     second = services.snapshot_refresh(force=True)
     assert second.created and second.snapshot.pk != first.pk
+
+
+@pytest.mark.parametrize(
+    "setting, value",
+    [
+        ("RATINGS_POSITION", True),
+        ("RATINGS_INVERSE_PROPENSITY", True),
+    ],
+)
+def test_turning_on_the_position_or_the_propensity_weights_writes_a_new_snapshot(
+    rated_models, settings, setting, value
+):
+    first = services.snapshot_refresh().snapshot
+    setattr(settings, setting, value)
+    second = services.snapshot_refresh()
+    assert second.created and second.snapshot.pk != first.pk
+    result = category(second.snapshot, "overall")["results"]["on"]
+    assert result["method"]["position"] is settings.RATINGS_POSITION
+    assert result["method"]["inverse_propensity"] is settings.RATINGS_INVERSE_PROPENSITY
+    assert (result["position"] is not None) is settings.RATINGS_POSITION
+    assert (category(first, "overall")["results"]["on"]["position"]) is None
+
+
+def test_a_changed_propensity_floor_writes_a_new_snapshot_only_with_the_weights_on(
+    rated_models, settings
+):
+    first = services.snapshot_refresh().snapshot
+    settings.RATINGS_PROPENSITY_MIN_SHARE = 0.5
+    assert not services.snapshot_refresh().created
+    settings.RATINGS_INVERSE_PROPENSITY = True
+    second = services.snapshot_refresh().snapshot
+    settings.RATINGS_PROPENSITY_MIN_SHARE = 0.2
+    third = services.snapshot_refresh()
+    assert second.pk != first.pk and third.created
+
+
+def test_the_propensity_weights_count_a_pair_the_sampler_favours_less(rated_models, settings):
+    from arena.models import ArenaModel
+
+    alpha, beta, gamma = rated_models
+    settings.ARENA_ACTIVE_SAMPLING = False
+    plain = services.snapshot_refresh().snapshot
+    # alpha and beta drawn far more often than any pair with gamma: each of their votes counts less.
+    ArenaModel.objects.filter(pk__in=[alpha.pk, beta.pk]).update(sampling_weight=20)
+    settings.RATINGS_INVERSE_PROPENSITY = True
+    weighted = services.snapshot_refresh().snapshot
+    propensity = selectors.draw_propensity(settings.RATINGS_PROPENSITY_MIN_SHARE)
+    assert propensity[("alpha", "beta")] > 10 * propensity[("alpha", "gamma")]
+    before = category(plain, "overall")["results"]["off"]["models"]
+    after = category(weighted, "overall")["results"]["off"]["models"]
+    assert [m["rating"] for m in before] != [m["rating"] for m in after]
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "-1"])
+def test_an_out_of_range_propensity_floor_refuses_to_start_naming_the_setting(value):
+    result = import_production_settings(
+        "import config.settings.test", RATINGS_PROPENSITY_MIN_SHARE=value
+    )
+    assert result.returncode != 0
+    assert ImproperlyConfigured.__name__ in result.stderr
+    assert "RATINGS_PROPENSITY_MIN_SHARE must be from 0.001 to 1" in result.stderr
+
+
+def test_an_in_range_propensity_floor_starts():
+    result = import_production_settings(
+        "import config.settings.test", RATINGS_PROPENSITY_MIN_SHARE="0.5"
+    )
+    assert result.returncode == 0, result.stderr
 
 
 def test_saving_an_existing_snapshot_is_refused(rated_models):

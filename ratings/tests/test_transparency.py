@@ -247,3 +247,33 @@ def test_the_figures_are_computed_by_a_task_once_per_pool_and_then_read(client, 
     pool_recognisability_refresh()
     html = client.get("/transparency").content.decode()
     assert _recognisable_row(html, models[0].slug)[:3] == ["2", "3", "75%"]
+
+
+def test_the_page_shows_the_left_sides_coefficient_when_the_fit_has_a_position_term(
+    client, rated_models, settings
+):
+    settings.RATINGS_POSITION = True
+    settings.RATINGS_INVERSE_PROPENSITY = True
+    snapshot = services.snapshot_refresh().snapshot
+    effect = next(c for c in snapshot.payload["categories"] if c["key"] == "overall")["results"][
+        "on"
+    ]["position"]
+    html = client.get("/transparency").content.decode()
+    card = html.split('data-testid="position-effect"', 1)[1].split("</section>", 1)[0]
+    assert f"Position coefficient: {effect['coefficient']:.4f} logits" in " ".join(card.split())
+    assert f"(standard error {effect['standard_error']:.4f})" in " ".join(card.split())
+    assert "Each vote is weighted by one over the" in card
+    body = client.get("/leaderboard.json").json()
+    assert body["position"] == effect and body["method"]["position"] is True
+    french = client.get("/transparency", HTTP_ACCEPT_LANGUAGE="fr").content.decode()
+    card = french.split('data-testid="position-effect"', 1)[1].split("</section>", 1)[0]
+    assert "Coefficient de position" in card
+
+
+def test_the_page_says_the_fit_has_no_position_term_by_default(client, rated_models):
+    services.snapshot_refresh()
+    html = client.get("/transparency").content.decode()
+    card = html.split('data-testid="position-effect"', 1)[1].split("</section>", 1)[0]
+    assert "has no position term" in " ".join(card.split())
+    assert "Votes are not weighted by how often their pair" in card
+    assert client.get("/leaderboard.json").json()["position"] is None
