@@ -8,7 +8,7 @@ checks here are applied in the order ``rate`` calls them; the streamed fit
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 from threadpoolctl import threadpool_limits
 
-from . import bt
+from . import bt, fragility
 from .data import (
     STYLE_ELEMENTS,
     Battles,
@@ -28,6 +28,7 @@ from .data import (
 )
 from .elo import online_elo
 from .errors import CannotRateError, EngineError
+from .fragility import Fragility
 from .identify import Identification, identify
 from .provisional import Provisional
 from .result import Centre, Matrices, Method, ModelRating, RatingResult
@@ -167,6 +168,8 @@ def rate(
     workers: int | None = None,
     established_min_votes: int = 0,
     anchor_fallback: bool = False,
+    fragility_top: int = 0,
+    fragility_among: Collection[str] | None = None,
 ) -> RatingResult:
     """Bradley-Terry ratings (optionally style-controlled) with 95% intervals, as a
     ``RatingResult`` (``result.to_dict()`` is its JSON form; see ``result``).
@@ -189,6 +192,11 @@ def rate(
     equal style. ``with_online_elo=False`` skips the sequential Elo replay (~1 s per 1M battles).
     ``workers`` is the bootstrap's thread count (default ``min(2, os.cpu_count())``; results do
     not depend on it).
+
+    ``fragility_top`` > 0 adds ``result.fragility``: for the adjacent pairs among the first
+    ``fragility_top`` established models in rating order (those in ``fragility_among`` when
+    given, e.g. the shown ones), the fewest votes found whose removal, or whose flip, swaps the
+    pair, each verified by a refit of this same model (``fragility.audit``).
 
     Only the models where maximum-likelihood ratings exist are rated: the largest strongly
     connected component of the "scored against" graph, fitted with the battles among its
@@ -217,6 +225,8 @@ def rate(
             workers=workers,
             established_min_votes=established_min_votes,
             anchor_fallback=anchor_fallback,
+            fragility_top=fragility_top,
+            fragility_among=fragility_among,
         )
 
 
@@ -256,6 +266,7 @@ class _Fit:
     logits: FloatArray  # the fitted (unidentified) model logits, for predicted win rates
     iterations: int
     gradient_max_norm: float
+    full: bt.Fit | None = None  # the fit itself, for the fragility audit
 
 
 def _check_options(
@@ -343,6 +354,7 @@ def _fit(
         logits=result.theta[:p],
         iterations=result.iterations + boot_iterations,
         gradient_max_norm=result.gradient_max_norm,
+        full=result,
     )
 
 
@@ -364,6 +376,7 @@ def _sandwich_fit(result: bt.Fit, cov: FloatArray, p: int, weights: FloatArray) 
         logits=result.theta[:p],
         iterations=result.iterations,
         gradient_max_norm=result.gradient_max_norm,
+        full=result,
     )
 
 
@@ -435,6 +448,16 @@ def _style(
     return coefficients, intervals
 
 
+def _ranked(battles: Battles, fit: _Fit, scale: Scale, among: Collection[str] | None) -> list[int]:
+    """The established models (of ``among`` when given) in rating order, best first."""
+    keep = [
+        i
+        for i, name in enumerate(battles.models)
+        if not scale.preliminary[i] and (among is None or name in among)
+    ]
+    return sorted(keep, key=lambda i: (-float(fit.theta[i]), battles.models[i]))
+
+
 def _rate(
     df: pd.DataFrame | BattleTable,
     *,
@@ -450,8 +473,12 @@ def _rate(
     workers: int | None,
     established_min_votes: int,
     anchor_fallback: bool,
+    fragility_top: int = 0,
+    fragility_among: Collection[str] | None = None,
 ) -> RatingResult:
     _check_options(ci, rounds, style_l2, workers, established_min_votes)
+    if fragility_top < 0:
+        raise EngineError(f"fragility_top must be non-negative, not {fragility_top}")
     battles, n_input, split = _ratable_battles(df, style_control=style_control, reweight=reweight)
     scale = rating_scale(
         battles,
@@ -471,9 +498,19 @@ def _rate(
         progress=progress,
         workers=workers,
     )
+    audit = None
+    if fragility_top and fit.full is not None:
+        audit = fragility.audit(
+            battles,
+            rows,
+            fit.full,
+            _ranked(battles, fit, scale, fragility_among),
+            top=fragility_top,
+        )
     return _result(
         battles,
         fit,
+        fragility=audit,
         provisional=split.provisional,
         n_input=n_input,
         style_control=style_control,
@@ -503,6 +540,7 @@ def _result(
     reweight: bool,
     style_l2: float,
     with_online_elo: bool,
+    fragility: Fragility | None = None,
 ) -> RatingResult:
     """The ``RatingResult`` of a fit (``rate``'s and ``rate_parquet``'s)."""
     anchor = scale.anchor
@@ -537,4 +575,5 @@ def _result(
         ),
         matrices=_matrices(battles, order, fit.logits),
         online_elo=elo,
+        fragility=fragility,
     )

@@ -10,9 +10,11 @@ view, so a change here is a change of ``ratings.services.PAYLOAD_SCHEMA``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, TypeVar
 
 if TYPE_CHECKING:
+    from .fragility import Fragility, FragilityDict
+
     # Annotations only: the JSON shapes here load without numpy (a web worker reads them).
     from .provisional import Provisional, ProvisionalDict
 
@@ -82,6 +84,8 @@ class RatingResultDict(TypedDict):
     method: MethodDict
     matrices: MatricesDict
     online_elo: dict[str, float] | None
+    # Only when asked for (``rate(fragility_top=...)``); see ``fragility``.
+    fragility: NotRequired[FragilityDict]
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,7 @@ class RatingResult:
     method: Method
     matrices: Matrices
     online_elo: dict[str, float] | None
+    fragility: Fragility | None = None
 
     def to_dict(self) -> RatingResultDict:
         """The JSON-ready form (the snapshot payload's per-view result; CLI ``--format json``)."""
@@ -217,7 +222,7 @@ class RatingResult:
                 name: None if bounds is None else list(bounds)
                 for name, bounds in self.style_intervals.items()
             }
-        return {
+        out: RatingResultDict = {
             "models": [m.to_dict() for m in self.models],
             "style_coefficients": (
                 None if self.style_coefficients is None else dict(self.style_coefficients)
@@ -230,3 +235,6 @@ class RatingResult:
             "matrices": self.matrices.to_dict(),
             "online_elo": None if self.online_elo is None else dict(self.online_elo),
         }
+        if self.fragility is not None:
+            out["fragility"] = self.fragility.to_dict()
+        return out
