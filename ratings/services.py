@@ -42,6 +42,11 @@ models instead, with the reason in its ``method.warnings``.
 Past ``RATINGS_STREAM_THRESHOLD`` votes the same payload is built from a Parquet file of the
 votes, a batch at a time (``snapshot_build_streamed``; the file is ``ratings.vote_sources``'), with sandwich intervals and without the
 online Elo, which the streamed engine does not replay.
+
+Each in-memory view's result also holds ``fragility`` (``ratings.engine.fragility``): for the
+adjacent pairs among the first ``FRAGILITY_TOP`` established, shown models, and for the
+leader, the fewest votes found whose removal, or whose flip, swaps the pair, each verified by
+a refit of the same model. The streamed path does not compute it.
 """
 
 from __future__ import annotations
@@ -92,6 +97,10 @@ from ratings.vote_sources import (
 
 logger = logging.getLogger(__name__)
 
+#: The ranks whose fragility each in-memory view's fit audits: the adjacent pairs among the
+#: first this many established, shown models (``ratings.engine.fragility``).
+FRAGILITY_TOP = 10
+
 # Key of the PostgreSQL advisory lock that serialises snapshot runs (any fixed 64-bit integer).
 SNAPSHOT_LOCK_KEY = 0x5241_5449_4E47  # "RATING"
 
@@ -117,11 +126,13 @@ def snapshot_params(*, streamed: bool = False) -> dict[str, Any]:
         "anchor": settings.RATINGS_ANCHOR_MODEL or None,
         "votes": "anonymous, unflagged",
         "schema": PAYLOAD_SCHEMA,
+        "fragility_top": FRAGILITY_TOP,
     }
     if streamed:
         if params["ci"] != "sandwich":
             params["ci_requested"] = params["ci"]
-        params.update(ci="sandwich", rounds=None, streamed=True)
+        # The audit refits in memory; the streamed fit never holds the votes.
+        params.update(ci="sandwich", rounds=None, streamed=True, fragility_top=0)
     return params
 
 
@@ -265,7 +276,7 @@ def _payload(
         provisional: dict[str, list[ProvisionalEntry]] = {}
         for style in STYLES:
             try:
-                result = votes.fit(category, style, params)
+                result = votes.fit(category, style, params, shown=public)
             except engine.CannotRateError as exc:
                 # Too few votes to rate this view: an ordinary state, listed, not an error.
                 logger.info("ratings: %s, style %s not rated: %s", category.key, style, exc)

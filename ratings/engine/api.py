@@ -506,6 +506,7 @@ def _rate(
             fit.full,
             _ranked(battles, fit, scale, fragility_among),
             top=fragility_top,
+            points_per_logit=ELO_PER_LOGIT,
         )
     return _result(
         battles,

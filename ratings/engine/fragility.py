@@ -48,13 +48,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, TypedDict
+from typing import Literal
 
 import numpy as np
 
 from . import bt
 from .data import Battles, FloatArray, IntArray
 from .errors import CannotRateError
+from .result import BoundDict, FragilityDict, LeaderBoundDict
 
 #: Ranks audited: the adjacent pairs among the first ``TOP`` established models.
 TOP = 10
@@ -87,7 +88,7 @@ class PairFragility:
     rank: int
     upper: str
     lower: str
-    gap: float  # logits
+    gap: float  # rating points (``points_per_logit`` times the logit gap)
     removal: Bound | None
     flip: Bound | None
 
@@ -134,7 +135,7 @@ class Fragility:
                     "rank": p.rank,
                     "upper": p.upper,
                     "lower": p.lower,
-                    "gap_logits": p.gap,
+                    "gap": p.gap,
                     "removal": bound(p.removal),
                     "flip": bound(p.flip),
                 }
@@ -151,36 +152,6 @@ class Fragility:
 
 
 METHOD = "influence-ordered greedy search, each count verified by refitting"
-
-
-class BoundDict(TypedDict):
-    votes: int
-    exact: bool
-    estimate: int | None
-
-
-class LeaderBoundDict(BoundDict):
-    challenger: str
-
-
-class PairFragilityDict(TypedDict):
-    rank: int
-    upper: str
-    lower: str
-    gap_logits: float
-    removal: BoundDict | None
-    flip: BoundDict | None
-
-
-class FragilityDict(TypedDict):
-    pairs: list[PairFragilityDict]
-    leader: str | None
-    leader_removal: LeaderBoundDict | None
-    leader_flip: LeaderBoundDict | None
-    n_battles: int
-    refits: int
-    top: int
-    method: str
 
 
 @dataclass(frozen=True)
@@ -401,27 +372,31 @@ def _search(
     k = min(max(1, estimate if estimate is not None else total), total)
     lo, lo_gap = 0, gap  # the largest prefix known to keep the order, and its gap
     hi, hi_gap = 0, 0.0  # the smallest known to swap it (0: none yet)
+    ceiling = total  # prefixes above this leave the votes without ratings
     best: _Refit | None = None
     for _ in range(max_refits):
         counter.refits += 1
         state = _refit(setup, i, j, order, k, kind, settle=True)
-        after = None if state is None else float(state.theta[i] - state.theta[j])
-        if state is not None and after is not None and after < 0:
+        if state is None:
+            # No ratings exist without these votes (a model keeps only wins, say): look below.
+            ceiling = k - 1
+        elif (after := float(state.theta[i] - state.theta[j])) < 0:
             hi, hi_gap, best = k, after, state
         else:
-            lo = k
-            lo_gap = after if after is not None else lo_gap
+            lo, lo_gap = k, after
         if hi and hi - lo <= 1:
             break
-        if not hi:
-            if k >= total:
-                break
-            moved = gap - lo_gap if after is not None else 0.0
-            guess = math.ceil(k * gap / moved) if moved > 0 else 2 * k
-            k = min(total, max(k + 1, min(guess, 4 * k)))
-        else:
+        if hi:
             crossing = lo + (hi - lo) * lo_gap / (lo_gap - hi_gap)
             k = min(hi - 1, max(lo + 1, math.ceil(crossing)))
+        elif state is None:
+            k = (lo + ceiling + 1) // 2
+        else:
+            moved = gap - lo_gap
+            guess = math.ceil(k * gap / moved) if moved > 0 else 2 * k
+            k = min(ceiling, max(k + 1, min(guess, 4 * k)))
+        if k <= lo or k > ceiling:
+            break
     if best is None:
         return None
     # The count reported is the one whose refit, run to the board's criterion, swaps the pair.
@@ -442,6 +417,7 @@ def audit(
     *,
     top: int = TOP,
     max_refits: int = MAX_REFITS,
+    points_per_logit: float = 1.0,
 ) -> Fragility:
     """The fragility of the ranks of ``ranked`` (model indices in rating order, best first; the
     established, shown models), for the first ``top`` of them. See the module's docstring."""
@@ -459,7 +435,7 @@ def audit(
                 rank=position,
                 upper=names[i],
                 lower=names[j],
-                gap=float(full.theta[i] - full.theta[j]),
+                gap=points_per_logit * float(full.theta[i] - full.theta[j]),
                 removal=bounds["removal"],
                 flip=bounds["flip"],
             )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, TypeVar
 
 if TYPE_CHECKING:
-    from .fragility import Fragility, FragilityDict
+    from .fragility import Fragility
 
     # Annotations only: the JSON shapes here load without numpy (a web worker reads them).
     from .provisional import Provisional, ProvisionalDict
@@ -72,6 +72,38 @@ class MatricesDict(TypedDict):
     battle_counts: list[list[int]]
     win_fraction: list[list[float | None]]
     predicted_win_probability: list[list[float]]
+
+
+class BoundDict(TypedDict):
+    """A count of votes verified by a refit (``fragility.Bound``)."""
+
+    votes: int
+    exact: bool
+    estimate: int | None
+
+
+class LeaderBoundDict(BoundDict):
+    challenger: str
+
+
+class PairFragilityDict(TypedDict):
+    rank: int
+    upper: str
+    lower: str
+    gap: float  # rating points
+    removal: BoundDict | None
+    flip: BoundDict | None
+
+
+class FragilityDict(TypedDict):
+    pairs: list[PairFragilityDict]
+    leader: str | None
+    leader_removal: LeaderBoundDict | None
+    leader_flip: LeaderBoundDict | None
+    n_battles: int
+    refits: int
+    top: int
+    method: str
 
 
 class RatingResultDict(TypedDict):
