@@ -55,6 +55,7 @@ import numpy as np
 from . import bt
 from .data import Battles, FloatArray, IntArray
 from .errors import CannotRateError
+from .identify import scored_against, strongly_connected
 from .result import BoundDict, FragilityDict, LeaderBoundDict
 
 #: Ranks audited: the adjacent pairs among the first ``TOP`` established models.
@@ -164,6 +165,8 @@ class _Setup:
     mult: FloatArray  # (R,) battles per row
     prob: FloatArray  # (R,) p at the fit
     resid: FloatArray  # (R,) c (y - p) per battle
+    a_points: FloatArray  # (P,) weighted points of side A per pair
+    b_points: FloatArray  # (P,) of side B
     hinv: FloatArray  # (p + k, p + k) inverse of the reduced Hessian, 0 on the reference
 
 
@@ -174,17 +177,6 @@ def _contrast(setup: _Setup, u: FloatArray) -> FloatArray:
     out = np.repeat(u[rows.pair_a] - u[rows.pair_b], rows.lengths)
     if rows.features is not None:
         out += u[p:] @ rows.features
-    return out
-
-
-def _weighted_sum(rows: bt.Rows, w: FloatArray) -> FloatArray:
-    """``sum_r w_r x_r`` as a (p + k) vector."""
-    p = rows.n_models
-    per_pair = np.add.reduceat(w, rows.starts)
-    out = np.zeros(p + rows.k)
-    out[:p] = np.bincount(rows.pair_a, per_pair, p) - np.bincount(rows.pair_b, per_pair, p)
-    if rows.features is not None:
-        out[p:] = rows.features @ w
     return out
 
 
@@ -199,7 +191,17 @@ def _setup(battles: Battles, rows: bt.Rows, full: bt.Fit) -> _Setup:
     keep = np.arange(size) != full.reference
     hinv = np.zeros((size, size))
     hinv[np.ix_(keep, keep)] = np.linalg.inv(full.hessian[np.ix_(keep, keep)])
-    return _Setup(battles, rows, full, mult, prob, rows.c * (rows.y - prob) / mult, hinv)
+    return _Setup(
+        battles,
+        rows,
+        full,
+        mult,
+        prob,
+        rows.c * (rows.y - prob) / mult,
+        np.add.reduceat(rows.c * rows.y, rows.starts),
+        np.add.reduceat(rows.c * (1.0 - rows.y), rows.starts),
+        hinv,
+    )
 
 
 @dataclass(frozen=True)
@@ -226,16 +228,14 @@ class _Order:
         need = math.ceil((-gap - before_effect) / float(self.per_battle[r]) - 1e-9)
         return round(before_votes) + max(1, need)
 
-    def take(self, k: int, n_rows: int) -> FloatArray:
-        """Battles taken from each row by the prefix of ``k``."""
-        out = np.zeros(n_rows)
+    def take(self, k: int) -> tuple[IntArray, FloatArray]:
+        """The rows the prefix of ``k`` battles touches, and the battles it takes from each."""
         counts = np.diff(np.r_[0.0, self.cum_votes])
         full = int(np.searchsorted(self.cum_votes, k, side="right"))
-        out[self.rows[:full]] = counts[:full]
-        rest = k - (self.cum_votes[full - 1] if full else 0.0)
+        rest = k - (float(self.cum_votes[full - 1]) if full else 0.0)
         if rest > 0 and full < len(self.rows):
-            out[self.rows[full]] = rest
-        return out
+            return self.rows[: full + 1], np.r_[counts[:full], rest]
+        return self.rows[:full], counts[:full]
 
 
 def _order(setup: _Setup, i: int, j: int, kind: Kind) -> _Order:
@@ -272,20 +272,55 @@ def _order(setup: _Setup, i: int, j: int, kind: Kind) -> _Order:
         size *= 4
 
 
-def _modified(setup: _Setup, taken: FloatArray, kind: Kind) -> tuple[bt.Rows, FloatArray]:
-    """The rows with ``taken`` battles of each row removed or flipped, and the change in the
-    gradient of ``l`` at the full fit (for the warm start)."""
+def _modified(
+    setup: _Setup, at: IntArray, taken: FloatArray, kind: Kind
+) -> tuple[bt.Rows, FloatArray]:
+    """The rows with ``taken`` battles of rows ``at`` removed or flipped, and the change in the
+    gradient of ``l`` at the full fit (for the warm start); only the touched rows are read."""
     rows = setup.rows
-    share = taken / setup.mult
+    share = taken / setup.mult[at]
+    c = rows.c[at]
     if kind == "removal":
-        keep = 1.0 - share
-        changed = replace(rows, c=rows.c * keep, c2=rows.c2 * keep)
-        dg = -_weighted_sum(rows, share * rows.c * (rows.y - setup.prob))
+        new_c, new_c2 = rows.c.copy(), rows.c2.copy()
+        new_c[at] *= 1.0 - share
+        new_c2[at] *= 1.0 - share
+        changed = replace(rows, c=new_c, c2=new_c2)
+        weights = -share * c * (rows.y[at] - setup.prob[at])
     else:
-        y = rows.y + share * (1.0 - 2.0 * rows.y)
+        y = rows.y.copy()
+        y[at] += share * (1.0 - 2.0 * rows.y[at])
         changed = replace(rows, y=y)
-        dg = _weighted_sum(rows, share * rows.c * (1.0 - 2.0 * rows.y))
-    return changed, dg
+        weights = share * c * (1.0 - 2.0 * rows.y[at])
+    return changed, _sparse_sum(setup, at, weights)
+
+
+def _sparse_sum(setup: _Setup, at: IntArray, w: FloatArray) -> FloatArray:
+    """``sum_r w_r x_r`` over the rows ``at`` only, as a (p + k) vector."""
+    rows = setup.rows
+    p = rows.n_models
+    pair = setup.battles.row_pair[at]
+    out = np.zeros(p + rows.k)
+    out[:p] = np.bincount(rows.pair_a[pair], w, p) - np.bincount(rows.pair_b[pair], w, p)
+    if rows.features is not None:
+        out[p:] = rows.features[:, at] @ w
+    return out
+
+
+def _check_identified(setup: _Setup, at: IntArray, changed: bt.Rows) -> None:
+    """``bt.check_identified`` on the changed rows, from the full data's points per pair less
+    the touched rows' (no pass over every row)."""
+    rows = setup.rows
+    pair = setup.battles.row_pair[at]
+    n_pairs = rows.n_pairs
+    a_points = setup.a_points + np.bincount(
+        pair, changed.c[at] * changed.y[at] - rows.c[at] * rows.y[at], n_pairs
+    )
+    b_points = setup.b_points + np.bincount(
+        pair, changed.c[at] * (1 - changed.y[at]) - rows.c[at] * (1 - rows.y[at]), n_pairs
+    )
+    adjacency = scored_against(rows.n_models, rows.pair_a, rows.pair_b, a_points, b_points)
+    if not strongly_connected(adjacency):
+        raise CannotRateError("the changed votes have no maximum-likelihood ratings")
 
 
 class _Counter:
@@ -346,11 +381,11 @@ def _refit(
     """The refit with the first ``k`` battles of ``order`` removed or flipped (``settle``: only
     until the sign of the gap ``theta_i - theta_j`` is settled); None when the changed votes
     have no ratings, or no fit."""
-    taken = order.take(k, len(setup.rows.y))
-    changed, dg = _modified(setup, taken, kind)
+    at, taken = order.take(k)
+    changed, dg = _modified(setup, at, taken, kind)
     state = _Refit(changed, setup.full.theta + setup.hinv @ dg)
     try:
-        bt.check_identified(changed, setup.battles.models)
+        _check_identified(setup, at, changed)
         _iterate(setup, state, (i, j) if settle else None)
     except (CannotRateError, np.linalg.LinAlgError):
         return None
