@@ -158,6 +158,14 @@ class LeaderboardOut(_Out):
         "or preliminary, no established model yet."
     )
     matrices: Matrices | None
+    fragility: dict[str, Any] | None = Field(
+        None,
+        description="For each adjacent pair of the top established models (and the leader "
+        "against its challengers), the fewest votes found whose removal, or whose reversed "
+        "winner, swaps the pair, each verified by refitting: votes, exact (true only when "
+        "proven the fewest) and the influence estimate. Null for snapshots written before it, "
+        "streamed ones, and views not rated.",
+    )
 
 
 class NotComputedDetail(_Out):

@@ -42,8 +42,14 @@ def weighting_options(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def fit_battles(
-    battles: pd.DataFrame, *, style_control: bool, params: dict[str, Any]
+    battles: pd.DataFrame,
+    *,
+    style_control: bool,
+    params: dict[str, Any],
+    shown: set[str] | None = None,
 ) -> engine.RatingResult:
+    """The view's fit, with the fragility of the first ``params["fragility_top"]`` ranks among
+    the ``shown`` models (``ratings.engine.fragility``; none when the params lack it)."""
     columns = ["model_a", "model_b", "winner"]
     if style_control:
         frame = engine.flatten_conv_metadata(battles[[*columns, "conv_metadata"]])
@@ -56,6 +62,8 @@ def fit_battles(
         rounds=params["rounds"] or 100,
         seed=params["seed"],
         workers=settings.RATINGS_BOOTSTRAP_WORKERS,  # not in params: results do not depend on it
+        fragility_top=params.get("fragility_top") or 0,
+        fragility_among=shown,
         **scale_options(params),
         **weighting_options(params),
     )

@@ -22,7 +22,9 @@ from ratings.engine import ModelRatingDict, RatingResultDict
 #    worded by the pages in their language; before, English sentences.
 # 7: ``position`` in each result (the left side's coefficient, standard error and interval, or
 #    None without ``RATINGS_POSITION``) and ``position``, ``inverse_propensity`` in its ``method``.
-PAYLOAD_SCHEMA = 7
+# 8: ``fragility`` in each in-memory view's result (``ratings.engine.fragility``): how many
+#    votes removed or flipped swap each adjacent rank of the top, verified by refitting.
+PAYLOAD_SCHEMA = 8
 
 #: Why a model is listed as provisional in a snapshot: the engine's reasons, and ``few_votes``
 #: for a model in a view that has too few votes to rate anyone.

@@ -42,6 +42,12 @@ models instead, with the reason in its ``method.warnings``.
 Past ``RATINGS_STREAM_THRESHOLD`` votes the same payload is built from a Parquet file of the
 votes, a batch at a time (``snapshot_build_streamed``; the file is ``ratings.vote_sources``'), with sandwich intervals and without the
 online Elo, which the streamed engine does not replay.
+
+The overall view's results (both styles) also hold ``fragility``
+(``ratings.engine.fragility``): for the adjacent pairs among the first ``FRAGILITY_TOP``
+established, shown models, and for the leader, the fewest votes found whose removal, or whose
+flip, swaps the pair, each verified by a refit of the same model. The audit costs a few fits of
+its view, so the other views (categories) go without it; the streamed path does not compute it.
 """
 
 from __future__ import annotations
@@ -92,6 +98,12 @@ from ratings.vote_sources import (
 
 logger = logging.getLogger(__name__)
 
+#: The ranks whose fragility the overall view's fits audit: the adjacent pairs among the
+#: first this many established, shown models (``ratings.engine.fragility``).
+FRAGILITY_TOP = 10
+#: The views audited: the board's own (what /transparency shows), not every category's.
+FRAGILITY_CATEGORIES = frozenset({"overall"})
+
 # Key of the PostgreSQL advisory lock that serialises snapshot runs (any fixed 64-bit integer).
 SNAPSHOT_LOCK_KEY = 0x5241_5449_4E47  # "RATING"
 
@@ -122,11 +134,13 @@ def snapshot_params(*, streamed: bool = False) -> dict[str, Any]:
         ),
         "votes": "anonymous, unflagged",
         "schema": PAYLOAD_SCHEMA,
+        "fragility_top": FRAGILITY_TOP,
     }
     if streamed:
         if params["ci"] != "sandwich":
             params["ci_requested"] = params["ci"]
-        params.update(ci="sandwich", rounds=None, streamed=True)
+        # The audit refits in memory; the streamed fit never holds the votes.
+        params.update(ci="sandwich", rounds=None, streamed=True, fragility_top=0)
     return params
 
 
@@ -270,7 +284,9 @@ def _payload(
         provisional: dict[str, list[ProvisionalEntry]] = {}
         for style in STYLES:
             try:
-                result = votes.fit(category, style, params)
+                audited = category.key in FRAGILITY_CATEGORIES
+                view_params = params if audited else {**params, "fragility_top": 0}
+                result = votes.fit(category, style, view_params, shown=public)
             except engine.CannotRateError as exc:
                 # Too few votes to rate this view: an ordinary state, listed, not an error.
                 logger.info("ratings: %s, style %s not rated: %s", category.key, style, exc)

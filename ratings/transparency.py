@@ -12,6 +12,10 @@
 - The fit's position term and inverse-propensity weights (``RATINGS_POSITION``,
   ``RATINGS_INVERSE_PROPENSITY``), read from the latest snapshot's overall view: whether they
   were on, and the left side's coefficient with its standard error and interval.
+- How fragile the leaderboard's top ranks are (``ratings.engine.fragility``): for each adjacent
+  pair of the overall view's top (style control on, else off) and for the leader, the fewest
+  votes found whose removal or flip swaps the pair, from the latest snapshot (an older
+  snapshot without the audit shows none).
 - Flagged votes by reason, the leaderboard's excluded votes (from the latest snapshot: named,
   flagged, repeated visitors' prompts past ``RATINGS_DUPLICATE_PROMPT_CAP``) and when
   snapshots are written (the beat schedule's sweep, the after-vote refresh, the latest one).
@@ -44,8 +48,9 @@ from arena.transparency import (
     served_summary_from_json,
     served_summary_json,
 )
+from ratings.engine.result import BoundDict, FragilityDict, LeaderBoundDict
 from ratings.page_cache import SnapshotHead, snapshot_cached, snapshot_head, snapshot_row
-from ratings.payload import ExcludedCounts
+from ratings.payload import ExcludedCounts, SnapshotPayload
 from ratings.selectors import snapshot_payload
 
 #: The beat entry that writes snapshots (``config/schedule.py``).
@@ -109,6 +114,38 @@ def position_figures(payload: dict[str, Any]) -> PositionFigures | None:
 
 
 @dataclass(frozen=True)
+class FragileRank:
+    """One adjacent pair of the top as the page shows it: names, gap, both counts."""
+
+    rank: int
+    upper: str
+    lower: str
+    gap: float  # rating points
+    removal: BoundDict | None
+    flip: BoundDict | None
+
+
+@dataclass(frozen=True)
+class LeaderFragility:
+    model: str
+    removal: LeaderBoundDict | None
+    flip: LeaderBoundDict | None
+    removal_challenger: str
+    flip_challenger: str
+
+
+@dataclass(frozen=True)
+class FragilityView:
+    """The overall view's audit: which style setting, its ranks, its leader, its votes."""
+
+    style: str
+    ranks: list[FragileRank]
+    leader: LeaderFragility | None
+    n_battles: int
+    refits: int
+
+
+@dataclass(frozen=True)
 class Transparency:
     policy: SamplingPolicy
     draws: list[DrawShare]
@@ -124,6 +161,7 @@ class Transparency:
     recognisability: list[ModelRecognisability] | None = None
     bridging: Bridging | None = None
     position: PositionFigures | None = None
+    fragility: FragilityView | None = None
 
 
 def crontab_text(schedule: Any) -> str:
@@ -177,15 +215,71 @@ def _snapshot_figures(head: SnapshotHead) -> tuple[dict[str, Any], ExcludedCount
     )
 
 
+def fragility_view(payload: SnapshotPayload) -> FragilityView | None:
+    """The overall view's fragility audit (style control on, else off), with the models'
+    names; None when the snapshot has none (written before the audit, or streamed)."""
+    overall = next((c for c in payload.get("categories", []) if c.get("key") == "overall"), None)
+    if overall is None:
+        return None
+    for style in ("on", "off"):
+        result = overall.get("results", {}).get(style)
+        audit: FragilityDict | None = result.get("fragility") if result else None
+        if audit is not None:
+            break
+    else:
+        return None
+    models = payload.get("models", {})
+
+    def name(slug: str) -> str:
+        meta = models.get(slug)
+        return meta["name"] if meta else slug
+
+    ranks = [
+        FragileRank(
+            rank=p["rank"],
+            upper=name(p["upper"]),
+            lower=name(p["lower"]),
+            gap=p["gap"] or 0.0,
+            removal=p["removal"],
+            flip=p["flip"],
+        )
+        for p in audit["pairs"]
+    ]
+    leader = None
+    if audit["leader"] is not None:
+        removal, flip = audit["leader_removal"], audit["leader_flip"]
+        leader = LeaderFragility(
+            model=name(audit["leader"]),
+            removal=removal,
+            flip=flip,
+            removal_challenger=name(removal["challenger"]) if removal else "",
+            flip_challenger=name(flip["challenger"]) if flip else "",
+        )
+    return FragilityView(
+        style=style,
+        ranks=ranks,
+        leader=leader,
+        n_battles=audit["n_battles"],
+        refits=audit["refits"],
+    )
+
+
 def transparency() -> Transparency:
     snapshot = snapshot_head()
     excluded = None
     position = None
+    fragility = None
     if snapshot is None:
         served = models_served()
     else:
         head = snapshot
         kept, excluded = snapshot_cached(head, "transparency", (), lambda: _snapshot_figures(head))
+        fragility = snapshot_cached(
+            head,
+            "transparency-fragility",
+            (),
+            lambda: fragility_view(snapshot_payload(snapshot_row(head))),
+        )
         # Decoded on each visit (a few dozen rows): the labels follow the visitor's language.
         served = served_summary_from_json(kept)
         position = snapshot_cached(
@@ -210,4 +304,5 @@ def transparency() -> Transparency:
         recognisability=pool_recognisability(),
         bridging=bridging_now(),
         position=position,
+        fragility=fragility,
     )

@@ -393,5 +393,8 @@ def _json_text(view: LeaderboardView) -> str:
         "position": result.get("position") if result else None,
         "warnings": view.warnings,
         "matrices": result.get("matrices") if result else None,
+        # How many votes removed or reversed swap each adjacent rank of the top (schema 7;
+        # None for an older snapshot, a streamed one, or a view not rated).
+        "fragility": result.get("fragility") if result else None,
     }
     return json.dumps(body, cls=DjangoJSONEncoder, indent=1)

@@ -391,8 +391,16 @@ class Votes(Protocol):
         """The view's battles: at least ``model_a``, ``model_b``, ``winner``."""
         ...
 
-    def fit(self, category: Category, style: str, params: dict[str, Any]) -> engine.RatingResult:
-        """The view's fit; ``engine.CannotRateError`` when it cannot be rated."""
+    def fit(
+        self,
+        category: Category,
+        style: str,
+        params: dict[str, Any],
+        *,
+        shown: set[str] | None = None,
+    ) -> engine.RatingResult:
+        """The view's fit; ``engine.CannotRateError`` when it cannot be rated. ``shown``: the
+        models the fragility audit ranks (the streamed fit has no audit)."""
         ...
 
     def models(self) -> set[str]: ...
@@ -469,9 +477,16 @@ class FrameVotes:
             return rows[self.styled.loc[rows.index].astype(bool)]
         return rows
 
-    def fit(self, category: Category, style: str, params: dict[str, Any]) -> engine.RatingResult:
+    def fit(
+        self,
+        category: Category,
+        style: str,
+        params: dict[str, Any],
+        *,
+        shown: set[str] | None = None,
+    ) -> engine.RatingResult:
         rows = self.view(category, style)
-        return fit_battles(rows, style_control=style == "on", params=params)
+        return fit_battles(rows, style_control=style == "on", params=params, shown=shown)
 
     def models(self) -> set[str]:
         return set(self.battles["model_a"]) | set(self.battles["model_b"])
@@ -615,7 +630,14 @@ class ParquetVotes:
             return pd.DataFrame({c: pd.Series(dtype=str) for c in _TABLE})
         return pd.concat(parts, ignore_index=True).astype(str)
 
-    def fit(self, category: Category, style: str, params: dict[str, Any]) -> engine.RatingResult:
+    def fit(
+        self,
+        category: Category,
+        style: str,
+        params: dict[str, Any],
+        *,
+        shown: set[str] | None = None,
+    ) -> engine.RatingResult:
         return engine.rate_parquet(
             self.path,
             style_control=style == "on",

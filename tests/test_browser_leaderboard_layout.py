@@ -5,6 +5,7 @@ and the leaderboard's search and sortable columns work. Screenshots go to var/sc
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from ratings import services
 from ratings.flag_reasons import FLAG_REASON_TEXT
@@ -169,6 +170,12 @@ def test_transparency_fits_and_gives_reasons_in_words(asgi_server, sized_page, c
         code = item.get_attribute("data-reason")
         text = item.inner_text()
         assert FLAG_REASON_TEXT[code] in text and code not in text
+    fragility = page.get_by_test_id("fragility-table")
+    expect(fragility).to_be_visible()
+    first = fragility.locator("tbody tr").first
+    assert "Claude-Instant-1 above Mixtral-8x22B-Instruct-v0.1" in first.inner_text()
+    for kind in ("removal", "flip"):
+        assert first.locator(f"td[data-kind={kind}]").inner_text().strip()
     check_layout(page, "transparency")
 
 

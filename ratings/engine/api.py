@@ -8,7 +8,7 @@ checks here are applied in the order ``rate`` calls them; the streamed fit
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 from threadpoolctl import threadpool_limits
 
-from . import bt
+from . import bt, fragility
 from .data import (
     STYLE_ELEMENTS,
     Battles,
@@ -29,6 +29,7 @@ from .data import (
 )
 from .elo import online_elo
 from .errors import CannotRateError, EngineError
+from .fragility import Fragility
 from .identify import Identification, identify
 from .provisional import Provisional
 from .result import Centre, Matrices, Method, ModelRating, PositionEffect, RatingResult
@@ -170,6 +171,8 @@ def rate(
     anchor_fallback: bool = False,
     position: bool = False,
     propensity: Propensity | None = None,
+    fragility_top: int = 0,
+    fragility_among: Collection[str] | None = None,
 ) -> RatingResult:
     """Bradley-Terry ratings (optionally style-controlled) with 95% intervals, as a
     ``RatingResult`` (``result.to_dict()`` is its JSON form; see ``result``).
@@ -201,6 +204,10 @@ def rate(
     probability that the sampler drew that pair; each battle then counts ``1 / probability`` times (normalised to
     average 1; combined with ``reweight`` by product), so pairs the sampler favoured do not
     dominate the fit. Intervals are then the weighted fit's sandwich (HC0) or bootstrap.
+    ``fragility_top`` > 0 adds ``result.fragility``: for the adjacent pairs among the first
+    ``fragility_top`` established models in rating order (those in ``fragility_among`` when
+    given, e.g. the shown ones), the fewest votes found whose removal, or whose flip, swaps the
+    pair, each verified by a refit of this same model (``fragility.audit``).
 
     Only the models where maximum-likelihood ratings exist are rated: the largest strongly
     connected component of the "scored against" graph, fitted with the battles among its
@@ -231,6 +238,8 @@ def rate(
             anchor_fallback=anchor_fallback,
             position=position,
             propensity=propensity,
+            fragility_top=fragility_top,
+            fragility_among=fragility_among,
         )
 
 
@@ -279,6 +288,7 @@ class _Fit:
     logits: FloatArray  # the fitted (unidentified) model logits, for predicted win rates
     iterations: int
     gradient_max_norm: float
+    full: bt.Fit | None = None  # the fit itself, for the fragility audit
 
 
 def _check_options(
@@ -386,6 +396,7 @@ def _fit(
         logits=result.theta[:p],
         iterations=result.iterations + boot_iterations,
         gradient_max_norm=result.gradient_max_norm,
+        full=result,
     )
 
 
@@ -408,6 +419,7 @@ def _sandwich_fit(result: bt.Fit, cov: FloatArray, p: int, weights: FloatArray) 
         logits=result.theta[:p],
         iterations=result.iterations,
         gradient_max_norm=result.gradient_max_norm,
+        full=result,
     )
 
 
@@ -495,6 +507,16 @@ def _position(battles: Battles, fit: _Fit, *, asked: bool) -> PositionEffect | N
     )
 
 
+def _ranked(battles: Battles, fit: _Fit, scale: Scale, among: Collection[str] | None) -> list[int]:
+    """The established models (of ``among`` when given) in rating order, best first."""
+    keep = [
+        i
+        for i, name in enumerate(battles.models)
+        if not scale.preliminary[i] and (among is None or name in among)
+    ]
+    return sorted(keep, key=lambda i: (-float(fit.theta[i]), battles.models[i]))
+
+
 def _rate(
     df: pd.DataFrame | BattleTable,
     *,
@@ -512,8 +534,12 @@ def _rate(
     anchor_fallback: bool,
     position: bool,
     propensity: Propensity | None,
+    fragility_top: int = 0,
+    fragility_among: Collection[str] | None = None,
 ) -> RatingResult:
     _check_options(ci, rounds, style_l2, workers, established_min_votes)
+    if fragility_top < 0:
+        raise EngineError(f"fragility_top must be non-negative, not {fragility_top}")
     battles, n_input, split = _ratable_battles(
         df,
         style_control=style_control,
@@ -539,9 +565,20 @@ def _rate(
         progress=progress,
         workers=workers,
     )
+    audit = None
+    if fragility_top and fit.full is not None:
+        audit = fragility.audit(
+            battles,
+            rows,
+            fit.full,
+            _ranked(battles, fit, scale, fragility_among),
+            top=fragility_top,
+            points_per_logit=ELO_PER_LOGIT,
+        )
     return _result(
         battles,
         fit,
+        fragility=audit,
         provisional=split.provisional,
         n_input=n_input,
         style_control=style_control,
@@ -575,6 +612,7 @@ def _result(
     with_online_elo: bool,
     position: bool = False,
     inverse_propensity: bool = False,
+    fragility: Fragility | None = None,
 ) -> RatingResult:
     """The ``RatingResult`` of a fit (``rate``'s and ``rate_parquet``'s)."""
     anchor = scale.anchor
@@ -612,4 +650,5 @@ def _result(
         matrices=_matrices(battles, order, fit.logits),
         online_elo=elo,
         position=_position(battles, fit, asked=position),
+        fragility=fragility,
     )

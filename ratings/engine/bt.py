@@ -209,6 +209,11 @@ def _gradient(rows: Rows, theta: FloatArray, prob: FloatArray) -> FloatArray:
     return g
 
 
+def gradient(rows: Rows, theta: FloatArray) -> FloatArray:
+    """The gradient of ``l`` at ``theta`` (what ``fit`` drives below ``tol``)."""
+    return _gradient(rows, theta, expit(_logits(rows, theta)))
+
+
 def _hessian(rows: Rows, prob: FloatArray) -> FloatArray:
     h = _outer_sum(rows, rows.c * prob * (1.0 - prob))
     p = rows.n_models

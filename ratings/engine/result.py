@@ -10,9 +10,11 @@ view, so a change here is a change of ``ratings.services.PAYLOAD_SCHEMA``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, TypeVar
 
 if TYPE_CHECKING:
+    from .fragility import Fragility
+
     # Annotations only: the JSON shapes here load without numpy (a web worker reads them).
     from .provisional import Provisional, ProvisionalDict
 
@@ -80,6 +82,38 @@ class MatricesDict(TypedDict):
     predicted_win_probability: list[list[float]]
 
 
+class BoundDict(TypedDict):
+    """A count of votes verified by a refit (``fragility.Bound``)."""
+
+    votes: int
+    exact: bool
+    estimate: int | None
+
+
+class LeaderBoundDict(BoundDict):
+    challenger: str
+
+
+class PairFragilityDict(TypedDict):
+    rank: int
+    upper: str
+    lower: str
+    gap: float  # rating points
+    removal: BoundDict | None
+    flip: BoundDict | None
+
+
+class FragilityDict(TypedDict):
+    pairs: list[PairFragilityDict]
+    leader: str | None
+    leader_removal: LeaderBoundDict | None
+    leader_flip: LeaderBoundDict | None
+    n_battles: int
+    refits: int
+    top: int
+    method: str
+
+
 class RatingResultDict(TypedDict):
     models: list[ModelRatingDict]
     style_coefficients: dict[str, float | None] | None
@@ -91,6 +125,8 @@ class RatingResultDict(TypedDict):
     matrices: MatricesDict
     online_elo: dict[str, float] | None
     position: PositionDict | None
+    # Only when asked for (``rate(fragility_top=...)``); see ``fragility``.
+    fragility: NotRequired[FragilityDict]
 
 
 @dataclass(frozen=True)
@@ -245,6 +281,7 @@ class RatingResult:
     matrices: Matrices
     online_elo: dict[str, float] | None
     position: PositionEffect | None = None  # None when the fit had no position covariate
+    fragility: Fragility | None = None
 
     def to_dict(self) -> RatingResultDict:
         """The JSON-ready form (the snapshot payload's per-view result; CLI ``--format json``)."""
@@ -254,7 +291,7 @@ class RatingResult:
                 name: None if bounds is None else list(bounds)
                 for name, bounds in self.style_intervals.items()
             }
-        return {
+        out: RatingResultDict = {
             "models": [m.to_dict() for m in self.models],
             "style_coefficients": (
                 None if self.style_coefficients is None else dict(self.style_coefficients)
@@ -268,3 +305,6 @@ class RatingResult:
             "online_elo": None if self.online_elo is None else dict(self.online_elo),
             "position": None if self.position is None else self.position.to_dict(),
         }
+        if self.fragility is not None:
+            out["fragility"] = self.fragility.to_dict()
+        return out
