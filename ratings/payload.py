@@ -20,7 +20,9 @@ from ratings.engine import ModelRatingDict, RatingResultDict
 #    that the pages read them from the snapshot instead of counting votes per visit.
 # 6: a category's ``reason`` and ``reasons`` are codes with their figures (``ViewReason``),
 #    worded by the pages in their language; before, English sentences.
-PAYLOAD_SCHEMA = 6
+# 7: ``rank_worst`` (the rank spread is ``rank`` to ``rank_worst``) and ``tier`` (None for a
+#    preliminary model) on each rated row (``ratings.engine.ranks``).
+PAYLOAD_SCHEMA = 7
 
 #: Why a model is listed as provisional in a snapshot: the engine's reasons, and ``few_votes``
 #: for a model in a view that has too few votes to rate anyone.

@@ -143,11 +143,12 @@ def _finite(value: Any) -> Any:
 def _public_only(result: engine.RatingResult, public: set[str]) -> engine.RatingResult:
     """The engine's result without the models that are not shown (``is_public`` off).
 
-    Their votes still inform everyone else's rating; ranks are recomputed among those shown
-    (a preliminary model still never above an established one).
+    Their votes still inform everyone else's rating; ranks, rank spreads and tiers are
+    recomputed among those shown (a preliminary model still never above an established one).
     """
     shown = [m for m in result.models if m.model in public]
-    ranks = engine.leaderboard_ranks(
+    at = engine.leaderboard_positions(
+        np.array([m.rating for m in shown], dtype=float),
         np.array([m.rating_lower for m in shown], dtype=float),
         np.array([m.rating_upper for m in shown], dtype=float),
         np.array([m.preliminary for m in shown], dtype=bool),
@@ -155,7 +156,15 @@ def _public_only(result: engine.RatingResult, public: set[str]) -> engine.Rating
     elo = result.online_elo
     return replace(
         result,
-        models=tuple(replace(m, rank=rank) for m, rank in zip(shown, ranks, strict=True)),
+        models=tuple(
+            replace(
+                m,
+                rank=int(at.rank[k]),
+                rank_worst=int(at.rank_worst[k]),
+                tier=int(at.tier[k]) or None,
+            )
+            for k, m in enumerate(shown)
+        ),
         matrices=result.matrices.only(public),
         online_elo=None if elo is None else {k: v for k, v in elo.items() if k in public},
         provisional=tuple(e for e in result.provisional if e.model in public),

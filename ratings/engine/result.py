@@ -10,7 +10,7 @@ view, so a change here is a change of ``ratings.services.PAYLOAD_SCHEMA``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, TypeVar
 
 if TYPE_CHECKING:
     # Annotations only: the JSON shapes here load without numpy (a web worker reads them).
@@ -41,6 +41,10 @@ class ModelRatingDict(TypedDict):
     rank: int
     votes: int
     preliminary: bool
+    # The rank spread is ``rank`` to ``rank_worst``; ``tier`` is None for a preliminary model
+    # (``ranks.leaderboard_positions``). A snapshot written before them lacks both.
+    rank_worst: NotRequired[int]
+    tier: NotRequired[int | None]
 
 
 class AnchorDict(TypedDict):
@@ -89,7 +93,10 @@ class ModelRating:
     """One rated model: its rating, 95% interval, rank (by upper bounds) and votes in the fit.
 
     ``preliminary``: fewer votes than ``method.established_min_votes``; it is listed after the
-    established models and never ranked above one (``api.leaderboard_ranks``).
+    established models and never ranked above one (``ranks.leaderboard_ranks``).
+    ``rank_worst``: the worst rank its interval allows, so that its rank spread is ``rank`` to
+    ``rank_worst``; ``tier``: its tier among the established models from 1, None when
+    preliminary (``ranks.leaderboard_positions``; None for both when not computed).
     """
 
     model: str
@@ -99,9 +106,11 @@ class ModelRating:
     rank: int
     votes: int
     preliminary: bool = False
+    rank_worst: int | None = None
+    tier: int | None = None
 
     def to_dict(self) -> ModelRatingDict:
-        return {
+        row: ModelRatingDict = {
             "model": self.model,
             "rating": self.rating,
             "rating_lower": self.rating_lower,
@@ -110,6 +119,10 @@ class ModelRating:
             "votes": self.votes,
             "preliminary": self.preliminary,
         }
+        if self.rank_worst is not None:
+            row["rank_worst"] = self.rank_worst
+            row["tier"] = self.tier
+        return row
 
 
 @dataclass(frozen=True)
