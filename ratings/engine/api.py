@@ -1,8 +1,9 @@
 """``rate``: a battle table in, a ``RatingResult`` out (``to_dict()`` for JSON).
 
-Why one module: ``rate`` is the engine's entry point, and the scale, the ranks and the option
-checks here are applied in the order ``rate`` calls them; the streamed fit
-(``ratings.engine.stream``) imports the same scale and ranks from here, so both paths share them.
+Why one module: ``rate`` is the engine's entry point, and the scale, the result's rows and the
+option checks here are applied in the order ``rate`` calls them; the streamed fit
+(``ratings.engine.stream``) imports the same scale and rows from here, so both paths share them.
+Ranks, rank spreads and tiers are ``ratings.engine.ranks``'.
 """
 
 from __future__ import annotations
