@@ -38,7 +38,8 @@ class CapsTaken:
     over: DailyCap | None = None
 
 
-def _seconds_to_midnight() -> int:
+def seconds_to_midnight() -> int:
+    """Seconds until the next UTC midnight, and a minute more: a daily counter's lifetime."""
     now = timezone.now().astimezone(UTC)
     midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
     return int((midnight - now).total_seconds()) + 60
@@ -53,7 +54,7 @@ def daily_caps_take(caps: Sequence[DailyCap]) -> CapsTaken:
         return CapsTaken(keys=[])
     day = timezone.now().astimezone(UTC).date().isoformat()
     keys = [f"{c.name}:{day}" for c in live]
-    counts = counters_take(keys, timeout=_seconds_to_midnight())
+    counts = counters_take(keys, timeout=seconds_to_midnight())
     for cap, used in zip(live, counts, strict=True):
         if used > cap.cap:
             daily_caps_release(keys)

@@ -89,6 +89,19 @@ class RatedModel(_Out):
     rating_lower: float
     rating_upper: float
     votes: int = Field(ge=0)
+    rank_worst: int | None = Field(
+        None,
+        ge=1,
+        description="The worst rank the 95% intervals allow: the rank spread is rank to "
+        "rank_worst. Null for snapshots written before it was computed.",
+    )
+    tier: int | None = Field(
+        None,
+        ge=1,
+        description="The model's tier, from 1: models in rating order whose intervals reach "
+        "the interval of their tier's top model. Null for a preliminary model and for "
+        "snapshots written before tiers.",
+    )
     preliminary: bool = Field(
         description="Fewer rated votes than RATINGS_ESTABLISHED_MIN_VOTES in this view: shown "
         "with its rating and interval, ranked after every established model."

@@ -36,6 +36,8 @@ CSV_FIELDS = (
     "rating_lower",
     "rating_upper",
     "votes",
+    "rank_worst",
+    "tier",
     "status",
     "battles",
     "wins",

@@ -22,9 +22,11 @@ from ratings.engine import ModelRatingDict, RatingResultDict
 #    worded by the pages in their language; before, English sentences.
 # 7: ``position`` in each result (the left side's coefficient, standard error and interval, or
 #    None without ``RATINGS_POSITION``) and ``position``, ``inverse_propensity`` in its ``method``.
-# 8: ``fragility`` in each in-memory view's result (``ratings.engine.fragility``): how many
+# 8: ``fragility`` in the overall view's results (``ratings.engine.fragility``): how many
 #    votes removed or flipped swap each adjacent rank of the top, verified by refitting.
-PAYLOAD_SCHEMA = 8
+# 9: ``rank_worst`` (the rank spread is ``rank`` to ``rank_worst``) and ``tier`` (None for a
+#    preliminary model) on each rated row (``ratings.engine.ranks``).
+PAYLOAD_SCHEMA = 9
 
 #: Why a model is listed as provisional in a snapshot: the engine's reasons, and ``few_votes``
 #: for a model in a view that has too few votes to rate anyone.

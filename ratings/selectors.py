@@ -171,6 +171,12 @@ class LeaderboardView:
         return any(row["preliminary"] for row in self.rows)
 
     @property
+    def has_rank_spread(self) -> bool:
+        """Whether the rows carry rank spreads and tiers (a snapshot before schema 7 has none:
+        the page then shows neither column)."""
+        return bool(self.rows) and all("rank_worst" in row for row in self.rows)
+
+    @property
     def categories(self) -> list[CategoryEntry]:
         return list(snapshot_payload(self.snapshot).get("categories", []))
 

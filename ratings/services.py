@@ -1,5 +1,8 @@
 """Writing leaderboard snapshots: the payload over every view, the lock and the no-op rule.
 
+Why one module: a snapshot's steps (the votes read, their bounds, every view's fit, the payload,
+the lock and the no-op rule) are one run's parts, read top to bottom in the order they happen.
+
 A snapshot is computed from the anonymous, unflagged votes (``ratings.vote_sources``) by the
 Django-free engine (``ratings.engine``) for each category, with and without style control, and
 stored as one immutable ``LeaderboardSnapshot`` row that the page and the downloads read.
@@ -43,11 +46,9 @@ Past ``RATINGS_STREAM_THRESHOLD`` votes the same payload is built from a Parquet
 votes, a batch at a time (``snapshot_build_streamed``; the file is ``ratings.vote_sources``'), with sandwich intervals and without the
 online Elo, which the streamed engine does not replay.
 
-The overall view's results (both styles) also hold ``fragility``
-(``ratings.engine.fragility``): for the adjacent pairs among the first ``FRAGILITY_TOP``
-established, shown models, and for the leader, the fewest votes found whose removal, or whose
-flip, swaps the pair, each verified by a refit of the same model. The audit costs a few fits of
-its view, so the other views (categories) go without it; the streamed path does not compute it.
+The overall view's results (both styles) also hold ``fragility`` (``ratings.engine.fragility``:
+the fewest votes found to swap each adjacent rank of the top, verified by refitting). It costs
+a few fits of its view, so other views go without; the streamed path does not compute it.
 """
 
 from __future__ import annotations
@@ -162,11 +163,12 @@ def _finite(value: Any) -> Any:
 def _public_only(result: engine.RatingResult, public: set[str]) -> engine.RatingResult:
     """The engine's result without the models that are not shown (``is_public`` off).
 
-    Their votes still inform everyone else's rating; ranks are recomputed among those shown
-    (a preliminary model still never above an established one).
+    Their votes still inform everyone else's rating; ranks, rank spreads and tiers are
+    recomputed among those shown (a preliminary model still never above an established one).
     """
     shown = [m for m in result.models if m.model in public]
-    ranks = engine.leaderboard_ranks(
+    at = engine.leaderboard_positions(
+        np.array([m.rating for m in shown], dtype=float),
         np.array([m.rating_lower for m in shown], dtype=float),
         np.array([m.rating_upper for m in shown], dtype=float),
         np.array([m.preliminary for m in shown], dtype=bool),
@@ -174,7 +176,15 @@ def _public_only(result: engine.RatingResult, public: set[str]) -> engine.Rating
     elo = result.online_elo
     return replace(
         result,
-        models=tuple(replace(m, rank=rank) for m, rank in zip(shown, ranks, strict=True)),
+        models=tuple(
+            replace(
+                m,
+                rank=int(at.rank[k]),
+                rank_worst=int(at.rank_worst[k]),
+                tier=int(at.tier[k]) or None,
+            )
+            for k, m in enumerate(shown)
+        ),
         matrices=result.matrices.only(public),
         online_elo=None if elo is None else {k: v for k, v in elo.items() if k in public},
         provisional=tuple(e for e in result.provisional if e.model in public),

@@ -44,6 +44,10 @@ RATED_FIELDS = (
     "rating_lower",
     "rating_upper",
     "votes",
+    # The rank spread is ``rank`` to ``rank_worst``; ``tier`` is empty for a preliminary model.
+    # Both are empty (null) for a snapshot written before they were computed.
+    "rank_worst",
+    "tier",
     "preliminary",
 )
 PROVISIONAL_FIELDS = (
@@ -330,7 +334,8 @@ def _csv_text(view: LeaderboardView) -> str:
 
 
 def _pick(row: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    return {key: row[key] for key in keys}
+    """The ``keys`` of ``row``; None for those an older snapshot lacks."""
+    return {key: row.get(key) for key in keys}
 
 
 @require_GET

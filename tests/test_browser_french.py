@@ -115,6 +115,17 @@ def test_a_french_visitor_sees_no_english_on_the_battle_and_rating_pages(
     rows = page.get_by_test_id("leaderboard-table").locator("tbody tr")
     expect(rows.first).to_be_visible()
     assert_french(page, phrases, "the leaderboard")
+    # The rank spread and the tiers are named in French: their own columns on a laptop; on a
+    # phone the spread under each rank and the tier as a label by each name.
+    table = page.get_by_test_id("leaderboard-table")
+    expect(page.get_by_test_id("tier-note")).to_contain_text("Plage de rangs")
+    if size == "phone":
+        expect(table.locator("td.rank .spread-inline").first).to_be_visible()
+        expect(table.get_by_test_id("tier-badge").first).to_have_text(re.compile(r"^Classe \d+$"))
+    else:
+        expect(table.locator("thead th.col-spread")).to_have_text("Plage de rangs")
+        expect(table.locator("thead th.col-tier")).to_have_text("Classe")
+        expect(table.locator("td.spread").first).to_have_text(re.compile(r"^\d+(–\d+)?$"))
     # One-word labels escape the phrase check: the categories' names are French too.
     expect(page.get_by_test_id("category-select").locator("option:checked")).to_contain_text(
         "Général"

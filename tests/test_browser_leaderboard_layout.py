@@ -2,6 +2,7 @@
 page and a model page fit the screen, no cell clips its text, names wrap only between words,
 and the leaderboard's search and sortable columns work. Screenshots go to var/screenshots/."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,32 @@ def test_leaderboard_fits_and_names_wrap_between_words(asgi_server, sized_page, 
     votes = table.locator("tbody tr").first.locator("td").last
     box = votes.bounding_box()
     assert box["x"] + box["width"] <= page.viewport_size["width"]
+    # The rank spread and the tier are shown within the window: in their own columns on a
+    # desktop; on a phone the spread under the rank and the tier as a label by the name.
+    first = table.locator("tbody tr").first
+    if page.size_name == "phone":
+        spread = first.locator("td.rank .spread-inline")
+        tier = first.get_by_test_id("tier-badge")
+        assert tier.text_content() == "Tier 1"
+        assert not table.locator("thead th.col-spread").is_visible()
+    else:
+        spread, tier = first.locator("td.spread"), first.locator("td.tier")
+        assert table.locator("thead th.col-spread").text_content().strip() == "Rank spread"
+        assert table.locator("thead th.col-tier").text_content().strip() == "Tier"
+        assert tier.text_content() == "1"
+        assert not first.get_by_test_id("tier-badge").is_visible()
+    assert re.fullmatch(r"1(–[23])?", spread.text_content())
+    for shown in (spread, tier):
+        box = shown.bounding_box()
+        assert box and 0 <= box["x"] and box["x"] + box["width"] <= page.viewport_size["width"]
+    assert page.get_by_test_id("tier-note").is_visible()
+    # Each tier after the first opens with a firmer line: its cells' top border is thicker
+    # than a row's own.
+    tops = table.locator("tbody tr").evaluate_all(
+        "rows => rows.map((r) => [r.dataset.tier, getComputedStyle(r.cells[0]).borderTopWidth])"
+    )
+    for (tier, width), (previous, _) in zip(tops[1:], tops, strict=False):
+        assert (width == "2px") is (tier != previous), tops
     drawn = page.get_by_test_id("over-time-plot").locator("svg").locator("visible=true")
     assert drawn.count() == 1 and drawn.locator("polyline").count() == 3
     assert drawn.get_attribute("width") == ("360" if page.size_name == "phone" else "640")

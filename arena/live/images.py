@@ -37,21 +37,21 @@ import hashlib
 import uuid
 import warnings
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import IO, Any
 
 from django.conf import settings
-from django.core.cache import cache
 from django.core.files.base import ContentFile
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext
 from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
-from arena.cache import counters_take
 from arena.cpu_budget import BudgetedBytesIO, CpuBudget, CpuBudgetExceeded
 from arena.errors import ArenaError, ErrorCode
-from arena.identity import ip_hash, session_hash, session_hash_matches
+from arena.identity import session_hash, session_hash_matches
+from arena.live import image_quotas
+from arena.live.image_quotas import images_quota_give_back as images_quota_give_back
 from arena.models import PromptImage
 
 # The formats a visitor may send, as Pillow names them; anything else is refused by content.
@@ -306,10 +306,10 @@ def image_upload(
     if upload is None:
         raise _refused(gettext("Attach an image file (multipart field image)."))
     data = _read_bounded(upload, settings.ARENA_IMAGE_MAX_BYTES)
-    quotas = _quotas(session_key=session_key, ip=client_ip)
-    _quotas_check(quotas, size=1)  # a quota spent already costs no decoding
+    quotas = image_quotas.quotas_for(session_key=session_key, ip=client_ip)
+    image_quotas.quotas_check(quotas, size=1)  # a quota spent already costs no decoding
     clean = image_validate(data=data)
-    counted = _quotas_check(quotas, size=len(clean.data), take=True)
+    counted = image_quotas.quotas_check(quotas, size=len(clean.data), take=True)
     image = PromptImage(
         session_hash=session_hash(session_key),
         sha256=hashlib.sha256(clean.data).hexdigest(),
@@ -329,111 +329,10 @@ def image_upload(
             image.file.delete(save=False)
             raise
     except BaseException:
-        _counters_give_back(counted, len(clean.data))
+        image_quotas.counters_give_back(counted, len(clean.data))
         raise
-    if counted:
-        cache.set(_held_key(image.pk), counted, timeout=_seconds_to_midnight())
+    image_quotas.quotas_hold(image.pk, counted)
     return image
-
-
-# --- daily quotas of unattached bytes ---------------------------------------------------------
-# Counted in the cache (Redis in production), as the vote caps are (arena.services.vote_guards):
-# ``incr`` is atomic, so uploads at the same moment cannot pass a quota together; the bytes are
-# counted before the file is written and given back if it is not. A battle that takes an image
-# gives its bytes back. Per process while Redis is down, as the rate limits are.
-@dataclass(frozen=True)
-class _Quota:
-    key: str
-    limit: int
-    setting: str
-    per_session: bool
-
-
-def _quotas(*, session_key: str, ip: str | None) -> list[_Quota]:
-    """Today's (UTC) quotas in force for this session and address."""
-    day = timezone.now().astimezone(UTC).date().isoformat()
-    quotas = []
-    per_session = settings.ARENA_IMAGE_UNATTACHED_BYTES_PER_SESSION
-    if per_session:
-        key = f"arena:image-quota:session:{session_hash(session_key)}:{day}"
-        setting = "ARENA_IMAGE_UNATTACHED_BYTES_PER_SESSION"
-        quotas.append(_Quota(key, per_session, setting, per_session=True))
-    per_ip = settings.ARENA_IMAGE_UNATTACHED_BYTES_PER_IP
-    if per_ip and ip:
-        key = f"arena:image-quota:ip:{ip_hash(ip)}:{day}"
-        setting = "ARENA_IMAGE_UNATTACHED_BYTES_PER_IP"
-        quotas.append(_Quota(key, per_ip, setting, per_session=False))
-    return quotas
-
-
-def _quotas_check(quotas: list[_Quota], *, size: int, take: bool = False) -> list[str]:
-    """Refuse with a 429 ``image_quota`` naming the quota that ``size`` more bytes would pass;
-    with ``take``, count them (all or none) and return the keys counted."""
-    if not quotas:
-        return []
-    keys = [quota.key for quota in quotas]
-    if take:
-        counts = counters_take(keys, timeout=_seconds_to_midnight(), amount=size)
-    else:
-        held = cache.get_many(keys)
-        counts = [int(held.get(key, 0)) + size for key in keys]
-    for quota, count in zip(quotas, counts, strict=True):
-        if count > quota.limit:
-            if take:
-                _counters_give_back(keys, size)
-            raise _over_quota(quota)
-    return keys
-
-
-def _over_quota(quota: _Quota) -> ArenaError:
-    if quota.per_session:
-        message = gettext(
-            "This session has uploaded %(limit)s bytes of images not sent with a prompt today "
-            "(UTC); send them with a prompt, or come back tomorrow."
-        )
-    else:
-        message = gettext(
-            "Your network has uploaded %(limit)s bytes of images not sent with a prompt today "
-            "(UTC); send them with a prompt, or come back tomorrow."
-        )
-    return ArenaError(
-        ErrorCode.IMAGE_QUOTA,
-        f"{message % {'limit': quota.limit}} ({quota.setting})",
-        status=429,
-        field=FIELD,
-        retry_after=_seconds_to_midnight(),
-    )
-
-
-def _counters_give_back(keys: list[str], size: int) -> None:
-    for key in keys:
-        try:
-            cache.decr(key, size)
-        except ValueError:  # expired meanwhile (a new day): nothing to give back
-            pass
-
-
-def _held_key(image_id: uuid.UUID) -> str:
-    """Where the counters an unattached image counts against are remembered."""
-    return f"arena:image-quota-held:{image_id.hex}"
-
-
-def images_quota_give_back(images: list[PromptImage]) -> None:
-    """Give the bytes of images a battle took back to the quotas they count against (run after
-    the battle commits: an image is taken once, so its bytes are given back once)."""
-    held = cache.get_many([_held_key(image.pk) for image in images])
-    for image in images:
-        keys = held.get(_held_key(image.pk))
-        if keys:
-            _counters_give_back(list(keys), image.size)
-    if held:
-        cache.delete_many(list(held))
-
-
-def _seconds_to_midnight() -> int:
-    now = timezone.now().astimezone(UTC)
-    midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
-    return int((midnight - now).total_seconds()) + 60
 
 
 def images_for_prompt(*, image_ids: object, session_key: str) -> list[PromptImage]:

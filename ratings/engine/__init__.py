@@ -17,13 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .api import (
-        ELO_PER_LOGIT,
-        identify_table,
-        leaderboard_ranks,
-        rate,
-        upper_bound_ranks,
-    )
+    from .api import ELO_PER_LOGIT, identify_table, rate
     from .data import OUTCOMES, STYLE_COLUMNS, STYLE_ELEMENTS, BattleTable, flatten_conv_metadata
     from .elo import online_elo
     from .errors import CannotRateError, EngineError
@@ -34,6 +28,14 @@ if TYPE_CHECKING:
         Provisional,
         ProvisionalDict,
         ProvisionalReason,
+    )
+    from .ranks import (
+        Positions,
+        leaderboard_positions,
+        leaderboard_ranks,
+        rank_spreads,
+        tiers,
+        upper_bound_ranks,
     )
     from .result import (
         ESTABLISHED_MIN_VOTES,
@@ -52,9 +54,13 @@ _MODULE_OF = {
     "ELO_PER_LOGIT": "api",
     "ESTABLISHED_MIN_VOTES": "result",
     "identify_table": "api",
-    "leaderboard_ranks": "api",
     "rate": "api",
-    "upper_bound_ranks": "api",
+    "Positions": "ranks",
+    "leaderboard_positions": "ranks",
+    "leaderboard_ranks": "ranks",
+    "rank_spreads": "ranks",
+    "tiers": "ranks",
+    "upper_bound_ranks": "ranks",
     "OUTCOMES": "data",
     "STYLE_COLUMNS": "data",
     "STYLE_ELEMENTS": "data",
@@ -101,16 +107,20 @@ __all__ = [
     "Method",
     "MethodDict",
     "ModelRating",
+    "Positions",
     "ModelRatingDict",
     "RatingResult",
     "RatingResultDict",
     "flatten_conv_metadata",
     "identify_table",
+    "leaderboard_positions",
     "leaderboard_ranks",
     "online_elo",
     "rate",
+    "rank_spreads",
     "rate_parquet",
     "read_battles",
+    "tiers",
     "upper_bound_ranks",
 ]
 

@@ -1,8 +1,9 @@
 """``rate``: a battle table in, a ``RatingResult`` out (``to_dict()`` for JSON).
 
-Why one module: ``rate`` is the engine's entry point, and the scale, the ranks and the option
-checks here are applied in the order ``rate`` calls them; the streamed fit
-(``ratings.engine.stream``) imports the same scale and ranks from here, so both paths share them.
+Why one module: ``rate`` is the engine's entry point, and the scale, the result's rows and the
+option checks here are applied in the order ``rate`` calls them; the streamed fit
+(``ratings.engine.stream``) imports the same scale and rows from here, so both paths share them.
+Ranks, rank spreads and tiers are ``ratings.engine.ranks``'.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from .errors import CannotRateError, EngineError
 from .fragility import Fragility
 from .identify import Identification, identify
 from .provisional import Provisional
+from .ranks import leaderboard_positions
+from .ranks import leaderboard_ranks as leaderboard_ranks  # re-exported: callers import it here
+from .ranks import upper_bound_ranks as upper_bound_ranks
 from .result import Centre, Matrices, Method, ModelRating, PositionEffect, RatingResult
 
 if TYPE_CHECKING:
@@ -57,23 +61,6 @@ def rating_transform(weights: FloatArray) -> FloatArray:
     """
     p = len(weights)
     return np.eye(p) - np.outer(np.ones(p), weights)
-
-
-def upper_bound_ranks(lower: FloatArray, upper: FloatArray) -> list[int]:
-    """Rank = 1 + the number of models whose lower bound is above this model's upper bound."""
-    return [int(1 + np.sum(lower > u)) for u in upper]
-
-
-def leaderboard_ranks(lower: FloatArray, upper: FloatArray, preliminary: BoolArray) -> list[int]:
-    """Rank (UB) of the established models among themselves; a preliminary model's Rank (UB)
-    among every model, but never above an established one (at least 1 + their worst rank)."""
-    established = ~preliminary
-    ranks = np.asarray(upper_bound_ranks(lower, upper), dtype=np.int64)
-    if established.any():
-        ranks[established] = upper_bound_ranks(lower[established], upper[established])
-        floor = int(ranks[established].max()) + 1
-        ranks[preliminary] = np.maximum(ranks[preliminary], floor)
-    return [int(r) for r in ranks]
 
 
 @dataclass(frozen=True)
@@ -427,7 +414,7 @@ def _model_ratings(
     battles: Battles, fit: _Fit, scale: Scale
 ) -> tuple[list[int], tuple[ModelRating, ...]]:
     """Leaderboard order (established first, then rating down, then name) and each model's
-    rating, rank, votes and whether it is preliminary."""
+    rating, rank, rank spread, tier, votes and whether it is preliminary (``ranks``)."""
     models = battles.models
     p = battles.n_models
     offset = scale.offset
@@ -435,20 +422,24 @@ def _model_ratings(
     rating_lower = offset + ELO_PER_LOGIT * fit.lower
     rating_upper = offset + ELO_PER_LOGIT * fit.upper
     preliminary = scale.preliminary
-    ranks = leaderboard_ranks(rating_lower, rating_upper, preliminary)
     votes = model_votes(battles)
     order = sorted(range(p), key=lambda i: (bool(preliminary[i]), -rating[i], models[i]))
+    o = np.asarray(order, dtype=np.int64)
+    # In leaderboard order, so that equal ratings are tiered by name.
+    at = leaderboard_positions(rating[o], rating_lower[o], rating_upper[o], preliminary[o])
     rated = tuple(
         ModelRating(
             model=models[i],
             rating=float(rating[i]),
             rating_lower=float(rating_lower[i]),
             rating_upper=float(rating_upper[i]),
-            rank=ranks[i],
+            rank=int(at.rank[k]),
             votes=int(round(votes[i])),
             preliminary=bool(preliminary[i]),
+            rank_worst=int(at.rank_worst[k]),
+            tier=int(at.tier[k]) or None,
         )
-        for i in order
+        for k, i in enumerate(order)
     )
     return order, rated
 

@@ -31,16 +31,13 @@ top large language model rankings"):
    ``MAX_REFITS`` refits per pair and kind. A modified data set whose ratings do not exist (a
    model left with no wins, say) or whose fit fails counts as not swapping.
 
-What is reported is the smallest ``k`` whose refit actually swapped the pair: an **upper bound**
-on the true minimum over every subset of votes (which is NP-hard in general), shown as "at most
-k". It is **exact** only when it is 1 (no vote at all keeps the order, by definition). ``None``
-means the search found no swapping prefix within its refits. The style features keep the
-full data's standardisation (their means and deviations) in the refits, and inverse
-pair-frequency weights, when used, keep their values.
+Reported: the smallest ``k`` whose refit swapped the pair, an **upper bound** on the true
+minimum over every subset (NP-hard in general), "at most k"; **exact** only when it is 1.
+``None``: no swapping prefix within the refits. The refits keep the full data's style
+standardisation and, when used, its inverse pair-frequency weights.
 
-For the leader, the same search is run against the challengers in the top ``top`` besides the
-runner-up whose first-order estimates are the smallest (``LEADER_CHALLENGERS`` of them), and the
-smallest verified count over them and the runner-up is reported with its challenger.
+The leader is tested against the runner-up and the ``LEADER_CHALLENGERS`` others with the
+smallest estimates; the smallest verified count is reported with its challenger.
 """
 
 from __future__ import annotations
@@ -72,10 +69,8 @@ KINDS: tuple[Kind, ...] = ("removal", "flip")
 @dataclass(frozen=True)
 class Bound:
     """A verified count of votes: a refit with that many removed (or flipped) swaps the pair.
-
     ``exact``: proven the fewest (only when ``votes`` is 1); else an upper bound ("at most").
-    ``estimate``: the first-order (influence) estimate the search started from.
-    """
+    ``estimate``: the first-order (influence) estimate the search started from."""
 
     votes: int
     exact: bool

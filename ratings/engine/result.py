@@ -10,11 +10,9 @@ view, so a change here is a change of ``ratings.services.PAYLOAD_SCHEMA``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Literal, NotRequired, Protocol, TypedDict, TypeVar
 
 if TYPE_CHECKING:
-    from .fragility import Fragility
-
     # Annotations only: the JSON shapes here load without numpy (a web worker reads them).
     from .provisional import Provisional, ProvisionalDict
 
@@ -43,6 +41,10 @@ class ModelRatingDict(TypedDict):
     rank: int
     votes: int
     preliminary: bool
+    # The rank spread is ``rank`` to ``rank_worst``; ``tier`` is None for a preliminary model
+    # (``ranks.leaderboard_positions``). A snapshot written before them lacks both.
+    rank_worst: NotRequired[int]
+    tier: NotRequired[int | None]
 
 
 class AnchorDict(TypedDict):
@@ -114,6 +116,12 @@ class FragilityDict(TypedDict):
     method: str
 
 
+class FragilityAudit(Protocol):
+    """What a result holds of its fragility audit (``fragility.Fragility``)."""
+
+    def to_dict(self) -> FragilityDict: ...
+
+
 class RatingResultDict(TypedDict):
     models: list[ModelRatingDict]
     style_coefficients: dict[str, float | None] | None
@@ -134,7 +142,10 @@ class ModelRating:
     """One rated model: its rating, 95% interval, rank (by upper bounds) and votes in the fit.
 
     ``preliminary``: fewer votes than ``method.established_min_votes``; it is listed after the
-    established models and never ranked above one (``api.leaderboard_ranks``).
+    established models and never ranked above one (``ranks.leaderboard_ranks``).
+    ``rank_worst``: the worst rank its interval allows, so that its rank spread is ``rank`` to
+    ``rank_worst``; ``tier``: its tier among the established models from 1, None when
+    preliminary (``ranks.leaderboard_positions``; None for both when not computed).
     """
 
     model: str
@@ -144,9 +155,11 @@ class ModelRating:
     rank: int
     votes: int
     preliminary: bool = False
+    rank_worst: int | None = None
+    tier: int | None = None
 
     def to_dict(self) -> ModelRatingDict:
-        return {
+        row: ModelRatingDict = {
             "model": self.model,
             "rating": self.rating,
             "rating_lower": self.rating_lower,
@@ -155,6 +168,10 @@ class ModelRating:
             "votes": self.votes,
             "preliminary": self.preliminary,
         }
+        if self.rank_worst is not None:
+            row["rank_worst"] = self.rank_worst
+            row["tier"] = self.tier
+        return row
 
 
 @dataclass(frozen=True)
@@ -281,7 +298,9 @@ class RatingResult:
     matrices: Matrices
     online_elo: dict[str, float] | None
     position: PositionEffect | None = None  # None when the fit had no position covariate
-    fragility: Fragility | None = None
+    # ``fragility.Fragility``, typed by what the result needs of it: the audit imports this
+    # module's JSON shapes, so this module does not import it back.
+    fragility: FragilityAudit | None = None
 
     def to_dict(self) -> RatingResultDict:
         """The JSON-ready form (the snapshot payload's per-view result; CLI ``--format json``)."""

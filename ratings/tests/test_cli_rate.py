@@ -80,6 +80,8 @@ def test_json_output_has_the_documented_shape(tmp_path, flat_battles):
         "rank",
         "votes",
         "preliminary",
+        "rank_worst",
+        "tier",
     }
     assert sorted(m["model"] for m in result["models"]) == ["alpha", "beta", "delta", "gamma"]
 
@@ -91,6 +93,8 @@ def test_csv_output_lists_every_model_with_its_interval(tmp_path, flat_battles):
     assert [r["model"] for r in rows] == [m["model"] for m in json.loads(call(str(path)))["models"]]
     for row in rows:
         assert float(row["rating_lower"]) < float(row["rating"]) < float(row["rating_upper"])
+        assert int(row["rank"]) <= int(row["rank_worst"]) <= len(rows)
+    assert rows[0]["tier"] == "1"
 
 
 def test_table_output_shows_ranks_ratings_and_style_coefficients(tmp_path, flat_battles):
@@ -222,6 +226,8 @@ def test_json_output_adds_the_provisional_models_and_keeps_its_schema(tmp_path, 
         "rank",
         "votes",
         "preliminary",
+        "rank_worst",
+        "tier",
     }
     assert result["provisional"] == [
         {

@@ -31,7 +31,17 @@ RESULT_KEYS = [
     "online_elo",
     "position",
 ]
-MODEL_KEYS = ["model", "rating", "rating_lower", "rating_upper", "rank", "votes", "preliminary"]
+MODEL_KEYS = [
+    "model",
+    "rating",
+    "rating_lower",
+    "rating_upper",
+    "rank",
+    "votes",
+    "preliminary",
+    "rank_worst",
+    "tier",
+]
 PROVISIONAL_KEYS = ["model", "battles", "wins", "losses", "ties", "reason"]
 METHOD_KEYS = [
     "style_control",

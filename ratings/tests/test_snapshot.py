@@ -355,3 +355,21 @@ def test_the_advisory_lock_serialises_two_concurrent_runs(rated_models):
     assert results["second"].snapshot.pk == results["first"].snapshot.pk
     assert set(calls) == {"first"}
     assert LeaderboardSnapshot.objects.count() == 1
+
+
+def test_hiding_a_model_recomputes_the_others_rank_spreads_and_tiers(rated_models, settings):
+    settings.RATINGS_ESTABLISHED_MIN_VOTES = 10  # the fixture's models have about 40 votes each
+    alpha = rated_models[0]
+    everyone = category(services.snapshot_refresh().snapshot, "overall")["results"]["off"]
+    before = {m["model"]: m for m in everyone["models"]}
+    assert before["alpha"]["tier"] == 1 and before["beta"]["tier"] == 2  # alpha is ahead
+    assert before["alpha"]["rank_worst"] == 1
+    alpha.is_public = False
+    alpha.save()
+
+    result = category(services.snapshot_refresh(force=True).snapshot, "overall")["results"]["off"]
+
+    rows = {m["model"]: m for m in result["models"]}
+    assert rows["beta"]["tier"] == 1
+    assert rows["beta"]["rank"] == 1 and rows["beta"]["rank_worst"] <= 2
+    assert rows["gamma"]["rank_worst"] <= 2
