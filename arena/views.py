@@ -133,7 +133,7 @@ def share_page(request: HttpRequest, token: str) -> HttpResponse:
     """A voted battle's outcome as its voter shared it: open to anyone with the link."""
     outcome = _shared(token)
     headline = share_headline(outcome)
-    card_url = absolute_url(reverse("arena:share-card", args=[token]))
+    card_path = reverse("arena:share-card", args=[token])
     description = outcome.prompt_excerpt or headline
     return render(
         request,
@@ -144,7 +144,10 @@ def share_page(request: HttpRequest, token: str) -> HttpResponse:
             "description": description,
             "models": [outcome.model_a, outcome.model_b],
             "page_url": absolute_url(reverse("arena:share", args=[token])),
-            "card_url": card_url,
+            # The previews' crawlers copy the public origin's link; the page itself shows the
+            # card from wherever it was served (the site's own policy allows only 'self').
+            "card_url": absolute_url(card_path),
+            "card_path": card_path,
         },
     )
 
