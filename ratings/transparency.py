@@ -206,12 +206,24 @@ def _draws() -> tuple[list[DrawShare], list[PairShare], int]:
     return draws, pairs, len(probabilities)
 
 
-def _snapshot_figures(head: SnapshotHead) -> tuple[dict[str, Any], ExcludedCounts | None]:
-    """The snapshot's models served (as JSON) and excluded votes, for the cache to keep."""
+@dataclass(frozen=True)
+class _SnapshotFigures:
+    """What the page reads of a snapshot, from one read of its payload, for the cache to keep."""
+
+    served: dict[str, Any]  # the models served, as JSON
+    excluded: ExcludedCounts | None
+    fragility: FragilityView | None
+    position: PositionFigures | None
+
+
+def _snapshot_figures(head: SnapshotHead) -> _SnapshotFigures:
     payload = snapshot_payload(snapshot_row(head))
     served = payload.get("served")
-    return served if served is not None else served_summary_json(models_served()), payload.get(
-        "excluded"
+    return _SnapshotFigures(
+        served=served if served is not None else served_summary_json(models_served()),
+        excluded=payload.get("excluded"),
+        fragility=fragility_view(payload),
+        position=position_figures(dict(payload)),
     )
 
 
@@ -273,21 +285,10 @@ def transparency() -> Transparency:
         served = models_served()
     else:
         head = snapshot
-        kept, excluded = snapshot_cached(head, "transparency", (), lambda: _snapshot_figures(head))
-        fragility = snapshot_cached(
-            head,
-            "transparency-fragility",
-            (),
-            lambda: fragility_view(snapshot_payload(snapshot_row(head))),
-        )
+        figures = snapshot_cached(head, "transparency", (), lambda: _snapshot_figures(head))
+        excluded, fragility, position = figures.excluded, figures.fragility, figures.position
         # Decoded on each visit (a few dozen rows): the labels follow the visitor's language.
-        served = served_summary_from_json(kept)
-        position = snapshot_cached(
-            head,
-            "transparency-position",
-            (),
-            lambda: position_figures(dict(snapshot_payload(snapshot_row(head)))),
-        )
+        served = served_summary_from_json(figures.served)
     draws, pairs, n_pairs = _draws()
     sweep = settings.CELERY_BEAT_SCHEDULE.get(SNAPSHOT_SWEEP, {})
     return Transparency(
