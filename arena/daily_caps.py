@@ -45,8 +45,9 @@ def seconds_to_midnight() -> int:
     return int((midnight - now).total_seconds()) + 60
 
 
-def daily_caps_take(caps: Sequence[DailyCap]) -> CapsTaken:
-    """Count one against each cap for today's UTC date (a cap of 0 is off and not counted).
+def daily_caps_take(caps: Sequence[DailyCap], *, amount: int = 1) -> CapsTaken:
+    """Count ``amount`` (one action, or an upload's bytes) against each cap for today's UTC
+    date (a cap of 0 is off and not counted).
 
     Over any cap, every count is given back and ``over`` names that cap."""
     live = [c for c in caps if c.cap > 0]
@@ -54,18 +55,18 @@ def daily_caps_take(caps: Sequence[DailyCap]) -> CapsTaken:
         return CapsTaken(keys=[])
     day = timezone.now().astimezone(UTC).date().isoformat()
     keys = [f"{c.name}:{day}" for c in live]
-    counts = counters_take(keys, timeout=seconds_to_midnight())
+    counts = counters_take(keys, timeout=seconds_to_midnight(), amount=amount)
     for cap, used in zip(live, counts, strict=True):
         if used > cap.cap:
-            daily_caps_release(keys)
+            daily_caps_release(keys, amount=amount)
             return CapsTaken(keys=[], over=cap)
     return CapsTaken(keys=keys)
 
 
-def daily_caps_release(keys: list[str]) -> None:
-    """Give back the counts of an action that did not happen."""
+def daily_caps_release(keys: list[str], *, amount: int = 1) -> None:
+    """Give back the counts of an action that did not happen (``amount`` as taken)."""
     for key in keys:
         try:
-            cache.decr(key)
+            cache.decr(key, amount)
         except ValueError:  # expired meanwhile (a new day): nothing to give back
             pass

@@ -20,8 +20,7 @@ from django.core.cache import cache
 from django.utils import timezone
 from django.utils.translation import gettext
 
-from arena.cache import counters_take
-from arena.daily_caps import seconds_to_midnight
+from arena.daily_caps import DailyCap, daily_caps_release, daily_caps_take, seconds_to_midnight
 from arena.errors import ArenaError, ErrorCode
 from arena.identity import ip_hash, session_hash
 from arena.models import PromptImage
@@ -31,46 +30,43 @@ FIELD = "image"
 
 @dataclass(frozen=True)
 class Quota:
-    key: str
-    limit: int
+    cap: DailyCap  # the counter's name (without the day) and its limit in bytes
     setting: str
     per_session: bool
 
 
 def quotas_for(*, session_key: str, ip: str | None) -> list[Quota]:
-    """Today's (UTC) quotas in force for this session and address."""
-    day = timezone.now().astimezone(UTC).date().isoformat()
+    """The quotas in force for this session and address (a quota of 0 is off)."""
     quotas = []
     per_session = settings.ARENA_IMAGE_UNATTACHED_BYTES_PER_SESSION
     if per_session:
-        key = f"arena:image-quota:session:{session_hash(session_key)}:{day}"
-        setting = "ARENA_IMAGE_UNATTACHED_BYTES_PER_SESSION"
-        quotas.append(Quota(key, per_session, setting, per_session=True))
+        name = f"arena:image-quota:session:{session_hash(session_key)}"
+        cap = DailyCap(name, per_session)
+        quotas.append(Quota(cap, "ARENA_IMAGE_UNATTACHED_BYTES_PER_SESSION", per_session=True))
     per_ip = settings.ARENA_IMAGE_UNATTACHED_BYTES_PER_IP
     if per_ip and ip:
-        key = f"arena:image-quota:ip:{ip_hash(ip)}:{day}"
-        setting = "ARENA_IMAGE_UNATTACHED_BYTES_PER_IP"
-        quotas.append(Quota(key, per_ip, setting, per_session=False))
+        cap = DailyCap(f"arena:image-quota:ip:{ip_hash(ip)}", per_ip)
+        quotas.append(Quota(cap, "ARENA_IMAGE_UNATTACHED_BYTES_PER_IP", per_session=False))
     return quotas
 
 
 def quotas_check(quotas: list[Quota], *, size: int, take: bool = False) -> list[str]:
     """Refuse with a 429 ``image_quota`` naming the quota that ``size`` more bytes would pass;
-    with ``take``, count them (all or none) and return the keys counted."""
+    with ``take``, count them (all or none, ``arena.daily_caps``) and return the keys counted."""
     if not quotas:
         return []
-    keys = [quota.key for quota in quotas]
     if take:
-        counts = counters_take(keys, timeout=seconds_to_midnight(), amount=size)
-    else:
-        held = cache.get_many(keys)
-        counts = [int(held.get(key, 0)) + size for key in keys]
-    for quota, count in zip(quotas, counts, strict=True):
-        if count > quota.limit:
-            if take:
-                counters_give_back(keys, size)
+        taken = daily_caps_take([quota.cap for quota in quotas], amount=size)
+        if taken.over is not None:
+            raise _over_quota(next(q for q in quotas if q.cap == taken.over))
+        return taken.keys
+    day = timezone.now().astimezone(UTC).date().isoformat()
+    keys = [f"{quota.cap.name}:{day}" for quota in quotas]
+    held = cache.get_many(keys)
+    for quota, key in zip(quotas, keys, strict=True):
+        if int(held.get(key, 0)) + size > quota.cap.cap:
             raise _over_quota(quota)
-    return keys
+    return []
 
 
 def _over_quota(quota: Quota) -> ArenaError:
@@ -86,7 +82,7 @@ def _over_quota(quota: Quota) -> ArenaError:
         )
     return ArenaError(
         ErrorCode.IMAGE_QUOTA,
-        f"{message % {'limit': quota.limit}} ({quota.setting})",
+        f"{message % {'limit': quota.cap.cap}} ({quota.setting})",
         status=429,
         field=FIELD,
         retry_after=seconds_to_midnight(),
@@ -94,11 +90,7 @@ def _over_quota(quota: Quota) -> ArenaError:
 
 
 def counters_give_back(keys: list[str], size: int) -> None:
-    for key in keys:
-        try:
-            cache.decr(key, size)
-        except ValueError:  # expired meanwhile (a new day): nothing to give back
-            pass
+    daily_caps_release(keys, amount=size)
 
 
 def _held_key(image_id: uuid.UUID) -> str:
