@@ -488,6 +488,43 @@ def votes_for_rating(
     )
 
 
+def votes_for_cohorts(*, reason: str) -> list[tuple[Any, ...]]:
+    """The votes the leaderboard's burst test reads (``ratings.cohorts``), in vote-id order:
+    those ``votes_for_rating`` starts from (anonymous, never an environment battle's) that are
+    unflagged or flagged for ``reason`` alone, so that the test can lift its own flag.
+
+    Rows: ``(id, model A slug, model B slug, winner, created_at, source, flagged, imported)``; a
+    vote's source is its address hash, or its session where no address was kept
+    (``_source_capped_votes``); ``imported``: the battle came from history the operator imported
+    (the demo's expert votes), not from a visitor.
+    """
+    rows = (
+        _votes_rated(anonymous_only=True, include_flagged=True)
+        .order_by("id")
+        .values_list(
+            "id",
+            "battle__model_a__slug",
+            "battle__model_b__slug",
+            "winner",
+            "created_at",
+            "ip_hash",
+            "voter_id",
+            "flagged",
+            "flags",
+            "battle__source",
+        )
+    )
+    out: list[tuple[Any, ...]] = []
+    for pk, a, b, winner, created, ip_hash, voter_id, flagged, flags, source in rows.iterator(
+        chunk_size=20_000
+    ):
+        if flagged and list(flags or []) != [reason]:
+            continue
+        source_key = ip_hash or f"session:{voter_id}"
+        out.append((pk, a, b, winner, created, source_key, flagged, source == Battle.Source.IMPORT))
+    return out
+
+
 def _tie_decided_by_reactions() -> Case:
     """The vote's winner, or for a tie or both-bad vote the side the visitor liked when the
     other side's answer got a thumbs down, both before the names were shown."""

@@ -15,6 +15,10 @@ FLAG_REASON_TEXT = {
     "anomalous_voter": gettext_noop(
         "A check over all of this voter's votes found them unlike other visitors' choices."
     ),
+    "cohort_burst": gettext_noop(
+        "It came in a burst of votes from new visitors that disagrees with the rest of the "
+        "arena about a model; it is held out while the burst stands out."
+    ),
 }
 
 #: The same, in a few words, where a line lists them (the leaderboard's header).
@@ -23,6 +27,7 @@ FLAG_REASON_LABEL = {
     "too_fast": gettext_noop("voted too fast"),
     "bot_user_agent": gettext_noop("a bot's browser"),
     "anomalous_voter": gettext_noop("an anomalous voter"),
+    "cohort_burst": gettext_noop("a burst of new visitors"),
 }
 
 

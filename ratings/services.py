@@ -54,6 +54,7 @@ a few fits of its view, so other views go without; the streamed path does not co
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import math
@@ -73,6 +74,7 @@ from arena.sampling.store import sampling_stats_store
 from arena.signals import after_commit
 from arena.transparency import models_served, served_summary_json, votes_excluded_counts
 from ratings import engine
+from ratings.cohorts import cohorts_quarantine_run
 from ratings.models import LeaderboardSnapshot
 from ratings.payload import (
     PAYLOAD_SCHEMA,
@@ -136,6 +138,7 @@ def snapshot_params(*, streamed: bool = False) -> dict[str, Any]:
         "votes": "anonymous, unflagged",
         "schema": PAYLOAD_SCHEMA,
         "fragility_top": FRAGILITY_TOP,
+        "cohorts": _cohort_settings_digest() if settings.RATINGS_COHORT_TEST else None,
     }
     if streamed:
         if params["ci"] != "sandwich":
@@ -143,6 +146,20 @@ def snapshot_params(*, streamed: bool = False) -> dict[str, Any]:
         # The audit refits in memory; the streamed fit never holds the votes.
         params.update(ci="sandwich", rounds=None, streamed=True, fragility_top=0)
     return params
+
+
+def _cohort_settings_digest() -> str:
+    """The burst test's settings, keyed with SECRET_KEY: a change refits, but the published
+    params do not give away thresholds an operator may keep to themself."""
+    values = [
+        settings.RATINGS_COHORT_WINDOWS_HOURS,
+        settings.RATINGS_COHORT_Z_DETECT,
+        settings.RATINGS_COHORT_Z_RELEASE,
+        settings.RATINGS_COHORT_TRUSTED_DAYS,
+        settings.RATINGS_COHORT_MIN_VOTES,
+    ]
+    key = settings.SECRET_KEY.encode()
+    return hmac.new(key, json.dumps(values).encode(), hashlib.sha256).hexdigest()[:16]
 
 
 def params_digest(params: dict[str, Any]) -> str:
@@ -432,6 +449,46 @@ def _advisory_xact_lock(key: int) -> None:
 
 
 @dataclass(frozen=True)
+class _VotesState:
+    """What "the same votes" compares (``snapshot_refresh``)."""
+
+    high_water: int
+    n_votes: int
+    decided: int
+    streamed: bool
+    params: dict[str, Any]
+    excluded: ExcludedCounts
+
+
+def _votes_state() -> _VotesState:
+    high_water, n_votes, decided = rating_votes_mark()
+    # The Parquet path is PostgreSQL's COPY; SQLite (the demo's, the tests') loads the votes.
+    streamed = connection.vendor == "postgresql" and n_votes > settings.RATINGS_STREAM_THRESHOLD
+    return _VotesState(
+        high_water=high_water,
+        n_votes=n_votes,
+        decided=decided,
+        streamed=streamed,
+        params=snapshot_params(streamed=streamed),
+        excluded=excluded_counts(),
+    )
+
+
+def _covers(latest: LeaderboardSnapshot | None, state: _VotesState) -> bool:
+    """Whether ``latest`` was computed from the same votes, flags and params as ``state``."""
+    if latest is None:
+        return False
+    payload = cast(SnapshotPayload, latest.payload)
+    return (
+        latest.vote_high_water == state.high_water
+        and latest.n_votes == state.n_votes
+        and payload.get("reaction_decided", 0) == state.decided
+        and latest.params_digest == params_digest(state.params)
+        and payload.get("excluded") == state.excluded
+    )
+
+
+@dataclass(frozen=True)
 class SnapshotRefreshResult:
     snapshot: LeaderboardSnapshot | None
     created: bool
@@ -457,25 +514,26 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
     with transaction.atomic():
         _advisory_xact_lock(SNAPSHOT_LOCK_KEY)
         started = time.monotonic()
-        high_water, n_votes, decided = rating_votes_mark()
-        # The Parquet path is PostgreSQL's COPY; SQLite (the demo's, the tests') loads the votes.
-        streamed = connection.vendor == "postgresql" and n_votes > settings.RATINGS_STREAM_THRESHOLD
-        params = snapshot_params(streamed=streamed)
-        digest = params_digest(params)
-        excluded = excluded_counts()
         latest = snapshot_latest()
-        if (
-            not force
-            and latest is not None
-            and latest.vote_high_water == high_water
-            and latest.n_votes == n_votes
-            and cast(SnapshotPayload, latest.payload).get("reaction_decided", 0) == decided
-            and latest.params_digest == digest
-            and cast(SnapshotPayload, latest.payload).get("excluded") == excluded
-        ):
+        state = _votes_state()
+        if force or not _covers(latest, state):
+            # Something changed: the burst test first (it flags or lifts), then what it left.
+            if settings.RATINGS_COHORT_TEST:
+                run = cohorts_quarantine_run(announce=False)
+                if run.flagged or run.lifted:
+                    state = _votes_state()
+        if not force and _covers(latest, state):
+            assert latest is not None  # noqa: S101  (_covers says so)
             if sampling_stats_snapshot_id() != latest.pk:
                 sampling_publish(latest)
             return SnapshotRefreshResult(snapshot=latest, created=False)
+        streamed, params, excluded, decided = (
+            state.streamed,
+            state.params,
+            state.excluded,
+            state.decided,
+        )
+        digest = params_digest(params)
         if streamed:
             payload, written = snapshot_build_streamed(models=models_metadata(), params=params)
             rated_high_water, rated_votes = written.high_water, written.rows

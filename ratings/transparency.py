@@ -162,6 +162,7 @@ class Transparency:
     bridging: Bridging | None = None
     position: PositionFigures | None = None
     fragility: FragilityView | None = None
+    cohort_test: bool = False  # RATINGS_COHORT_TEST: bursts of new sources are held out
 
 
 def crontab_text(schedule: Any) -> str:
@@ -306,4 +307,5 @@ def transparency() -> Transparency:
         bridging=bridging_now(),
         position=position,
         fragility=fragility,
+        cohort_test=bool(settings.RATINGS_COHORT_TEST),
     )

@@ -14,17 +14,21 @@ from arena.models import Battle, Vote
 from arena.signals import send_after_commit, vote_flags_changed
 
 ANOMALOUS_VOTER = "anomalous_voter"
+# Set and lifted by every leaderboard refit (``ratings.cohorts``): a burst of new sources'
+# votes that disagrees with the rest of the arena, held out while it does.
+COHORT_BURST = "cohort_burst"
 
 
-def _announce(vote_ids: list[int], reason: str) -> None:
-    if vote_ids:
+def _announce(vote_ids: list[int], reason: str, *, announce: bool = True) -> None:
+    if vote_ids and announce:
         send_after_commit(vote_flags_changed, sender=Vote, vote_ids=vote_ids, reason=reason)
 
 
-def votes_flag(*, vote_ids: Iterable[int], reason: str) -> list[int]:
+def votes_flag(*, vote_ids: Iterable[int], reason: str, announce: bool = True) -> list[int]:
     """Add ``reason`` to these votes' flags, except where it is set already or staff cleared it.
 
-    Returns the ids of the votes that changed (idempotent: a rerun changes none)."""
+    Returns the ids of the votes that changed (idempotent: a rerun changes none). ``announce``
+    False: no ``vote_flags_changed`` (the caller is the refit that reads the flags next)."""
     ids = sorted(set(vote_ids))
     changed: list[Vote] = []
     with transaction.atomic():
@@ -37,7 +41,28 @@ def votes_flag(*, vote_ids: Iterable[int], reason: str) -> list[int]:
             changed.append(vote)
         Vote.objects.bulk_update(changed, ["flags", "flagged"], batch_size=500)
         changed_ids = [vote.pk for vote in changed]
-        _announce(changed_ids, reason)
+        _announce(changed_ids, reason, announce=announce)
+    return changed_ids
+
+
+def votes_flag_lift(*, vote_ids: Iterable[int], reason: str, announce: bool = True) -> list[int]:
+    """Take ``reason`` off these votes because the check that set it no longer finds it (not
+    staff's decision: it may be set again). A vote with no reason left counts again.
+
+    Returns the ids of the votes that changed."""
+    ids = sorted(set(vote_ids))
+    changed: list[Vote] = []
+    with transaction.atomic():
+        for vote in Vote.objects.select_for_update().filter(pk__in=ids).order_by("pk"):
+            flags = list(vote.flags or [])
+            if reason not in flags:
+                continue
+            vote.flags = [flag for flag in flags if flag != reason]
+            vote.flagged = bool(vote.flags)
+            changed.append(vote)
+        Vote.objects.bulk_update(changed, ["flags", "flagged"], batch_size=500)
+        changed_ids = [vote.pk for vote in changed]
+        _announce(changed_ids, reason, announce=announce)
     return changed_ids
 
 

@@ -550,6 +550,34 @@ ARENA_ENV_SOURCE_MIN_VOTES = env.int("ARENA_ENV_SOURCE_MIN_VOTES", default=1)
 _bounded("RATINGS_SOURCE_MAX_SHARE", RATINGS_SOURCE_MAX_SHARE, 0, 10)
 _bounded("RATINGS_SOURCE_MIN_VOTES", RATINGS_SOURCE_MIN_VOTES, 1, 1_000_000)
 _bounded("ARENA_ENV_SOURCE_MIN_VOTES", ARENA_ENV_SOURCE_MIN_VOTES, 1, 1_000_000)
+# Bursts of new sources (ratings/engine/cohorts.py): every refit groups the votes by when they
+# were cast, in windows of each of RATINGS_COHORT_WINDOWS_HOURS, and tests each window's votes
+# from untrusted sources against a fit of every other vote, per model. A model whose cohort
+# stands out by more than RATINGS_COHORT_Z_DETECT standard deviations has the cohort's largest
+# contributors' votes on it held out (flag cohort_burst) until what is left is within
+# RATINGS_COHORT_Z_RELEASE; the next refit tests again and lifts the flag when the burst no longer
+# stands out. A source (address, session or account) is trusted for the votes it casts
+# RATINGS_COHORT_TRUSTED_DAYS after its first. A model needs RATINGS_COHORT_MIN_VOTES cohort
+# votes to be tested. Publicly documented; an operator may keep the values to themself.
+RATINGS_COHORT_TEST = env.bool("RATINGS_COHORT_TEST", default=True)
+try:
+    RATINGS_COHORT_WINDOWS_HOURS = [
+        float(x) for x in env.list("RATINGS_COHORT_WINDOWS_HOURS", default=["24", "168"])
+    ]
+except ValueError:
+    raise ImproperlyConfigured(
+        "RATINGS_COHORT_WINDOWS_HOURS must be numbers of hours separated by commas."
+    ) from None
+RATINGS_COHORT_Z_DETECT = env_float("RATINGS_COHORT_Z_DETECT", default=3.0)
+RATINGS_COHORT_Z_RELEASE = env_float("RATINGS_COHORT_Z_RELEASE", default=1.0)
+RATINGS_COHORT_TRUSTED_DAYS = env_float("RATINGS_COHORT_TRUSTED_DAYS", default=30)
+RATINGS_COHORT_MIN_VOTES = env.int("RATINGS_COHORT_MIN_VOTES", default=10)
+for _hours in RATINGS_COHORT_WINDOWS_HOURS:
+    _bounded("RATINGS_COHORT_WINDOWS_HOURS", _hours, 1, 24 * 366)
+_bounded("RATINGS_COHORT_Z_DETECT", RATINGS_COHORT_Z_DETECT, 1, 100)
+_bounded("RATINGS_COHORT_Z_RELEASE", RATINGS_COHORT_Z_RELEASE, 0, RATINGS_COHORT_Z_DETECT)
+_bounded("RATINGS_COHORT_TRUSTED_DAYS", RATINGS_COHORT_TRUSTED_DAYS, 0, 3650)
+_bounded("RATINGS_COHORT_MIN_VOTES", RATINGS_COHORT_MIN_VOTES, 1, 1_000_000)
 # A model with fewer rated votes than this in a view is "preliminary": shown with its rating and
 # interval, marked, never ranked above the others, and left out of the mean that sets the scale
 # (so its votes do not move the established models). At 50 votes a 95% interval is about +-96
