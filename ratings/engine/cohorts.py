@@ -21,6 +21,13 @@ reference stays defined) and ``p_v = expit(θ_a − θ_b)``:
     V_m = Σ p_v (1 − p_v) + d_mᵀ H⁻¹ d_m              (d_m = ∂S_m/∂θ, H the reference's Hessian)
     Z_m = S_m / √V_m
 
+Only the cohort's votes between two models the reference knows (``min_votes`` of its votes
+each) are judged: against a model it has not seen, the reference's rating is the ridge's guess.
+A burst can still lift a known model through such models (a new one, or one only the burst
+voted on, placed mid-board by the burst's own votes on other pairs), so a known model with
+``min_votes`` cohort votes against unknown ones is judged a second time, against the reference
+plus the cohort's votes that do not involve it.
+
 ``V_m``'s first term is the outcomes' variance (an upper bound for ties), the second the
 reference's own uncertainty, so a cohort judged against a thin reference is not over-tested.
 A model with ``|Z_m| > z_detect`` (and at least ``min_votes`` cohort votes) is a burst. The
@@ -288,23 +295,59 @@ def _sweep(
             tested=known[ra] & known[rb],
         )
         live = np.ones(len(rows), dtype=bool)
-        score, var, ref_var, n = _cohort_z(cohort, cov, n_models, live)
-        z = score / np.sqrt(np.maximum(var + ref_var, 1e-12))
-        z[n < min_votes] = 0.0
-        m = int(np.argmax(np.abs(z)))
-        if worst is None or abs(z[m]) > abs(worst.z):
-            worst = _Worst(
-                z=float(z[m]),
-                model=m,
-                width=width,
-                start=start,
-                cohort=cohort,
-                live=live,
-                cov=cov,
-                score=float(score[m]),
-                var=float(var[m]),
-                n=int(n[m]),
+        candidates = [(cohort, cov)]
+        # A model the history has not seen (a new one, or one only this window voted on) is
+        # judged by nothing in the reference, yet a burst can lift a known model through it.
+        # Where a model's cohort votes are against such models, it is judged again against
+        # the reference plus the cohort's votes that do not involve it: those place the new
+        # models, and the votes on it are then tested against them.
+        on_unknown = np.bincount(ra[~known[rb]], minlength=n_models) + np.bincount(
+            rb[~known[ra]], minlength=n_models
+        )
+        for m in np.flatnonzero(known & (on_unknown >= min_votes)):
+            others = ~((ra == m) | (rb == m))
+            counts_m = reference_counts + _pair_table(ra[others], rb[others], None, n_models)
+            wins_m = (
+                all_wins
+                - _pair_table(a[own], b[own], y[own], n_models)
+                + _pair_table(ra[others], rb[others], y[rows][others], n_models)
             )
+            theta_m, cov_m = reference_fit(counts_m, wins_m, ridge=ridge)
+            known_m = counts_m.sum(axis=0) + counts_m.sum(axis=1) >= min_votes
+            p_m = _expit(theta_m[ra] - theta_m[rb])
+            candidates.append(
+                (
+                    _Cohort(
+                        rows=rows,
+                        a=ra,
+                        b=rb,
+                        resid=y[rows] - p_m,
+                        weight=p_m * (1.0 - p_m),
+                        source=source[rows],
+                        # Only the model's own votes are judged against this reference.
+                        tested=known_m[ra] & known_m[rb] & ~others,
+                    ),
+                    cov_m,
+                )
+            )
+        for judged, judged_cov in candidates:
+            score, var, ref_var, n = _cohort_z(judged, judged_cov, n_models, live)
+            z = score / np.sqrt(np.maximum(var + ref_var, 1e-12))
+            z[n < min_votes] = 0.0
+            m = int(np.argmax(np.abs(z)))
+            if worst is None or abs(z[m]) > abs(worst.z):
+                worst = _Worst(
+                    z=float(z[m]),
+                    model=m,
+                    width=width,
+                    start=start,
+                    cohort=judged,
+                    live=live,
+                    cov=judged_cov,
+                    score=float(score[m]),
+                    var=float(var[m]),
+                    n=int(n[m]),
+                )
     return worst
 
 

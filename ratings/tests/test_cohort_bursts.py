@@ -132,3 +132,18 @@ def test_the_command_prints_each_burst(rated_models, make_vote, capsys):
     # The burst's pair is gamma over alpha: either side may be the one named.
     assert ("Burst on gamma:" in out or "Burst on alpha:" in out) and "would hold out" in out
     assert not Vote.objects.filter(flagged=True).exists()  # a dry run writes nothing
+
+
+def test_transparency_says_how_many_votes_are_held_out(rated_models, make_vote, client, settings):
+    alpha, _, gamma = rated_models
+    _history(make_vote, rated_models)
+    _burst(make_vote, gamma, alpha, 60)
+    services.snapshot_refresh()
+    held = sum(COHORT_BURST in (v.flags or []) for v in Vote.objects.all())
+    page = client.get("/transparency").content.decode()
+    assert f"Bursts of new visitors: {held} votes are held out." in page
+    page = client.get("/transparency", HTTP_ACCEPT_LANGUAGE="fr").content.decode()
+    assert f"Rafales de nouveaux visiteurs : {held} votes sont mis de côté." in page
+    settings.RATINGS_COHORT_TEST = False
+    page = client.get("/transparency").content.decode()
+    assert "Bursts of new visitors: not tested" in page
