@@ -75,12 +75,21 @@ class Shape:
     sessions: int
     per_address: int
     votes: int
+    # When the votes are cast: "burst" (now, within the hour), "week" (spread evenly over the
+    # seven days before now: under each day's test), "aged" (each address first casts one
+    # blending vote 31 days before, so that its burst now comes from trusted sources).
+    timing: str = "burst"
 
     def describe(self) -> str:
         addresses = math.ceil(self.sessions / self.per_address)
+        timing = {
+            "burst": "",
+            "week": ", spread over the 7 days before",
+            "aged": ", each address aged by one vote 31 days before",
+        }[self.timing]
         return (
             f"{self.strategy}, {self.sessions} session{'s' * (self.sessions > 1)} from "
-            f"{addresses} address{'es' * (addresses > 1)}, {self.votes} votes each"
+            f"{addresses} address{'es' * (addresses > 1)}, {self.votes} votes each{timing}"
         )
 
 
@@ -91,6 +100,10 @@ SHAPES = (
     Shape("c", "style", sessions=100, per_address=1, votes=10),
     Shape("d", "omnipresent", sessions=10, per_address=1, votes=100),
     Shape("naive", "shorter", sessions=1, per_address=1, votes=150),
+    # The attacker who has read docs/integrity.md: the burst test groups votes by day and week
+    # and trusts a source 30 days after its first vote, so it spreads or ages its botnet.
+    Shape("e", "style", sessions=100, per_address=1, votes=10, timing="week"),
+    Shape("f", "style", sessions=100, per_address=1, votes=10, timing="aged"),
 )
 QUICK_SHAPES = (
     Shape("a", "style", sessions=4, per_address=1, votes=50),
@@ -98,7 +111,14 @@ QUICK_SHAPES = (
     Shape("c", "style", sessions=40, per_address=1, votes=5),
     Shape("d", "omnipresent", sessions=4, per_address=1, votes=50),
     Shape("naive", "shorter", sessions=1, per_address=1, votes=150),
+    Shape("e", "style", sessions=40, per_address=1, votes=5, timing="week"),
+    Shape("f", "style", sessions=40, per_address=1, votes=5, timing="aged"),
 )
+
+# Honest history: sessions arrive over the 30 days before the attack, each voting within
+# minutes; HONEST_NOW_SHARE of them arrive in the hour before it (the attack's own day).
+HISTORY_DAYS = 30
+HONEST_NOW_SHARE = 0.1
 
 
 @dataclass
@@ -133,6 +153,7 @@ class Outcome:
     # Per anomaly test (the smallest p-value of a flagged voter or source): (attacker, honest).
     by_test: dict[str, tuple[int, int]] = field(default_factory=dict)
     rating: dict[str, Any] = field(default_factory=dict)
+    bursts: list[str] = field(default_factory=list)  # what the burst test found (defences on)
 
 
 # --- database -------------------------------------------------------------------------------
@@ -240,14 +261,38 @@ def _vote(voter: Voter, battle_id: Any, winner: str, *, caps: bool) -> tuple[int
     return int(vote.pk), refused
 
 
+def _backdate(vote_ids: list[int], start: Any) -> None:
+    """Cast ``vote_ids`` from ``start`` on, thirty seconds apart (a visit of a few minutes)."""
+    from datetime import timedelta
+
+    from arena.models import Vote
+
+    for k, pk in enumerate(vote_ids):
+        Vote.objects.filter(pk=pk).update(created_at=start + timedelta(seconds=30 * k))
+
+
 def honest_votes(cfg: Config, truth: dict[str, float], rng: random.Random) -> int:
+    """Honest sessions, each one visit of ``honest_votes`` votes: most over the 30 days before
+    the attack, ``HONEST_NOW_SHARE`` in the hour before it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
     n = 0
+    recent = int(cfg.honest_sessions * HONEST_NOW_SHARE)
     for i in range(cfg.honest_sessions):
         voter = _voter("honest", f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}")
+        ids = []
         for _ in range(cfg.honest_votes):
             battle, a, b, _ = _battle(voter, rng)
-            _vote(voter, battle.pk, _bt_outcome(truth[a], truth[b], rng), caps=False)
+            ids.append(_vote(voter, battle.pk, _bt_outcome(truth[a], truth[b], rng), caps=False)[0])
             n += 1
+        if i < cfg.honest_sessions - recent:
+            back = timedelta(days=rng.uniform(1, HISTORY_DAYS))
+        else:
+            back = timedelta(minutes=rng.uniform(5, 60))
+        _backdate(ids, now - back)
     return n
 
 
@@ -365,7 +410,19 @@ def attacker_votes(
     for i in range(shape.sessions):
         address = i // shape.per_address
         voters.append(_voter("attacker", f"198.51.{address // 256}.{address % 256}"))
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
     for voter in voters:
+        if shape.timing == "aged":
+            # One blending vote 31 days ago: the address is trusted from then on.
+            battle, a, b, _ = _battle(voter, rng)
+            pk, _ = _vote(voter, battle.pk, _bt_outcome(public[a], public[b], rng), caps=False)
+            _backdate([pk], now - timedelta(days=31))
+            ids.append(pk)
+        first_vote = len(ids)
         for _ in range(shape.votes):
             battle, a, b, messages = _battle(voter, rng)
             if strategy == "shorter":
@@ -410,27 +467,43 @@ def attacker_votes(
             ids.append(vote_id)
             if capped:
                 refused.append(vote_id)
+        if shape.timing == "week":
+            _backdate(ids[first_vote:], now - timedelta(days=rng.uniform(0, 7)))
     return ids, refused
 
 
 # --- rating ---------------------------------------------------------------------------------
 
 
-def fit(*, defences: bool, exclude_ids: set[int] | None = None) -> dict[str, Any]:
+def fit(
+    *, defences: bool, exclude_ids: set[int] | None = None, honest_arena: bool = False
+) -> dict[str, Any]:
     """The leaderboard's plain Bradley-Terry fit (overall, no style control) of the votes the
     snapshot would read: with ``defences``, the unflagged votes within each source's bound
-    (``ratings.selectors.source_cap``, the settings' defaults); without, every vote."""
+    (``ratings.selectors.source_cap``, the settings' defaults); without, every vote.
+    ``honest_arena``: the votes held out as a burst count again (the arena without the attack
+    has no burst: its honest votes in the attack's window are held out only because of it)."""
     import pandas as pd
 
+    from arena.models import Vote
     from arena.selectors import votes_for_rating
+    from arena.services.flags import COHORT_BURST
     from ratings import engine
     from ratings.selectors import source_cap
 
     votes = votes_for_rating(
-        include_flagged=not defences, source_cap=source_cap() if defences else None
+        include_flagged=not defences or honest_arena,
+        source_cap=source_cap() if defences else None,
     )
     rows = list(votes.values_list("id", "battle__model_a__slug", "battle__model_b__slug", "winner"))
     frame = pd.DataFrame(rows, columns=["id", "model_a", "model_b", "winner"])
+    if honest_arena and defences:
+        other_flags = {
+            pk
+            for pk, flags in Vote.objects.filter(flagged=True).values_list("id", "flags")
+            if set(flags or []) - {COHORT_BURST}
+        }
+        frame = frame[~frame["id"].isin(other_flags)]
     if exclude_ids:
         frame = frame[~frame["id"].isin(exclude_ids)]
     result = engine.rate(
@@ -487,6 +560,7 @@ def scenario(
 ) -> tuple[Outcome, Outcome]:
     """One attacker run on a copy of the honest arena, fitted with the defences off, then on."""
     from arena.models import Vote
+    from ratings.cohorts import cohorts_quarantine_run
     from ratings.voters import voters_flag_run
 
     name = f"{template}_{shape.name}"
@@ -506,7 +580,7 @@ def scenario(
 
     def rating(out: Outcome, attack: set[int], defences: bool) -> None:
         with_attack = fit(defences=defences)
-        without = fit(defences=defences, exclude_ids=attack)
+        without = fit(defences=defences, exclude_ids=attack, honest_arena=True)
         if defences:
             from arena.models import Vote
 
@@ -536,6 +610,12 @@ def scenario(
     if refused:
         on.refused = {"vote_cap": len(refused)}
     run = voters_flag_run()
+    cohorts = cohorts_quarantine_run(announce=False)  # what every refit runs first
+    on.bursts = [
+        f"{b.model} ({b.window_hours:.0f} h window, z {b.z_before:+.1f} -> {b.z_after:+.1f}, "
+        f"{b.quarantined_votes} votes of {b.quarantined_sources} sources held out)"
+        for b in cohorts.bursts
+    ]
     _flag_counts(on, kept)
     _test_counts(on, run, kept)
     rating(on, kept, defences=True)
@@ -563,6 +643,9 @@ def demo_honest_report() -> str:
     capped = source_capped_counts(cap=source_cap())
     repeated = repeated_prompt_counts(cap=settings.RATINGS_DUPLICATE_PROMPT_CAP)
     at_recording = Vote.objects.filter(flagged=True).count()
+    from ratings.cohorts import cohorts_quarantine_run
+
+    bursts = cohorts_quarantine_run(dry_run=True)
 
     def share(n: int) -> str:
         return f"{n} ({100 * n / max(total, 1):.1f}%)"
@@ -571,6 +654,8 @@ def demo_honest_report() -> str:
         f"The demo's {total} real expert votes: anomaly tests flag {share(len(flagged_ids))}; "
         f"the per-source bound leaves out {share(capped.votes)} (of {capped.sources} "
         f"source{'s' * (capped.sources != 1)}); the duplicate-prompt cap {share(repeated.votes)}; "
+        f"the burst test holds out {share(len(bursts.quarantined_ids))} "
+        f"({bursts.windows_tested} cohorts tested); "
         f"flags set at recording {share(at_recording)}."
     )
 
@@ -581,13 +666,14 @@ def _reasons(counts: dict[str, int]) -> str:
 
 def _verdict(o: Outcome) -> str:
     """The goal for a shape, with the defences on: at most 1 rank and 20 points of lift for
-    (a), (b) and (d); the naive attacker flagged with at least 90% of its votes; (c) reported."""
+    (a) to (d); the naive attacker flagged with at least 90% of its votes; the adaptive (e) and
+    (f) reported."""
     r = o.rating
     lift = (r["rating_with"] or 0) - (r["rating_without"] or 0)
     ranks = (r["rank_without"] or 0) - (r["rank_with"] or 0)
     if o.defences != "on":
         return ""
-    if o.strategy in ("a", "b", "d"):
+    if o.strategy in ("a", "b", "c", "d"):
         return "met" if lift <= 20 and ranks <= 1 else "MISSED"
     if o.strategy == "naive":
         return "met" if o.attacker_flagged >= 0.9 * o.tried else "MISSED"
@@ -635,7 +721,9 @@ def main() -> None:
     parser.add_argument("--honest-sessions", type=int, default=120)
     parser.add_argument("--honest-votes", type=int, default=10)
     parser.add_argument(
-        "--shapes", default="a,b,c,d,naive", help="which attack shapes to run (a,b,c,d,naive)"
+        "--shapes",
+        default="a,b,c,d,naive,e,f",
+        help="which attack shapes to run (a,b,c,d,naive,e,f)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the template database")
     args = parser.parse_args()
@@ -717,6 +805,11 @@ def main() -> None:
                 f"{t}: {a} attacker / {h} honest" for t, (a, h) in sorted(o.by_test.items())
             )
             print(f"- {o.strategy}: {tests or 'none flagged'}")
+    print()
+    print("Bursts held out by the burst test (defences on):")
+    for o in outcomes:
+        if o.defences == "on":
+            print(f"- {o.strategy}: {'; '.join(o.bursts) or 'none'}")
     print_recognisability(recognisable)
 
 

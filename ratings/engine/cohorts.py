@@ -304,8 +304,8 @@ def _sweep(
         on_unknown = np.bincount(ra[~known[rb]], minlength=n_models) + np.bincount(
             rb[~known[ra]], minlength=n_models
         )
-        for m in np.flatnonzero(known & (on_unknown >= min_votes)):
-            others = ~((ra == m) | (rb == m))
+        for unseen in np.flatnonzero(known & (on_unknown >= min_votes)).tolist():
+            others = ~((ra == unseen) | (rb == unseen))
             counts_m = reference_counts + _pair_table(ra[others], rb[others], None, n_models)
             wins_m = (
                 all_wins
