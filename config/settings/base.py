@@ -568,7 +568,7 @@ except ValueError:
     raise ImproperlyConfigured(
         "RATINGS_COHORT_WINDOWS_HOURS must be numbers of hours separated by commas."
     ) from None
-RATINGS_COHORT_Z_DETECT = env_float("RATINGS_COHORT_Z_DETECT", default=3.0)
+RATINGS_COHORT_Z_DETECT = env_float("RATINGS_COHORT_Z_DETECT", default=4.0)
 RATINGS_COHORT_Z_RELEASE = env_float("RATINGS_COHORT_Z_RELEASE", default=1.0)
 RATINGS_COHORT_TRUSTED_DAYS = env_float("RATINGS_COHORT_TRUSTED_DAYS", default=30)
 RATINGS_COHORT_MIN_VOTES = env.int("RATINGS_COHORT_MIN_VOTES", default=10)

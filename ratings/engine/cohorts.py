@@ -1,17 +1,19 @@
-"""Bursts of new sources: a window's votes from untrusted sources tested against everyone else's.
+"""Bursts: a window's votes tested against everyone else's, new sources held out first.
 
 A botnet of many fresh identities casts too few votes per identity for any per-voter test
 (``ratings.engine.anomaly``), and every address is its own source, so a per-source bound does not
 bind either. What it cannot hide is that its votes arrive together and disagree, as a group,
 with what the rest of the arena says about the model it lifts. So the votes are grouped by the
-time they were cast, at several scales (``windows_hours``: e.g. a day and a week), and each
-window's *cohort*, its votes from untrusted sources, is tested against a reference fit of every
-other vote.
+time they were cast, at several scales (``windows_hours``: e.g. a day and a week, each also
+shifted by half its width so that a burst across a boundary is whole in one window), and each
+window's *cohort*, its votes, is tested against a reference fit of every other vote. Imported
+history (``trusted`` on input: the operator's) is never tested.
 
-*Trusted* votes are never in a cohort: a source (an address, a session without one, an account)
-is trusted for the votes it casts at least ``trusted_days`` after its first one. They are always
-part of the reference. Everything else is untrusted, so an honest first-time visitor is tested
-like a fresh bot; the test is of the group, not of the visitor.
+A source (an address, a session without one, an account) is *trusted* for the votes it casts at
+least ``trusted_hours`` after its first one. Trusted votes are tested like any others (a botnet
+that aged its addresses is trusted), but when a burst is held out its untrusted sources go
+first, and a trusted source only once they are all out. The test is of the group, never of the
+visitor: an honest first-time visitor is held out only as one of a burst's largest contributors.
 
 For a cohort ``C`` and a model ``m``, with ``θ`` the plain Bradley-Terry fit of the reference
 (every vote outside ``C``, ties as half a win, a ridge of ``ridge`` towards 0 so that a thin
@@ -142,6 +144,7 @@ class _Cohort:
     weight: FloatArray  # p (1 − p)
     source: IntArray
     tested: BoolArray  # both models known to the reference: the votes the test judges
+    trusted: BoolArray  # cast by a source with a history: held out only after the others
 
 
 def _cohort_z(
@@ -190,13 +193,16 @@ def _peel(
     contribution = sign * side * c.resid[idx]
     sources, inverse = np.unique(c.source[idx], return_inverse=True)
     per_source = np.bincount(inverse, contribution, len(sources))
+    # A source with a history (any of its votes here trusted) is taken out after the others.
+    seasoned = np.bincount(inverse, c.trusted[idx].astype(np.float64), len(sources)) > 0
     per_weight = np.bincount(inverse, c.weight[idx], len(sources))
     # d_m's entries per source: its weight on each opponent (d_m[m] is minus their sum).
     per_opponent = np.zeros((len(sources), n_models))
     np.add.at(per_opponent, (inverse, opponent), c.weight[idx])
     per_opponent[:, model] -= per_weight
     d = per_opponent.sum(axis=0)
-    order = np.argsort(-per_source, kind="stable")
+    order = np.lexsort((-per_source, seasoned))
+    order = order[per_source[order] > 0]
     s, v = sign * score, var
 
     def z_now() -> float:
@@ -204,7 +210,7 @@ def _peel(
 
     removed: list[int] = []
     for src in order:
-        if z_now() <= z_release or per_source[src] <= 0:
+        if z_now() <= z_release:
             break
         s -= per_source[src]
         v -= per_weight[src]
@@ -217,17 +223,19 @@ def _peel(
 def _windows(
     hours: FloatArray, candidates: IntArray, widths: Sequence[float], min_votes: int
 ) -> list[tuple[float, float, IntArray]]:
-    """Every (width, start, rows) window of ``candidates`` holding at least ``min_votes``."""
+    """Every (width, start, rows) window of ``candidates`` holding at least ``min_votes``: for
+    each width, the windows aligned on multiples of it and those shifted by half of it, so that
+    a burst straddling a boundary is whole in one of them."""
     out: list[tuple[float, float, IntArray]] = []
     for width in widths:
-        window = np.floor(hours[candidates] / width).astype(np.int64)
-        order = np.argsort(window, kind="stable")
-        starts = np.flatnonzero(np.r_[True, np.diff(window[order]) != 0])
-        for lo, hi in zip(starts, np.r_[starts[1:], len(order)], strict=True):
-            if hi - lo >= min_votes:
-                out.append(
-                    (float(width), float(window[order[lo]] * width), candidates[order[lo:hi]])
-                )
+        for shift in (0.0, width / 2):
+            window = np.floor((hours[candidates] - shift) / width).astype(np.int64)
+            order = np.argsort(window, kind="stable")
+            starts = np.flatnonzero(np.r_[True, np.diff(window[order]) != 0])
+            for lo, hi in zip(starts, np.r_[starts[1:], len(order)], strict=True):
+                if hi - lo >= min_votes:
+                    start = float(window[order[lo]] * width + shift)
+                    out.append((float(width), start, candidates[order[lo:hi]]))
     return out
 
 
@@ -252,6 +260,7 @@ def _sweep(
     b: IntArray,
     y: FloatArray,
     source: IntArray,
+    trusted: BoolArray,
     out: BoolArray,
     suspect: BoolArray,
     windows: list[tuple[float, float, IntArray]],
@@ -293,6 +302,7 @@ def _sweep(
             weight=p * (1.0 - p),
             source=source[rows],
             tested=known[ra] & known[rb],
+            trusted=trusted[rows],
         )
         live = np.ones(len(rows), dtype=bool)
         candidates = [(cohort, cov)]
@@ -326,6 +336,7 @@ def _sweep(
                         source=source[rows],
                         # Only the model's own votes are judged against this reference.
                         tested=known_m[ra] & known_m[rb] & ~others,
+                        trusted=trusted[rows],
                     ),
                     cov_m,
                 )
@@ -365,16 +376,18 @@ def cohort_quarantine(
     z_release: float,
     min_votes: int,
     trusted: BoolArray | None = None,
+    established: BoolArray | None = None,
     ridge: float = 1.0,
     max_bursts: int = 100,
 ) -> CohortResult:
-    """The votes to quarantine as bursts of untrusted sources (the module's method).
+    """The votes to hold out as bursts (the module's method).
 
     One entry per vote: ``model_a``/``model_b`` model indices below ``n_models``, ``score`` A's
     score (1 won, 0 lost, ½ a tie or both bad), ``hours`` when it was cast (hours since any fixed
-    origin), ``source`` its source's index. A vote is trusted when its source's first vote is at
-    least ``trusted_hours`` older, or when ``trusted`` says so (imported history). At most
-    ``max_bursts`` bursts are held out per run."""
+    origin), ``source`` its source's index. ``trusted``: imported history, never tested. A
+    tested vote is from a trusted source (held out last) when its source's first vote is at
+    least ``trusted_hours`` older, or when ``established`` says so (an account old enough). At
+    most ``max_bursts`` bursts are held out per run."""
     a = np.asarray(model_a, dtype=np.int64)
     b = np.asarray(model_b, dtype=np.int64)
     y = np.asarray(score, dtype=np.float64)
@@ -386,9 +399,16 @@ def cohort_quarantine(
     np.minimum.at(first, src, t)
     vouched = trusted
     trusted = t - first[src] >= trusted_hours
-    if vouched is not None:
-        trusted = trusted | np.asarray(vouched, dtype=bool)
-    windows = _windows(t, np.flatnonzero(~trusted), windows_hours, min_votes)
+    if established is not None:
+        trusted = trusted | np.asarray(established, dtype=bool)
+    # Imported history is the operator's and never tested; every other vote is, a trusted
+    # source's too (an aged botnet is trusted), but trusted sources are held out last.
+    tested_rows = (
+        np.flatnonzero(~np.asarray(vouched, dtype=bool))
+        if vouched is not None
+        else np.arange(len(a))
+    )
+    windows = _windows(t, tested_rows, windows_hours, min_votes)
     out = np.zeros(len(a), dtype=bool)
     # A burst's whole cohort on its model (what was held out and the rest within chance) is
     # no one's reference: the remnant of a burst is not evidence against other windows.
@@ -400,6 +420,7 @@ def cohort_quarantine(
             b,
             y,
             src,
+            trusted,
             out,
             suspect,
             windows,

@@ -89,15 +89,11 @@ def test_the_flag_is_lifted_when_the_rest_of_the_arena_agrees(rated_models, make
     bots = _burst(make_vote, gamma, alpha, 60)
     run = cohorts_quarantine_run()
     assert run.flagged and set(run.flagged) <= set(bots)
-    # Trusted voters (first seen 40 days ago, on another pair) now say the same: gamma wins.
-    now = timezone.now()
-    for i in range(300):
-        first = make_vote(alpha, beta, "tie")
-        later = make_vote(gamma, alpha, "model_a")
-        for vote, when in ((first, now - timedelta(days=40)), (later, now - timedelta(days=3))):
-            Vote.objects.filter(pk=vote.pk).update(
-                created_at=when + timedelta(minutes=i), ip_hash=f"t{i:063x}", voter_id=f"t-{i}"
-            )
+    # The arena's own history comes to say the same (its votes on gamma, read again, are all
+    # gamma's wins): the burst no longer stands out, and its flag is lifted.
+    history = Vote.objects.exclude(pk__in=bots)
+    history.filter(battle__model_a=gamma).update(winner="model_a")
+    history.filter(battle__model_b=gamma).update(winner="model_b")
     again = cohorts_quarantine_run()
     assert set(again.lifted) == set(run.flagged)
     assert not Vote.objects.filter(pk__in=bots, flagged=True).exists()

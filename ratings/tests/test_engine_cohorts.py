@@ -86,19 +86,43 @@ def test_an_honest_arena_loses_no_vote(seed):
     assert result.quarantined.sum() <= 0.01 * len(a)
 
 
-def test_trusted_sources_are_never_in_a_cohort():
+def test_an_aged_botnet_is_still_held_out_and_trusted_voters_go_last():
     a, b, y, hours, source, honest = _arena(0)
     attack = ~honest
-    # The attacker's sources cast a first vote 31 days before: their burst is trusted.
-    first = {int(s) for s in np.unique(source[attack])}
-    a2 = np.r_[a, np.zeros(len(first), dtype=np.int64)]
-    b2 = np.r_[b, np.ones(len(first), dtype=np.int64)]
-    y2 = np.r_[y, np.full(len(first), 0.5)]
-    hours2 = np.r_[hours, np.full(len(first), -DAY)]
-    source2 = np.r_[source, np.array(sorted(first), dtype=np.int64)]
-    aged = _run(a2, b2, y2, hours2, source2)
-    assert not aged.quarantined[: len(a)][attack].any()
-    assert _run(a, b, y, hours, source).quarantined[attack].any()
+    # Each of the attacker's addresses cast a first vote 31 days before: its burst is trusted.
+    aged = np.unique(source[attack])
+    a2 = np.r_[a, np.zeros(len(aged), dtype=np.int64)]
+    b2 = np.r_[b, np.ones(len(aged), dtype=np.int64)]
+    y2 = np.r_[y, np.full(len(aged), 0.5)]
+    hours2 = np.r_[hours, np.full(len(aged), -DAY)]
+    source2 = np.r_[source, aged]
+    result = _run(a2, b2, y2, hours2, source2)
+    held = result.quarantined[: len(a)]
+    assert _target_lift(a, b, y, ~held, honest) < 20
+    assert held[honest].sum() <= 0.02 * honest.sum()
+
+
+def test_trusted_voters_in_a_bursts_window_are_held_out_after_the_others():
+    a, b, y, hours, source, honest = _arena(1)
+    # The attack's day also has returning voters (first seen 40 days before), honest, each
+    # voting once on the target: the burst's fresh sources are held out first, and they stay.
+    rng = np.random.default_rng(5)
+    truth = np.sort(np.random.default_rng(1).normal(0, 0.46, K))[::-1]
+    n = 200
+    ra = np.full(n, TARGET)
+    rb = (TARGET + rng.integers(1, K, n)) % K
+    back = 50_000 + np.arange(n)
+    a2 = np.r_[a, ra, ra]
+    b2 = np.r_[b, rb, rb]
+    won = (rng.random(n) < 1 / (1 + np.exp(-(truth[ra] - truth[rb])))).astype(float)
+    y2 = np.r_[y, won, np.full(n, 0.5)]
+    hours2 = np.r_[hours, np.full(n, 30 * DAY + 2.5), np.full(n, -10 * DAY)]
+    source2 = np.r_[source, back, back]
+    result = _run(a2, b2, y2, hours2, source2)
+    returning = np.zeros(len(a2), dtype=bool)
+    returning[len(a) : len(a) + n] = True
+    assert result.quarantined[: len(a)][~honest].sum() > 100  # the burst is held out
+    assert result.quarantined[returning].sum() < 0.1 * n
 
 
 def test_a_burst_the_rest_of_the_arena_confirms_is_released():
