@@ -59,6 +59,17 @@ def test_the_named_providers_are_installed_and_their_sign_in_routes_exist():
     assert login == "/account/github/login/"
 
 
+def test_empty_variables_as_compose_passes_them_take_the_defaults():
+    result = run(
+        ["-c", SHOW], EMAIL_URL="", DJANGO_DEFAULT_FROM_EMAIL="", ARENA_SOCIAL_PROVIDERS=""
+    )
+    assert result.returncode == 0, result.stderr
+    providers, mail = result.stdout.splitlines()
+    assert providers == "[]"
+    assert mail.startswith("django.core.mail.backends.console.EmailBackend")
+    assert mail.endswith("Arena <arena@localhost>")
+
+
 def test_a_provider_allauth_does_not_have_stops_the_start_naming_it():
     result = run(["-c", SHOW], ARENA_SOCIAL_PROVIDERS="github,myspace")
     assert result.returncode != 0

@@ -3,6 +3,7 @@ confirm a new account's address, a code mailed to sign in, a password; the nav's
 
 import pytest
 from allauth.account.models import EmailAddress
+from axes.models import AccessAttempt
 from django.contrib.auth import get_user_model
 from django.core import mail
 from django.test import Client
@@ -71,6 +72,15 @@ def test_signing_in_with_the_password_goes_back_to_the_page_named_next(client):
     )
     assert signed.status_code == 302 and signed["Location"] == "/leaderboard"
     assert signed_in_as(client) == "bob@example.org"
+
+
+def test_a_wrong_password_is_counted_by_axes_under_the_email_not_under_no_name(client):
+    account_with_email("fay@example.org", password="the right passphrase 9")
+    answer = client.post("/account/login/", {"login": "fay@example.org", "password": "wrong"})
+    assert answer.status_code == 200 and signed_in_as(client) is None
+    assert list(AccessAttempt.objects.values_list("username", "failures_since_start")) == [
+        ("fay@example.org", 1)
+    ]
 
 
 def test_the_nav_offers_sign_in_to_a_visitor_and_the_account_once_signed_in(client):

@@ -338,10 +338,12 @@ for _provider in ARENA_SOCIAL_PROVIDERS:
 # Outgoing mail (sign-in and confirmation codes): EMAIL_URL is django-environ's email URL, such
 # as smtp+tls://user:password@smtp.example.org:587 (smtp+ssl:// for port 465); unset, each mail
 # is printed on the web process's standard output (the console backend), which the demo wants.
-globals().update(env.email_url("EMAIL_URL", default="consolemail://"))
+# Kept out of the settings' names: Django's debug page masks EMAIL_HOST_PASSWORD, not a URL.
+_EMAIL_URL = env("EMAIL_URL", default="") or "consolemail://"
+globals().update(environ.Env.email_url_config(_EMAIL_URL))
 # A mail server that does not answer fails the sign-in after this long, not never.
 EMAIL_TIMEOUT = 10
-DEFAULT_FROM_EMAIL = env("DJANGO_DEFAULT_FROM_EMAIL", default="Arena <arena@localhost>")
+DEFAULT_FROM_EMAIL = env("DJANGO_DEFAULT_FROM_EMAIL", default="") or "Arena <arena@localhost>"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
