@@ -31,6 +31,7 @@ def signed_in_as(client: Client) -> str | None:
 def test_signing_up_mails_a_code_that_confirms_the_address_and_signs_in(client):
     page = client.get("/account/signup/")
     assert page.status_code == 200 and b'name="email"' in page.content
+    assert "Password (optional)" in page.content.decode()
     sent = client.post("/account/signup/", {"email": "new@example.org", "password1": ""})
     assert sent.status_code == 302, sent.content
     assert EmailAddress.objects.get(email="new@example.org").verified is False

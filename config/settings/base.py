@@ -310,6 +310,7 @@ AXES_COOLOFF_MESSAGE = (
 # defaults: codes per address and per email, failed sign-ins) stay on.
 ACCOUNT_LOGIN_METHODS = {"email"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "password1"]
+ACCOUNT_FORMS = {"signup": "accounts.forms.SignupForm"}  # says the password is optional
 ACCOUNT_EMAIL_VERIFICATION = "mandatory"
 ACCOUNT_EMAIL_VERIFICATION_BY_CODE_ENABLED = True
 ACCOUNT_LOGIN_BY_CODE_ENABLED = True
