@@ -129,7 +129,7 @@ test-checks: install
 	mkdir -p var
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy answer_style arena ratings config client/arena_env environment redteam
+	$(BIN)/mypy answer_style arena ratings config client/arena_env environment redteam accounts
 	$(BIN)/lint-imports
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
@@ -171,7 +171,7 @@ test-reward-model: install-reward-model
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy answer_style arena ratings config client/arena_env environment redteam
+	$(BIN)/mypy answer_style arena ratings config client/arena_env environment redteam accounts
 	$(BIN)/lint-imports
 
 format: install

@@ -9,8 +9,16 @@ from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
+from django.contrib.auth import (
+    BACKEND_SESSION_KEY,
+    HASH_SESSION_KEY,
+    SESSION_KEY,
+    get_user_model,
+    load_backend,
+)
 from django.contrib.sessions.backends.base import SessionBase
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.utils.crypto import constant_time_compare
 from django.utils.translation import gettext, gettext_lazy
 from django_ratelimit.core import is_ratelimited
 from django_stubs_ext import StrPromise
@@ -104,6 +112,33 @@ def session_store_identity(session: SessionBase) -> tuple[str, str]:
         session.save()
     assert session.session_key is not None
     return session.session_key, voter_id
+
+
+def request_account_id(request: HttpRequest) -> int | None:
+    """The account the request's visitor is signed in to (``request.user``), or None: voting
+    needs none, and an anonymous visitor's session costs no query here."""
+    user = request.user
+    return int(user.pk) if user.is_authenticated else None
+
+
+def session_account_id(session: SessionBase) -> int | None:
+    """``request_account_id`` of a session store (one a socket loads by key): the account
+    ``django.contrib.auth.get_user`` would find in it (signed in through a backend still
+    configured, the account active, the session's auth hash the account's current one or a
+    fallback's), or None. Unlike ``get_user`` it leaves the session as it is: a hash that no
+    longer matches (the password changed) is no account here, not a flushed session."""
+    raw_id = session.get(SESSION_KEY)
+    backend_path = session.get(BACKEND_SESSION_KEY)
+    if raw_id is None or backend_path not in settings.AUTHENTICATION_BACKENDS:
+        return None
+    user = load_backend(backend_path).get_user(get_user_model()._meta.pk.to_python(raw_id))
+    if user is None:
+        return None
+    stored = session.get(HASH_SESSION_KEY) or ""
+    hashes = [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
+    if not stored or not any(constant_time_compare(stored, h) for h in hashes):
+        return None
+    return int(user.pk)
 
 
 def address_rate_limited(*, group: str, setting: str, ip: str | None) -> bool:

@@ -11,6 +11,7 @@ import hashlib
 import json
 import uuid
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
@@ -364,7 +365,8 @@ class BattleMessage(models.Model):
 
 
 class Vote(models.Model):
-    """A visitor's verdict on a battle. One per battle; votes are never deleted."""
+    """A visitor's verdict on a battle. One per battle; votes are never deleted (a deleted
+    account's votes stay, their ``account`` emptied)."""
 
     class Winner(models.TextChoices):
         MODEL_A = "model_a", "A is better"
@@ -390,6 +392,16 @@ class Vote(models.Model):
     interface_language = models.CharField(max_length=INTERFACE_LANGUAGE_MAX, blank=True)
     # The visitor ran at least one code block of each answer in the browser before voting.
     code_ran = models.BooleanField(default=False)
+    # The account the visitor was signed in to when voting (docs/accounts.md); None for a vote
+    # cast without one, and again once that account is deleted: the vote itself stays.
+    account = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        db_index=True,
+        related_name="arena_votes",
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

@@ -7,7 +7,7 @@ shape for all of them; the battle reads beside them are the views' and the live 
 
 import secrets
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -680,6 +680,81 @@ def votes_for_anomaly() -> QuerySet[Any, Any]:
             "created_at",
         )
     )
+
+
+@dataclass(frozen=True)
+class VoteAccount:
+    """The account a vote was cast from, and when that account was made."""
+
+    account_id: int
+    joined: datetime
+
+
+def vote_accounts(*, vote_ids: Iterable[int]) -> dict[int, VoteAccount]:
+    """The account each of ``vote_ids`` was cast from (``Vote.account``), with the account's
+    ``date_joined``, by vote id, in one query; a vote cast without an account, or whose account
+    was deleted since, is absent. For a reader that weighs votes by their accounts (age,
+    history) beside the rated votes it already holds."""
+    ids = list(vote_ids)
+    if not ids:
+        return {}
+    found = Vote.objects.filter(pk__in=ids, account__isnull=False).values_list(
+        "pk", "account_id", "account__date_joined"
+    )
+    return {pk: VoteAccount(account_id=account, joined=joined) for pk, account, joined in found}
+
+
+@dataclass(frozen=True)
+class AccountVote:
+    """One vote cast from an account, as its owner may see and download it: the battle, both
+    models (their slugs and the names shown after the vote), the verdict and its time."""
+
+    vote_id: int
+    battle_id: uuid.UUID
+    mode: str  # Battle.Mode
+    source: str  # Battle.Source
+    model_a: str
+    model_b: str
+    model_a_name: str
+    model_b_name: str
+    winner: Winner
+    created_at: datetime
+
+
+def account_votes(*, account_id: int) -> list[AccountVote]:
+    """Every vote cast from the account, oldest first, in one query (a visitor's own votes are
+    a few hundred a day at most: ``ARENA_VOTES_PER_SESSION_PER_DAY``)."""
+    found = (
+        Vote.objects.filter(account_id=account_id)
+        .order_by("created_at", "id")
+        .values_list(
+            "id",
+            "battle_id",
+            "battle__mode",
+            "battle__source",
+            "battle__model_a__slug",
+            "battle__model_b__slug",
+            "battle__model_a__display_name",
+            "battle__model_b__display_name",
+            "winner",
+            "created_at",
+        )
+    )
+    return [
+        AccountVote(
+            vote_id=row[0],
+            battle_id=row[1],
+            mode=row[2],
+            source=row[3],
+            model_a=row[4],
+            model_b=row[5],
+            model_a_name=row[6],
+            model_b_name=row[7],
+            winner=cast(Winner, row[8]),
+            created_at=row[9],
+        )
+        for row in found
+    ]
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,8 @@ from arena.api import (
     client_ip,
     error_json,
     not_json,
+    request_account_id,
+    session_account_id,
     session_identity,
     session_store_identity,
     text_inputs_problem,
@@ -377,6 +379,7 @@ def vote_create(request: HttpRequest, battle_id: str, payload: VoteIn) -> Status
         ip=client_ip(request),
         user_agent=request.META.get("HTTP_USER_AGENT"),
         interface_language=getattr(request, "LANGUAGE_CODE", ""),
+        account_id=request_account_id(request),
     )
     return Status(
         201,
@@ -400,7 +403,8 @@ def vote_over_socket(
     the thread for synchronous code as the view is: the address's rate limit first, counted
     with the HTTP votes' (the decorator's group and setting), then the session read fresh by its key (the socket's own
     session object was loaded when it opened, before the visitor may have accepted the terms
-    or solved the challenge), then the same ``vote_cast``; the answer is the HTTP vote's body."""
+    or solved the challenge, or signed in), then the same ``vote_cast``, with the account the
+    session is signed in to; the answer is the HTTP vote's body."""
     if address_rate_limited(group=VOTE_RATE_GROUP, setting=VOTE_RATE_SETTING, ip=client_ip):
         raise rate_limited()
     engine = importlib.import_module(settings.SESSION_ENGINE)
@@ -416,6 +420,7 @@ def vote_over_socket(
         ip=client_ip,
         user_agent=user_agent,
         interface_language=interface_language,
+        account_id=session_account_id(session),
     )
     return battle_payload(
         battle=recorded.vote.battle, new_messages=recorded.messages, vote=recorded.vote

@@ -38,6 +38,10 @@ urlpatterns = [
     path("redteam/leaderboard/", include("redteam.board_urls")),
     # The red-teaming arena's pages (the redteam app).
     path("redteam/", include("redteam.urls")),
+    # Visitors' accounts: the arena's own pages (the personal board, the data, the deletion),
+    # then django-allauth's (sign-in, sign-up, codes, sign-out, email addresses, providers).
+    path("", include("accounts.urls")),
+    path("account/", include("allauth.urls")),
     path("", include("ratings.urls")),
     path("", include("arena.urls")),
     # The visitor API and the leaderboard downloads (django-ninja), after the pages: its root

@@ -21,6 +21,7 @@ from arena.selectors import SourceCap, votes_for_rating
 from ratings.category_text import view_reason, view_reason_text
 from ratings.engine import ModelRatingDict, RatingResultDict
 from ratings.models import LeaderboardSnapshot
+from ratings.page_cache import snapshot_cached, snapshot_head, snapshot_row
 from ratings.payload import (
     CategoryEntry,
     ModelMeta,
@@ -244,6 +245,38 @@ def models_leaderboard_status(snapshot: LeaderboardSnapshot | None) -> dict[str,
     for row in view.rows:
         status[row["model"]] = "ranked, preliminary" if row["preliminary"] else "ranked"
     return status
+
+
+@dataclass(frozen=True)
+class PublicRank:
+    """A model's place on the public leaderboard's default view (overall, style control on)."""
+
+    rank: int
+    rating: float
+    preliminary: bool
+
+
+def public_ranks() -> dict[str, PublicRank]:
+    """Each rated model's ``PublicRank`` in the newest snapshot, by slug ({} before the first
+    snapshot, or when it rates none): its head read in one query, the ranks from the cache
+    after the first call per snapshot (``ratings.page_cache``), as the leaderboard page reads
+    them."""
+    head = snapshot_head()
+    if head is None:
+        return {}
+    return snapshot_cached(head, "public_ranks", (), lambda: _public_ranks(snapshot_row(head)))
+
+
+def _public_ranks(snapshot: LeaderboardSnapshot) -> dict[str, PublicRank]:
+    if not snapshot_payload(snapshot).get("categories"):
+        return {}
+    view = leaderboard_view(snapshot, category=None, style=None)
+    return {
+        row["model"]: PublicRank(
+            rank=row["rank"], rating=row["rating"], preliminary=row["preliminary"]
+        )
+        for row in view.rows
+    }
 
 
 def draw_propensity(min_share: float) -> dict[tuple[str, str], float]:

@@ -70,3 +70,34 @@ def test_the_leaderboard_transparency_and_about_pages_have_no_serious_violation(
         page.goto(asgi_server.url + path)
         found += check(page, state)
     assert not found, "\n".join(found)
+
+
+def test_the_account_pages_have_no_serious_violation(asgi_server, sized_page, make_vote, settings):
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from arena.models import Vote
+    from arena.tests.factories import ArenaModelFactory
+
+    page = sized_page
+    found = []
+    for path, state in (
+        ("/account/login/", "sign-in"),
+        ("/account/login/code/", "sign-in-code"),
+        ("/account/signup/", "sign-up"),
+    ):
+        page.goto(asgi_server.url + path)
+        found += check(page, state)
+    account = get_user_model().objects.create_user(username="ada", email="ada@example.org")
+    vote = make_vote(ArenaModelFactory(), ArenaModelFactory(), "model_a")
+    Vote.objects.filter(pk=vote.pk).update(account=account)
+    client = Client()
+    client.force_login(account)
+    page.context.add_cookies(
+        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": asgi_server.url}]
+    )
+    for path, state in (("/account", "account"), ("/account/delete", "account-delete")):
+        page.goto(asgi_server.url + path)
+        found += check(page, state)
+    expect(page.get_by_test_id("confirm-delete")).to_be_visible()
+    assert not found, "\n".join(found)

@@ -21,7 +21,7 @@ LOCALE = ROOT / "locale"
 CATALOGUES = sorted(LOCALE.glob("*/LC_MESSAGES/*.po"))
 PYTHON_SOURCES = [
     path
-    for folder in ("arena", "config", "ratings", "environment")
+    for folder in ("arena", "config", "ratings", "environment", "accounts")
     for path in (ROOT / folder).rglob("*.py")
     if "tests" not in path.relative_to(ROOT).parts and "migrations" not in path.parts
 ]

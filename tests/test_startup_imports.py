@@ -5,8 +5,8 @@ already. The heavy libraries belong to the processes that use them: the rating f
 pyarrow, scipy and statsmodels in a Celery worker or ``manage.py rate``), the live answers and
 moderation (the openai client, on a web worker's first live answer), the style counts (the
 tokenizer, when an answer is counted) and ``runserver``'s ASGI (daphne, not installed as an app:
-uvicorn serves). Django's set-up, ``manage.py rate --help`` and a web worker's pages, pool battles
-and votes import none of them.
+uvicorn serves). Django's set-up, ``manage.py rate --help`` and a web worker's pages, pool battles,
+votes and a signed-in visitor's own board import none of them.
 """
 
 import json
@@ -144,6 +144,15 @@ vote = client.post(
     content_type="application/json",
 )
 assert vote.status_code == 201 and vote.json()["vote"] == {"winner": "model_a"}, vote.content
+# A signed-in visitor's board (a fit) and data, from that vote.
+from django.contrib.auth import get_user_model
+from arena.models import Vote
+account = get_user_model().objects.create_user(username="s@example.org", email="s@example.org")
+Vote.objects.filter(battle_id=battle.json()["id"]).update(account=account)
+client.force_login(account)
+board = client.get("/account")
+assert board.status_code == 200 and board.content.count(b"<tr data-model=") == 2, board.content
+assert client.get("/account/data.json").status_code == 200
 """
 
 

@@ -56,6 +56,7 @@ def vote_cast(
     ip: str | None = None,
     user_agent: str | None = None,
     interface_language: str = "",
+    account_id: int | None = None,
 ) -> RecordedVote:
     """A visitor's vote as the vote API and the battle socket take it: the proof-of-work
     challenge (``challenge_passed``: the session's mark, read fresh by the caller), the daily
@@ -80,6 +81,7 @@ def vote_cast(
             user_agent=user_agent,
             interface_language=interface_language,
             ran=ran,
+            account_id=account_id,
         )
     except Exception:
         vote_caps_release(counted)
@@ -96,6 +98,7 @@ def vote_record(
     user_agent: str | None = None,
     interface_language: str = "",
     ran: object = None,
+    account_id: int | None = None,
 ) -> RecordedVote:
     """Record the one vote a battle gets, from the session it was served to.
 
@@ -105,7 +108,9 @@ def vote_record(
     only after commit. ``interface_language`` is the language the page was shown in (Django's
     active language), kept apart from the prompt's language. ``ran`` is the page's
     ``{"a": bool, "b": bool}``, which sides' code blocks the visitor ran: the vote is marked
-    ``code_ran`` when both were and both answers hold a fenced code block.
+    ``code_ran`` when both were and both answers hold a fenced code block. ``account_id`` is
+    the account the visitor is signed in to (None without one): kept on the vote, it changes
+    nothing else about it (voting needs no account).
 
     Five statements in the transaction: the battle locked (its models, whether it has a vote row
     and whether the voter accepted the terms read in the same statement), its messages, the
@@ -131,6 +136,7 @@ def vote_record(
             user_agent=user_agent,
             interface_language=interface_language[:INTERFACE_LANGUAGE_MAX],
             ran_sides=ran_sides,
+            account_id=account_id,
         )
     )
 
@@ -145,6 +151,7 @@ def _vote_record(
     user_agent: str | None,
     interface_language: str,
     ran_sides: frozenset[str],
+    account_id: int | None,
 ) -> RecordedVote:
     try:
         with transaction.atomic():
@@ -191,6 +198,7 @@ def _vote_record(
                 flags=flags,
                 style=style,
                 interface_language=interface_language,
+                account_id=account_id,
                 code_ran=ran_sides == BOTH_SIDES
                 and all(
                     any(m.side == side and _has_code(m.content) for m in messages)

@@ -13,6 +13,7 @@ import ipaddress
 import math
 import re
 from datetime import timedelta
+from importlib.util import find_spec
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -105,10 +106,16 @@ INSTALLED_APPS = [
     "axes",
     "channels",
     "csp",
+    # Visitors' optional accounts (docs/accounts.md): django-allauth's accounts and social
+    # accounts, the providers ARENA_SOCIAL_PROVIDERS names (below), and the arena's own pages.
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
     "arena",
     "environment",
     "ratings",
     "redteam",
+    "accounts",
 ]
 
 MIDDLEWARE = [
@@ -129,6 +136,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # allauth's sign-in stages (a code sent, a code confirmed) and its redirects.
+    "allauth.account.middleware.AccountMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_ratelimit.middleware.RatelimitMiddleware",
@@ -275,12 +284,16 @@ SECURE_REFERRER_POLICY = "same-origin"
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
+    # Visitors' accounts: an email and a password (a code needs no backend's authenticate()).
+    "allauth.account.auth_backends.AuthenticationBackend",
 ]
 AXES_FAILURE_LIMIT = env.int("ARENA_LOGIN_FAILURE_LIMIT", default=5)
 _LOCKOUT_MINUTES = env_float("ARENA_LOGIN_LOCKOUT_MINUTES", default=15)
 AXES_COOLOFF_TIME = timedelta(minutes=_LOCKOUT_MINUTES)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+# A visitor signs in with an email, the admin with a username: each is the "username" counted.
+AXES_USERNAME_CALLABLE = "accounts.throttling.axes_username"
 # The peer's address as the ASGI server reports it (the proxy's X-Forwarded-For only from the
 # proxies in ARENA_FORWARDED_ALLOW_IPS), as for the rate limits: never a header of the client's.
 AXES_CLIENT_IP_CALLABLE = "arena.api.client_ip"
@@ -288,6 +301,50 @@ AXES_COOLOFF_MESSAGE = (
     "Too many failed sign-ins for this account from your address: signing in is locked for "
     f"{_LOCKOUT_MINUTES:g} minutes after the last attempt. Try again later."
 )
+
+# --- Visitors' accounts (django-allauth; docs/accounts.md) ------------------------------------
+# Optional: nothing on the battle page needs one; a signed-in visitor's votes record the account.
+# An email address is the account's name; a new account's address is confirmed by a code mailed
+# to it, then the visitor signs in with a code mailed each time ("login by code") or with the
+# password chosen at sign-up, which is optional. allauth's rate limits (ACCOUNT_RATE_LIMITS, its
+# defaults: codes per address and per email, failed sign-ins) stay on.
+ACCOUNT_LOGIN_METHODS = {"email"}
+ACCOUNT_SIGNUP_FIELDS = ["email*", "password1"]
+ACCOUNT_FORMS = {"signup": "accounts.forms.SignupForm"}  # says the password is optional
+ACCOUNT_EMAIL_VERIFICATION = "mandatory"
+ACCOUNT_EMAIL_VERIFICATION_BY_CODE_ENABLED = True
+ACCOUNT_LOGIN_BY_CODE_ENABLED = True
+ACCOUNT_SESSION_REMEMBER = True
+ACCOUNT_EMAIL_SUBJECT_PREFIX = "[Arena] "
+ACCOUNT_LOGOUT_REDIRECT_URL = "/"
+LOGIN_URL = "account_login"
+LOGIN_REDIRECT_URL = "accounts:account"
+# Messages ("You have signed in") are kept in a cookie, never in the session: a page that shows
+# them reads no session for it (base.html shows them under the header).
+MESSAGE_STORAGE = "django.contrib.messages.storage.cookie.CookieStorage"
+# The sign-in providers offered besides email, comma-separated allauth provider ids (github,
+# google, gitlab, openid_connect...): each one's app is installed; its client id and secret are
+# a "Social application" the operator adds in the admin. None by default.
+ARENA_SOCIAL_PROVIDERS: list[str] = [
+    p.strip().lower() for p in env.list("ARENA_SOCIAL_PROVIDERS", default=[]) if p.strip()
+]
+_PROVIDERS_DIR = Path(str(find_spec("allauth").origin)).parent / "socialaccount" / "providers"  # type: ignore[union-attr]
+for _provider in ARENA_SOCIAL_PROVIDERS:
+    if not re.fullmatch(r"[a-z0-9_]+", _provider) or not (_PROVIDERS_DIR / _provider).is_dir():
+        raise ImproperlyConfigured(
+            f"ARENA_SOCIAL_PROVIDERS holds {_provider!r}, which is no django-allauth provider id "
+            "(such as github, google, gitlab or openid_connect)."
+        )
+    INSTALLED_APPS.append(f"allauth.socialaccount.providers.{_provider}")
+# Outgoing mail (sign-in and confirmation codes): EMAIL_URL is django-environ's email URL, such
+# as smtp+tls://user:password@smtp.example.org:587 (smtp+ssl:// for port 465); unset, each mail
+# is printed on the web process's standard output (the console backend), which the demo wants.
+# Kept out of the settings' names: Django's debug page masks EMAIL_HOST_PASSWORD, not a URL.
+_EMAIL_URL = env("EMAIL_URL", default="") or "consolemail://"
+globals().update(environ.Env.email_url_config(_EMAIL_URL))
+# A mail server that does not answer fails the sign-in after this long, not never.
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = env("DJANGO_DEFAULT_FROM_EMAIL", default="") or "Arena <arena@localhost>"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -67,6 +67,8 @@ ARENA_CHALLENGE = env.bool("ARENA_CHALLENGE", default=True)
 # A plain-http run (a trial on one machine, the production-shape test) sets
 #   DJANGO_SECURE_SSL_REDIRECT=false DJANGO_SECURE_COOKIES=false DJANGO_SECURE_HSTS_SECONDS=0
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
+# The scheme of the links allauth writes where it has no request to take it from.
+ACCOUNT_DEFAULT_HTTP_PROTOCOL = "https" if SECURE_SSL_REDIRECT else "http"
 SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=True)
 CSRF_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=True)
 LANGUAGE_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=True)
