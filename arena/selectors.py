@@ -493,10 +493,11 @@ def votes_for_cohorts(*, reason: str) -> list[tuple[Any, ...]]:
     those ``votes_for_rating`` starts from (anonymous, never an environment battle's) that are
     unflagged or flagged for ``reason`` alone, so that the test can lift its own flag.
 
-    Rows: ``(id, model A slug, model B slug, winner, created_at, source, flagged, imported)``; a
-    vote's source is its address hash, or its session where no address was kept
-    (``_source_capped_votes``); ``imported``: the battle came from history the operator imported
-    (the demo's expert votes), not from a visitor.
+    Rows: ``(id, model A slug, model B slug, winner, created_at, source, flagged, imported,
+    account_joined)``; a vote's source is its account when the visitor was signed in, else its
+    address hash, or its session where no address was kept (``_source_capped_votes``);
+    ``imported``: the battle came from history the operator imported (the demo's expert votes),
+    not from a visitor; ``account_joined``: the account's ``date_joined``, or None.
     """
     rows = (
         _votes_rated(anonymous_only=True, include_flagged=True)
@@ -512,16 +513,33 @@ def votes_for_cohorts(*, reason: str) -> list[tuple[Any, ...]]:
             "flagged",
             "flags",
             "battle__source",
+            "account_id",
+            "account__date_joined",
         )
     )
     out: list[tuple[Any, ...]] = []
-    for pk, a, b, winner, created, ip_hash, voter_id, flagged, flags, source in rows.iterator(
-        chunk_size=20_000
-    ):
+    for (
+        pk,
+        a,
+        b,
+        winner,
+        created,
+        ip_hash,
+        voter_id,
+        flagged,
+        flags,
+        source,
+        account,
+        joined,
+    ) in rows.iterator(chunk_size=20_000):
         if flagged and list(flags or []) != [reason]:
             continue
-        source_key = ip_hash or f"session:{voter_id}"
-        out.append((pk, a, b, winner, created, source_key, flagged, source == Battle.Source.IMPORT))
+        if account is not None:
+            source_key = f"account:{account}"
+        else:
+            source_key = ip_hash or f"session:{voter_id}"
+        imported = source == Battle.Source.IMPORT
+        out.append((pk, a, b, winner, created, source_key, flagged, imported, joined))
     return out
 
 

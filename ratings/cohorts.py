@@ -69,6 +69,12 @@ def cohorts_quarantine_run(*, dry_run: bool = False, announce: bool = True) -> C
     )
     # Imported history (the demo's expert votes) is the operator's, not a burst of visitors.
     imported = np.fromiter((bool(r[7]) for r in rows), dtype=bool, count=len(rows))
+    # A signed-in visitor's account old enough is trusted from its first vote on (an account
+    # costs an address that receives mail, and its age is its own history).
+    age = timedelta(days=settings.RATINGS_COHORT_TRUSTED_DAYS)
+    established = np.fromiter(
+        (r[8] is not None and r[4] - r[8] >= age for r in rows), dtype=bool, count=len(rows)
+    )
     result = cohort_quarantine(
         a,
         b,
@@ -76,6 +82,7 @@ def cohorts_quarantine_run(*, dry_run: bool = False, announce: bool = True) -> C
         hours,
         source,
         trusted=imported,
+        established=established,
         n_models=len(slugs),
         trusted_hours=24.0 * settings.RATINGS_COHORT_TRUSTED_DAYS,
         windows_hours=settings.RATINGS_COHORT_WINDOWS_HOURS,

@@ -143,3 +143,27 @@ def test_transparency_says_how_many_votes_are_held_out(rated_models, make_vote, 
     settings.RATINGS_COHORT_TEST = False
     page = client.get("/transparency").content.decode()
     assert "Bursts of new visitors: not tested" in page
+
+
+def test_a_signed_in_visitors_account_is_its_source_and_its_age_its_history(
+    rated_models, make_vote, django_user_model
+):
+    from arena.selectors import votes_for_cohorts
+
+    alpha, _, gamma = rated_models
+    old = django_user_model.objects.create_user("old", "old@example.org")
+    django_user_model.objects.filter(pk=old.pk).update(
+        date_joined=timezone.now() - timedelta(days=40)
+    )
+    new = django_user_model.objects.create_user("new", "new@example.org")
+    votes = [make_vote(gamma, alpha, "model_a") for _ in range(4)]
+    for vote, (account, address) in zip(
+        votes, [(old, "a" * 64), (old, "b" * 64), (new, "c" * 64), (None, "d" * 64)], strict=True
+    ):
+        Vote.objects.filter(pk=vote.pk).update(account=account, ip_hash=address)
+    rows = {r[0]: r for r in votes_for_cohorts(reason=COHORT_BURST)}
+    sources = [rows[v.pk][5] for v in votes]
+    # One account from two addresses is one source; without an account, the address.
+    assert sources == [f"account:{old.pk}", f"account:{old.pk}", f"account:{new.pk}", "d" * 64]
+    joined = [rows[v.pk][8] for v in votes]
+    assert joined[0] < timezone.now() - timedelta(days=30) and joined[3] is None
