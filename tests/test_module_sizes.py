@@ -9,7 +9,16 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("answer_style", "arena", "ratings", "environment", "redteam", "accounts", "config", "client")
+PRODUCT = (
+    "answer_style",
+    "arena",
+    "ratings",
+    "environment",
+    "redteam",
+    "accounts",
+    "config",
+    "client",
+)
 LEFT_OUT = {"tests", "migrations"}
 LIMIT = 500
 MARKER = "Why one module:"
