@@ -203,6 +203,10 @@ def test_transparency_fits_and_gives_reasons_in_words(asgi_server, sized_page, c
     assert "Claude-Instant-1 above Mixtral-8x22B-Instruct-v0.1" in first.inner_text()
     for kind in ("removal", "flip"):
         assert first.locator(f"td[data-kind={kind}]").inner_text().strip()
+    # What the burst test does is said, with what it holds out (nothing here).
+    expect(page.get_by_test_id("cohort-bursts")).to_contain_text(
+        "Bursts of new visitors: 0 votes are held out."
+    )
     check_layout(page, "transparency")
 
 
