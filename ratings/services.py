@@ -143,8 +143,7 @@ def snapshot_params(*, streamed: bool = False) -> dict[str, Any]:
     if streamed:
         if params["ci"] != "sandwich":
             params["ci_requested"] = params["ci"]
-        # The audit refits in memory; the streamed fit never holds the votes.
-        params.update(ci="sandwich", rounds=None, streamed=True, fragility_top=0)
+        params.update(ci="sandwich", rounds=None, streamed=True)
     return params
 
 

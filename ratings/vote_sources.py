@@ -18,6 +18,7 @@ votes on a model bounded (``source_cap``). A refit reads them one of two ways, b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections import Counter
@@ -400,7 +401,7 @@ class Votes(Protocol):
         shown: set[str] | None = None,
     ) -> engine.RatingResult:
         """The view's fit; ``engine.CannotRateError`` when it cannot be rated. ``shown``: the
-        models the fragility audit ranks (the streamed fit has no audit)."""
+        models the fragility audit ranks."""
         ...
 
     def models(self) -> set[str]: ...
@@ -514,6 +515,9 @@ class FrameVotes:
         _tally_records(records, ordered, keys, outcome)
         return _records_list(records)
 
+
+#: The largest view whose fragility the streamed path audits (in memory: see ``fit``).
+FRAGILITY_MAX_VOTES = 2_000_000
 
 # Rows per batch when the Parquet file is read back. A row is a few numeric and dictionary
 # columns (RATINGS_STREAM_BATCH_ROWS, the row group written per COPY batch, may be as large).
@@ -638,7 +642,7 @@ class ParquetVotes:
         *,
         shown: set[str] | None = None,
     ) -> engine.RatingResult:
-        return engine.rate_parquet(
+        result = engine.rate_parquet(
             self.path,
             style_control=style == "on",
             ci="sandwich",  # the only interval the streamed fit computes (snapshot_params)
@@ -649,6 +653,34 @@ class ParquetVotes:
             **scale_options(params),
             **weighting_options(params),
         )
+        top = int(params.get("fragility_top") or 0)
+        if top and shown is not None and result.n_battles <= FRAGILITY_MAX_VOTES:
+            # The audit refits the view many times, so it holds the view's battles in memory:
+            # the three columns and, with style control, the eight counts (some 100 MB for a
+            # million votes), for the audited views only.
+            frame = self._audit_frame(category, style)
+            audited = engine.rate(
+                frame,
+                style_control=style == "on",
+                ci="sandwich",
+                fragility_top=top,
+                fragility_among=shown,
+                **scale_options(params),
+                **weighting_options(params),
+            )
+            result = dataclasses.replace(result, fragility=audited.fragility)
+        return result
+
+    def _audit_frame(self, category: Category, style: str) -> pd.DataFrame:
+        columns = [*_TABLE, *(PARQUET_STYLE_COLUMNS if style == "on" else ())]
+        parts = [
+            frame.loc[_keep(frame, category, style), columns]
+            for frame in self._batches([*_SELECT_COLUMNS, *columns])
+        ]
+        frame = pd.concat(parts, ignore_index=True)
+        for column in _TABLE:
+            frame[column] = frame[column].astype(str)
+        return frame
 
     def models(self) -> set[str]:
         return self.rated
