@@ -47,9 +47,11 @@ def fit_battles(
     style_control: bool,
     params: dict[str, Any],
     shown: set[str] | None = None,
+    weighting: dict[str, Any] | None = None,
 ) -> engine.RatingResult:
     """The view's fit, with the fragility of the first ``params["fragility_top"]`` ranks among
-    the ``shown`` models (``ratings.engine.fragility``; none when the params lack it)."""
+    the ``shown`` models (``ratings.engine.fragility``; none when the params lack it).
+    ``weighting``: ``weighting_options(params)`` when the caller computed it once for its run."""
     columns = ["model_a", "model_b", "winner"]
     if style_control:
         frame = engine.flatten_conv_metadata(battles[[*columns, "conv_metadata"]])
@@ -65,5 +67,5 @@ def fit_battles(
         fragility_top=params.get("fragility_top") or 0,
         fragility_among=shown,
         **scale_options(params),
-        **weighting_options(params),
+        **(weighting if weighting is not None else weighting_options(params)),
     )

@@ -450,7 +450,22 @@ def _records_list(records: dict[tuple[str, str], list[int]]) -> list[PairRecord]
     return [(a, b, w, losses, t) for (a, b), (w, losses, t) in sorted(records.items())]
 
 
-class FrameVotes:
+class _Weighting:
+    """The run's weighting options, computed once (the draw propensity reads the sampling
+    policy from the database) for every view a snapshot fits."""
+
+    _weights: tuple[str, dict[str, Any]] | None = None
+
+    def _weighting(self, params: dict[str, Any]) -> dict[str, Any]:
+        key = json.dumps(
+            [params.get(k) for k in ("position", "inverse_propensity", "propensity_min_share")]
+        )
+        if self._weights is None or self._weights[0] != key:
+            self._weights = (key, weighting_options(params))
+        return self._weights[1]
+
+
+class FrameVotes(_Weighting):
     """The votes in one DataFrame (``rating_battles``)."""
 
     def __init__(self, battles: pd.DataFrame) -> None:
@@ -487,7 +502,13 @@ class FrameVotes:
         shown: set[str] | None = None,
     ) -> engine.RatingResult:
         rows = self.view(category, style)
-        return fit_battles(rows, style_control=style == "on", params=params, shown=shown)
+        return fit_battles(
+            rows,
+            style_control=style == "on",
+            params=params,
+            shown=shown,
+            weighting=self._weighting(params),
+        )
 
     def models(self) -> set[str]:
         return set(self.battles["model_a"]) | set(self.battles["model_b"])
@@ -537,7 +558,7 @@ _SELECT_COLUMNS = [
 ]
 
 
-class ParquetVotes:
+class ParquetVotes(_Weighting):
     """The votes written to Parquet (``rating_battles_parquet``), read back a batch at a time.
 
     The write pass itself counts what needs every vote once (languages, models, pairs); each
@@ -651,7 +672,7 @@ class ParquetVotes:
             batch_rows=self.batch_rows,
             spill_dir=self.path.parent,  # the engine's spill, removed with the votes' file
             **scale_options(params),
-            **weighting_options(params),
+            **self._weighting(params),
         )
         top = int(params.get("fragility_top") or 0)
         if top and shown is not None and result.n_battles <= FRAGILITY_MAX_VOTES:
@@ -666,7 +687,7 @@ class ParquetVotes:
                 fragility_top=top,
                 fragility_among=shown,
                 **scale_options(params),
-                **weighting_options(params),
+                **self._weighting(params),
             )
             result = dataclasses.replace(result, fragility=audited.fragility)
         return result
