@@ -1,4 +1,10 @@
-"""Staff administration: providers and models editable; battles and votes read-only."""
+"""Staff administration: providers and models editable; battles and votes read-only.
+
+Why one module: Django's admin looks for an app's registrations in ``admin.py``, and each one
+here is a few declarations around the services it calls (a model's standing, a provider's
+breaker, a vote's flags); split by model, the pieces would still share the read-only base and
+the model list's columns, and a reader would look for them in one place first.
+"""
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
