@@ -252,9 +252,10 @@ def ledger_counts(*, now: datetime | None = None) -> LedgerCounts:
 
 def ledger_counts_json(counts: LedgerCounts) -> dict[str, Any]:
     """``counts`` as JSON (dates in ISO 8601), for a snapshot to keep (``ledger_counts_from_json``
-    reads it back)."""
+    reads it back). The moment of the count is left out: it is the snapshot's own, and two
+    snapshots of the same battles keep the same counts."""
     data = asdict(counts)
-    data["counted_at"] = counts.counted_at.isoformat()
+    del data["counted_at"]
     for model in data["models"]:
         for key in ("release_date", "first_public"):
             if model[key] is not None:
@@ -262,8 +263,9 @@ def ledger_counts_json(counts: LedgerCounts) -> dict[str, Any]:
     return data
 
 
-def ledger_counts_from_json(data: dict[str, Any]) -> LedgerCounts:
-    """The ``LedgerCounts`` that ``ledger_counts_json`` wrote."""
+def ledger_counts_from_json(data: dict[str, Any], *, counted_at: datetime) -> LedgerCounts:
+    """The ``LedgerCounts`` that ``ledger_counts_json`` wrote, counted at ``counted_at`` (the
+    snapshot's time)."""
     models = []
     for m in data["models"]:
         release, first = m["release_date"], m["first_public"]
@@ -277,7 +279,7 @@ def ledger_counts_from_json(data: dict[str, Any]) -> LedgerCounts:
             )
         )
     return LedgerCounts(
-        counted_at=datetime.fromisoformat(data["counted_at"]),
+        counted_at=counted_at,
         window_days=int(data["window_days"]),
         battles=int(data["battles"]),
         battles_recent=int(data["battles_recent"]),

@@ -306,7 +306,7 @@ def transparency_ledger() -> Ledger:
     head = snapshot_head()
     if head is None:
         return ledger_view(ledger_counts())
-    return ledger_view(ledger_counts_from_json(_figures(head).ledger))
+    return ledger_view(ledger_counts_from_json(_figures(head).ledger, counted_at=head.created_at))
 
 
 def transparency() -> Transparency:
@@ -323,7 +323,7 @@ def transparency() -> Transparency:
         excluded, fragility, position = figures.excluded, figures.fragility, figures.position
         # Decoded on each visit (a few dozen rows): the labels follow the visitor's language.
         served = served_summary_from_json(figures.served)
-        counts = ledger_counts_from_json(figures.ledger)
+        counts = ledger_counts_from_json(figures.ledger, counted_at=head.created_at)
     draws, pairs, n_pairs = _draws()
     sweep = settings.CELERY_BEAT_SCHEDULE.get(SNAPSHOT_SWEEP, {})
     return Transparency(
