@@ -342,6 +342,13 @@ class ArenaModelAdmin(ArenaModelHealthMixin, admin.ModelAdmin[ArenaModel]):
         extra = [factory(request) for factory in MODEL_LIST_COLUMNS.values()]
         return [*super().get_list_display(request), *extra]
 
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        # The reason and the history right after the two checkboxes they are about.
+        standing = ["status_reason", "status_history"]
+        fields = [f for f in super().get_fields(request, obj) if f not in standing]
+        at = fields.index("is_public") + 1 if "is_public" in fields else len(fields)
+        return [*fields[:at], *standing, *fields[at:]]
+
     @admin.display(description="History of standing (published on /transparency)")
     def status_history(self, obj: ArenaModel) -> str:
         changes = list(obj.status_changes.all()) if obj.pk else []
