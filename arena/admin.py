@@ -1,4 +1,10 @@
-"""Staff administration: providers and models editable; battles and votes read-only."""
+"""Staff administration: providers and models editable; battles and votes read-only.
+
+Why one module: Django's admin looks for an app's registrations in ``admin.py``, and each one
+here is a few declarations around the services it calls (a model's standing, a provider's
+breaker, a vote's flags); split by model, the pieces would still share the read-only base and
+the model list's columns, and a reader would look for them in one place first.
+"""
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -6,13 +12,15 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
 
 from arena.exports import FORMATS
@@ -20,6 +28,7 @@ from arena.leaks import IDENTITY_LEAK
 from arena.live.breaker import provider_breaker_reset
 from arena.models import (
     ENV_VAR_NAME,
+    STATUS_REASON_MAX,
     ApiToken,
     ArenaModel,
     Battle,
@@ -37,7 +46,7 @@ from arena.models import (
 )
 from arena.selectors import models_with_health, provider_breaker_state
 from arena.services.flags import ANOMALOUS_VOTER, votes_flag_clear
-from arena.services.models import models_deactivate
+from arena.services.models import model_reactivate, model_retire, model_visibility_set
 from arena.services.providers import provider_connection_test, provider_key_problem
 from arena.tokens import token_revoke
 
@@ -230,8 +239,75 @@ class ArenaModelHealthMixin:
 # --- end of the model list's health and columns ----------------------------------------------
 
 
+# --- A model's standing: retiring needs a reason, every change is recorded -------------------
+#
+# Retiring a model (unticking "Is active") is refused without a reason, rather than recorded
+# with a stock one: the reason is published on /transparency, and "deactivated by staff" would
+# tell a reader nothing. The change form asks for it beside the checkbox; the list's checkbox
+# cannot, so it refuses and points to the "Retire" action, which asks. Reactivating and making
+# a model public or private are recorded too, a reason optional.
+
+RETIRE_WITHOUT_REASON = (
+    "Say why the model is retired (the reason is published on /transparency), in "
+    '"Reason for this change" below.'
+)
+RETIRE_FROM_THE_LIST = (
+    'To retire a model, select it and use the action "Retire selected models", which asks '
+    "for the reason published on /transparency."
+)
+
+
+def _was_active(form: forms.ModelForm[ArenaModel]) -> bool:
+    return bool(form.instance.pk) and bool(form.initial.get("is_active"))
+
+
+class ArenaModelAdminForm(forms.ModelForm[ArenaModel]):
+    """The model's form, with the reason for a change of standing (required to retire)."""
+
+    status_reason = forms.CharField(
+        label="Reason for this change",
+        required=False,
+        max_length=STATUS_REASON_MAX,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Required to retire the model (unticking Is active): published with the "
+        "date on /transparency. Optional when reactivating it or changing Is public.",
+    )
+
+    # No Meta: the admin builds it with the fields it shows.
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        retiring = _was_active(self) and cleaned.get("is_active") is False
+        if retiring and not str(cleaned.get("status_reason") or "").strip():
+            self.add_error("status_reason", RETIRE_WITHOUT_REASON)
+        return cleaned
+
+
+class ArenaModelListForm(forms.ModelForm[ArenaModel]):
+    """A row of the model list: reactivating or changing Is public there is recorded; retiring
+    is refused, since the row has no room for the reason."""
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if _was_active(self) and cleaned.get("is_active") is False:
+            self.add_error("is_active", RETIRE_FROM_THE_LIST)
+        return cleaned
+
+
+class RetireForm(forms.Form):
+    reason = forms.CharField(
+        label="Why are these models retired?",
+        max_length=STATUS_REASON_MAX,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text="Published with the date on /transparency, for each model retired.",
+        error_messages={"required": "Say why the models are retired."},
+    )
+
+
 @admin.register(ArenaModel)
 class ArenaModelAdmin(ArenaModelHealthMixin, admin.ModelAdmin[ArenaModel]):
+    form = ArenaModelAdminForm
+    readonly_fields = ["status_history"]
     # Fits a 1366 px screen beside the admin's sidebars: what the model is (names, upstream id)
     # and how its endpoint is doing (provider, breaker, last answers) each in one column of
     # stacked lines (static/css/admin_models.css).
@@ -254,7 +330,7 @@ class ArenaModelAdmin(ArenaModelHealthMixin, admin.ModelAdmin[ArenaModel]):
     list_editable = ["sampling_weight", "is_active", "is_public"]
     search_fields = ["slug", "display_name", "organization", "upstream_model_id"]
     prepopulated_fields = {"slug": ("display_name",)}
-    actions = ["deactivate"]
+    actions = ["retire"]
 
     class Media:
         css = {"all": ["css/admin_models.css"]}
@@ -266,12 +342,86 @@ class ArenaModelAdmin(ArenaModelHealthMixin, admin.ModelAdmin[ArenaModel]):
         extra = [factory(request) for factory in MODEL_LIST_COLUMNS.values()]
         return [*super().get_list_display(request), *extra]
 
-    @admin.action(description="Deactivate selected models (they keep their history)")
-    def deactivate(self, request: HttpRequest, queryset: Any) -> None:
-        models_deactivate(model_ids=list(queryset.values_list("id", flat=True)))
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        # The reason and the history right after the two checkboxes they are about.
+        standing = ["status_reason", "status_history"]
+        fields = [f for f in super().get_fields(request, obj) if f not in standing]
+        at = fields.index("is_public") + 1 if "is_public" in fields else len(fields)
+        return [*fields[:at], *standing, *fields[at:]]
+
+    @admin.display(description="History of standing (published on /transparency)")
+    def status_history(self, obj: ArenaModel) -> str:
+        changes = list(obj.status_changes.all()) if obj.pk else []
+        if not changes:
+            return "No change recorded."
+        return format_html(
+            "<ul>{}</ul>",
+            format_html_join(
+                "",
+                "<li>{}: {}{}{}</li>",
+                (
+                    (
+                        f"{c.at:%Y-%m-%d %H:%M} UTC",
+                        c.get_change_display(),
+                        f" by {c.by}" if c.by else "",
+                        f" ({c.reason})" if c.reason else "",
+                    )
+                    for c in changes
+                ),
+            ),
+        )
+
+    def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> Any:
+        return super().get_changelist_form(request, form=ArenaModelListForm, **kwargs)
+
+    def save_model(self, request: HttpRequest, obj: ArenaModel, form: Any, change: bool) -> None:
+        """The form's other fields as usual; a change of standing through its service, which
+        records it (a new model starts as it is: nothing came before it)."""
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        active, public = obj.is_active, obj.is_public
+        stored = ArenaModel.objects.filter(pk=obj.pk).values("is_active", "is_public").get()
+        obj.is_active, obj.is_public = stored["is_active"], stored["is_public"]
+        super().save_model(request, obj, form, change)
+        reason = str(form.cleaned_data.get("status_reason") or "")
+        by = request.user.get_username()
+        if public != obj.is_public:
+            model_visibility_set(model=obj, public=public, reason=reason, by=by)
+        if active and not obj.is_active:
+            model_reactivate(model=obj, reason=reason, by=by)
+        elif not active and obj.is_active:
+            model_retire(model=obj, reason=reason, by=by)
+
+    @admin.action(description="Retire selected models (asks why; published on /transparency)")
+    def retire(self, request: HttpRequest, queryset: Any) -> TemplateResponse | None:
+        form = RetireForm(request.POST if "apply" in request.POST else None)
+        if form.is_bound and form.is_valid():
+            by = request.user.get_username()
+            retired = [
+                m.slug
+                for m in queryset
+                if model_retire(model=m, reason=form.cleaned_data["reason"], by=by)
+            ]
+            self.message_user(
+                request,
+                f"{len(retired)} model(s) retired: {', '.join(retired) or 'none'} "
+                "(already retired ones are left as they were).",
+                messages.SUCCESS,
+            )
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Retire models",
+            "opts": self.model._meta,
+            "models": list(queryset),
+            "form": form,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "arena/admin/arenamodel_retire.html", context)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # A model with battles is deactivated, never deleted (the foreign keys also protect it).
+        # A model with battles is retired, never deleted (the foreign keys also protect it).
         if obj is not None and Battle.objects.filter(Q(model_a=obj) | Q(model_b=obj)).exists():
             return False
         return super().has_delete_permission(request, obj)

@@ -153,6 +153,46 @@ class ArenaModel(models.Model):
         return self.provider_id is not None and bool(self.upstream_model_id)
 
 
+#: Longest reason kept for a change of a model's standing (``ModelStatusChange.reason``).
+STATUS_REASON_MAX = 500
+
+
+class ModelStatusChange(models.Model):
+    """One change of a model's standing, kept for good: retired (taken out of new battles) or
+    reactivated, made public or made private.
+
+    Written only by ``arena.services.models`` (the admin, ``add_model --activate``), never
+    edited or deleted; the fairness ledger on /transparency publishes it, and reads from it
+    when a model was private, so that a variant tested privately and then withdrawn shows
+    with its private battles. A retirement always has a reason (the check below).
+    """
+
+    class Change(models.TextChoices):
+        RETIRED = "retired", "Retired"
+        REACTIVATED = "reactivated", "Reactivated"
+        PUBLISHED = "published", "Made public"
+        UNPUBLISHED = "unpublished", "Made private"
+
+    model = models.ForeignKey(ArenaModel, on_delete=models.PROTECT, related_name="status_changes")
+    change = models.CharField(max_length=20, choices=Change.choices)
+    reason = models.CharField(max_length=STATUS_REASON_MAX, blank=True)
+    # Who made it: a staff user's name, or the command (``add_model``).
+    by = models.CharField(max_length=150, blank=True)
+    at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(change="retired", reason=""),
+                name="modelstatuschange_retired_has_reason",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} {self.change} at {self.at:%Y-%m-%d}"
+
+
 # ``Prompt.source`` of the prompts visitors type in live battles (pool prompts name their pool).
 USER_PROMPT_SOURCE = "user"
 

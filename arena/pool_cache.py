@@ -13,8 +13,8 @@ valid while the generation token stored in the shared cache (Redis in production
   call ``generation_bump_now_and_after_commit``) a new environment generation, at once and again
   after the transaction commits (a process that read the old rows between the write and the
   commit reads them again);
-- a write that sends no signal (a queryset ``update()``, such as the admin's "deactivate"
-  action) is seen within ``MAX_AGE_SECONDS``: no copy is older;
+- a write that sends no signal (a queryset ``update()``) is seen within ``MAX_AGE_SECONDS``:
+  no copy is older;
 - while the shared cache is unreachable (or was flushed) the generation is new on every read, so
   every battle reads the database, as without this module.
 

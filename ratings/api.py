@@ -239,3 +239,88 @@ def leaderboard_csv(
     request: HttpRequest, category: Category = "", style: Style = ""
 ) -> HttpResponse:
     return views.leaderboard_csv(request)
+
+
+class LedgerModelOut(_Out):
+    slug: str
+    name: str
+    active: bool = Field(description="Drawn for new battles (false: retired).")
+    public: bool = Field(description="Shown on the leaderboard and in named mode.")
+    ever_public: bool = Field(description="Public now, or made public at some time.")
+    retired_unrecorded: bool = Field(
+        description="Retired before retirements were recorded: no date or reason kept."
+    )
+    release_date: str | None = Field(json_schema_extra={"format": "date"})
+    first_public: str | None = Field(
+        json_schema_extra={"format": "date-time"},
+        description="When a model tested privately was first made public.",
+    )
+    battles: int = Field(ge=0)
+    battles_recent: int = Field(ge=0, description="In the last window_days days.")
+    share: float | None = Field(
+        ge=0, le=1, description="Of the battle appearances (two a battle); null without any."
+    )
+    share_recent: float | None = Field(ge=0, le=1)
+    votes: int = Field(ge=0)
+    exported: int = Field(ge=0, description="Rows of the default vote export with the model.")
+    prerelease_battles: int = Field(
+        ge=0, description="Battles while private, or before its release date."
+    )
+    prerelease_votes: int = Field(ge=0)
+    equal_counted: bool = Field(
+        description="Counted in the equal share of all time (in a battle, or drawable)."
+    )
+    equal_counted_recent: bool = Field(
+        description="Counted in the equal share of the last window_days days."
+    )
+
+
+class LedgerEventOut(_Out):
+    slug: str
+    name: str
+    change: Literal["retired", "reactivated", "published", "unpublished"]
+    reason: str = Field(description="Staff's words; never empty for a retirement.")
+    at: str = Field(json_schema_extra={"format": "date-time"})
+
+
+class LedgerProviderOut(_Out):
+    name: str = Field(description="The models' organisation, else their endpoint's name.")
+    battles: int = Field(ge=0, description="Battles with at least one of its models.")
+    votes: int = Field(ge=0)
+    exported: int = Field(ge=0)
+    share: float | None = Field(ge=0, le=1)
+    share_recent: float | None = Field(ge=0, le=1)
+    equal_share: float | None = Field(ge=0, le=1)
+    equal_share_recent: float | None = Field(ge=0, le=1)
+    models: list[LedgerModelOut]
+    events: list[LedgerEventOut] = Field(description="Changes of standing, oldest first.")
+
+
+class LedgerOut(_Out):
+    counted_at: str = Field(
+        json_schema_extra={"format": "date-time"},
+        description="When the counts were made (with the latest snapshot); the events are "
+        "as recorded now.",
+    )
+    window_days: int = Field(ge=1)
+    battles: int = Field(ge=0)
+    battles_recent: int = Field(ge=0)
+    exported: int = Field(ge=0, description="Rows of the default vote export.")
+    equal_share: float | None = Field(ge=0, le=1)
+    equal_models: int = Field(ge=0)
+    equal_share_recent: float | None = Field(ge=0, le=1)
+    equal_models_recent: int = Field(ge=0)
+    providers: list[LedgerProviderOut]
+
+
+@router.get(
+    "/transparency/ledger.json",
+    response={200: LedgerOut},
+    summary="The fairness ledger of /transparency: per provider, testing before release, "
+    "sampling shares, votes, exported rows, retirements",
+    operation_id="transparencyLedgerJson",
+    url_name="transparency-ledger-json",
+    tags=["transparency"],
+)
+def transparency_ledger_json(request: HttpRequest) -> HttpResponse:
+    return views.transparency_ledger_json(request)

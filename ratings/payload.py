@@ -26,7 +26,8 @@ from ratings.engine import ModelRatingDict, RatingResultDict
 #    votes removed or flipped swap each adjacent rank of the top, verified by refitting.
 # 9: ``rank_worst`` (the rank spread is ``rank`` to ``rank_worst``) and ``tier`` (None for a
 #    preliminary model) on each rated row (``ratings.engine.ranks``).
-PAYLOAD_SCHEMA = 9
+# 10: ``ledger`` (the fairness ledger's counts, ``arena.ledger.ledger_counts_json``).
+PAYLOAD_SCHEMA = 10
 
 #: Why a model is listed as provisional in a snapshot: the engine's reasons, and ``few_votes``
 #: for a model in a view that has too few votes to rate anyone.
@@ -159,6 +160,9 @@ class SnapshotPayload(TypedDict):
     # Every model served, battles and votes by source, flags by reason, as the snapshot was
     # written (``arena.transparency.served_summary_json``). Schema 5; an older one lacks it.
     served: NotRequired[dict[str, Any]]
+    # The fairness ledger's counts as the snapshot was written (``arena.ledger``). Schema 10;
+    # an older one lacks it.
+    ledger: NotRequired[dict[str, Any]]
     # The sum of the ids of the ties reactions decided (RATINGS_COUNT_REACTIONS; else 0): part of
     # "the same votes" for the next refit. An older snapshot lacks it (read as 0).
     reaction_decided: NotRequired[int]

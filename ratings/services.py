@@ -69,6 +69,7 @@ import pandas as pd
 from django.conf import settings
 from django.db import connection, transaction
 
+from arena.ledger import ledger_counts, ledger_counts_json
 from arena.sampling.stats import sampling_stats_snapshot_id
 from arena.sampling.store import sampling_stats_store
 from arena.signals import after_commit
@@ -546,6 +547,7 @@ def snapshot_refresh(*, force: bool = False) -> SnapshotRefreshResult:
         payload["by_source"] = rated_votes_by_source()
         # What /transparency lists, counted once here rather than on every visit.
         payload["served"] = served_summary_json(models_served())
+        payload["ledger"] = ledger_counts_json(ledger_counts())
         snapshot = LeaderboardSnapshot.objects.create(
             vote_high_water=rated_high_water,
             n_votes=rated_votes,

@@ -16,26 +16,40 @@
   pair of the overall view's top (style control on, else off) and for the leader, the fewest
   votes found whose removal or flip swaps the pair, from the latest snapshot (an older
   snapshot without the audit shows none).
+- The fairness ledger (``arena.ledger``), per provider: models tested before their public
+  release with their private battles and votes, each model's share of the battle appearances
+  against an equal share (all time and the last 30 days), votes and rows of the default export,
+  and retirements with their dates and reasons.
 - Flagged votes by reason, the leaderboard's excluded votes (from the latest snapshot: named,
   flagged, repeated visitors' prompts past ``RATINGS_DUPLICATE_PROMPT_CAP``) and when
   snapshots are written (the beat schedule's sweep, the after-vote refresh, the latest one).
 
-The models served, the battles and votes by source and the flags by reason are the newest
-snapshot's (``payload["served"]``, counted by the rating task when it writes the snapshot), read
+The models served, the battles and votes by source, the flags by reason and the ledger's counts
+are the newest snapshot's (``payload["served"]``, ``payload["ledger"]``, counted by the rating
+task when it writes the snapshot), read
 once per snapshot into the cache (``ratings.page_cache``), so a visit does not count votes; a
 snapshot written before they were kept has them counted once and kept the same way, and before
 the first snapshot they are counted on each visit (when there are few votes to count). The
-sampling policy and the draw shares follow the models' current weights, read live.
+sampling policy and the draw shares follow the models' current weights, read live, and so do
+the ledger's changes of standing (a retirement shows at once).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from datetime import date, datetime
+from typing import Any, TypedDict
 
 from django.conf import settings
 
+from arena.ledger import (
+    Ledger,
+    ledger_counts,
+    ledger_counts_from_json,
+    ledger_counts_json,
+    ledger_view,
+)
 from arena.models import ArenaModel
 from arena.recognisability import ModelRecognisability
 from arena.sampling.stats import SamplingPolicy, pair_probabilities_now, sampling_policy
@@ -162,6 +176,7 @@ class Transparency:
     bridging: Bridging | None = None
     position: PositionFigures | None = None
     fragility: FragilityView | None = None
+    ledger: Ledger | None = None
     cohort_test: bool = False  # RATINGS_COHORT_TEST: bursts of new sources are held out
 
 
@@ -212,6 +227,7 @@ class _SnapshotFigures:
     """What the page reads of a snapshot, from one read of its payload, for the cache to keep."""
 
     served: dict[str, Any]  # the models served, as JSON
+    ledger: dict[str, Any]  # the fairness ledger's counts, as JSON
     excluded: ExcludedCounts | None
     fragility: FragilityView | None
     position: PositionFigures | None
@@ -220,8 +236,10 @@ class _SnapshotFigures:
 def _snapshot_figures(head: SnapshotHead) -> _SnapshotFigures:
     payload = snapshot_payload(snapshot_row(head))
     served = payload.get("served")
+    ledger = payload.get("ledger")
     return _SnapshotFigures(
         served=served if served is not None else served_summary_json(models_served()),
+        ledger=ledger if ledger is not None else ledger_counts_json(ledger_counts()),
         excluded=payload.get("excluded"),
         fragility=fragility_view(payload),
         position=position_figures(dict(payload)),
@@ -277,6 +295,21 @@ def fragility_view(payload: SnapshotPayload) -> FragilityView | None:
     )
 
 
+def _figures(head: SnapshotHead) -> _SnapshotFigures:
+    # The name changes with ``_SnapshotFigures``' fields: a kept copy of an older shape would
+    # be read back without them.
+    return snapshot_cached(head, "transparency-v2", (), lambda: _snapshot_figures(head))
+
+
+def transparency_ledger() -> Ledger:
+    """The fairness ledger alone (``/transparency/ledger.json``): the newest snapshot's counts
+    (counted now before the first snapshot) with the changes of standing recorded up to now."""
+    head = snapshot_head()
+    if head is None:
+        return ledger_view(ledger_counts())
+    return ledger_view(ledger_counts_from_json(_figures(head).ledger, counted_at=head.created_at))
+
+
 def transparency() -> Transparency:
     snapshot = snapshot_head()
     excluded = None
@@ -284,12 +317,14 @@ def transparency() -> Transparency:
     fragility = None
     if snapshot is None:
         served = models_served()
+        counts = ledger_counts()
     else:
         head = snapshot
-        figures = snapshot_cached(head, "transparency", (), lambda: _snapshot_figures(head))
+        figures = _figures(head)
         excluded, fragility, position = figures.excluded, figures.fragility, figures.position
         # Decoded on each visit (a few dozen rows): the labels follow the visitor's language.
         served = served_summary_from_json(figures.served)
+        counts = ledger_counts_from_json(figures.ledger, counted_at=head.created_at)
     draws, pairs, n_pairs = _draws()
     sweep = settings.CELERY_BEAT_SCHEDULE.get(SNAPSHOT_SWEEP, {})
     return Transparency(
@@ -307,5 +342,129 @@ def transparency() -> Transparency:
         bridging=bridging_now(),
         position=position,
         fragility=fragility,
+        ledger=ledger_view(counts),
         cohort_test=bool(settings.RATINGS_COHORT_TEST),
     )
+
+
+# --- The ledger as JSON (``/transparency/ledger.json``) ---------------------------------------
+
+
+class LedgerModelJson(TypedDict):
+    slug: str
+    name: str
+    active: bool
+    public: bool
+    ever_public: bool
+    retired_unrecorded: bool
+    release_date: str | None
+    first_public: str | None
+    battles: int
+    battles_recent: int
+    share: float | None
+    share_recent: float | None
+    votes: int
+    exported: int
+    prerelease_battles: int
+    prerelease_votes: int
+    equal_counted: bool
+    equal_counted_recent: bool
+
+
+class LedgerEventJson(TypedDict):
+    slug: str
+    name: str
+    change: str
+    reason: str
+    at: str
+
+
+class LedgerProviderJson(TypedDict):
+    name: str
+    battles: int
+    votes: int
+    exported: int
+    share: float | None
+    share_recent: float | None
+    equal_share: float | None
+    equal_share_recent: float | None
+    models: list[LedgerModelJson]
+    events: list[LedgerEventJson]
+
+
+class LedgerJson(TypedDict):
+    counted_at: str
+    window_days: int
+    battles: int
+    battles_recent: int
+    exported: int
+    equal_share: float | None
+    equal_models: int
+    equal_share_recent: float | None
+    equal_models_recent: int
+    providers: list[LedgerProviderJson]
+
+
+def _iso(value: date | datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def ledger_json(ledger: Ledger) -> LedgerJson:
+    """``ledger`` as the JSON download gives it (dates in ISO 8601, shares as fractions)."""
+    return {
+        "counted_at": ledger.counted_at.isoformat(),
+        "window_days": ledger.window_days,
+        "battles": ledger.battles,
+        "battles_recent": ledger.battles_recent,
+        "exported": ledger.exported,
+        "equal_share": ledger.equal_share,
+        "equal_models": ledger.equal_models,
+        "equal_share_recent": ledger.equal_share_recent,
+        "equal_models_recent": ledger.equal_models_recent,
+        "providers": [
+            {
+                "name": p.name,
+                "battles": p.battles,
+                "votes": p.votes,
+                "exported": p.exported,
+                "share": p.share,
+                "share_recent": p.share_recent,
+                "equal_share": p.equal_share,
+                "equal_share_recent": p.equal_share_recent,
+                "models": [
+                    {
+                        "slug": m.counts.slug,
+                        "name": m.counts.name,
+                        "active": m.active,
+                        "public": m.public,
+                        "ever_public": m.ever_public,
+                        "retired_unrecorded": m.retired_unrecorded,
+                        "release_date": _iso(m.counts.release_date),
+                        "first_public": _iso(m.counts.first_public),
+                        "battles": m.counts.battles,
+                        "battles_recent": m.counts.battles_recent,
+                        "share": m.share,
+                        "share_recent": m.share_recent,
+                        "votes": m.counts.votes,
+                        "exported": m.counts.exported,
+                        "prerelease_battles": m.counts.prerelease_battles,
+                        "prerelease_votes": m.counts.prerelease_votes,
+                        "equal_counted": m.equal_counted,
+                        "equal_counted_recent": m.equal_counted_recent,
+                    }
+                    for m in p.models
+                ],
+                "events": [
+                    {
+                        "slug": e.slug,
+                        "name": e.name,
+                        "change": e.change,
+                        "reason": e.reason,
+                        "at": e.at.isoformat(),
+                    }
+                    for e in p.events
+                ],
+            }
+            for p in ledger.providers
+        ],
+    }

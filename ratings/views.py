@@ -31,7 +31,7 @@ from ratings.model_pages import SERIES_TOP_MODELS, model_page, model_public, rat
 from ratings.models import LeaderboardSnapshot
 from ratings.page_cache import SnapshotHead, snapshot_cached, snapshot_head, snapshot_row
 from ratings.selectors import STYLE_OPTIONS, LeaderboardView, leaderboard_view, snapshot_payload
-from ratings.transparency import transparency
+from ratings.transparency import ledger_json, transparency, transparency_ledger
 
 RATED_FIELDS = (
     "rank",
@@ -263,6 +263,11 @@ def leaderboard_page(request: HttpRequest) -> HttpResponse:
 def transparency_page(request: HttpRequest) -> HttpResponse:
     """How the arena samples, every model it served, the votes it left out (the data, live)."""
     return render(request, "ratings/transparency.html", {"t": transparency()})
+
+
+def transparency_ledger_json(request: HttpRequest) -> HttpResponse:
+    """The fairness ledger of /transparency as JSON (``ratings.api`` routes it)."""
+    return JsonResponse(ledger_json(transparency_ledger()))
 
 
 @require_GET

@@ -16,6 +16,7 @@ ALLOWED = {
     "arena.sampling.store": "handing the active sampler its statistics (a write service)",
     "arena.sampling.stats": "the statistics' shape the sampler reads",
     "arena.transparency": "the arena's half of /transparency (counts of left-out votes)",
+    "arena.ledger": "the fairness ledger's counts on /transparency and in the snapshot",
     "arena.recognisability": "the pool's recognisability estimate shown on /transparency",
     "environment.models": "the runs and completions the reward model scores",
     "environment.rewards": "storing a group's refitted rewards (a write service)",

@@ -100,14 +100,14 @@ def test_every_api_the_site_serves_has_its_document_fuzzed():
     assert set(documents) == {DOCUMENT_URL, *test_schemathesis_env.DOCUMENT_URLS}
 
 
-def test_the_document_covers_every_api_endpoint_and_the_leaderboard_downloads(client):
+def test_the_document_covers_every_api_endpoint_and_the_downloads(client):
     # The environment API (/api/env/v1/) has its own document, fuzzed in
     # tests/test_schemathesis_env.py; the document does not list itself.
     routes = {
         route
         for route in _routes(get_resolver().url_patterns)
         if (route.startswith("/api/") and not route.startswith("/api/env/"))
-        or route.startswith("/leaderboard.")
+        or route.startswith(("/leaderboard.", "/transparency/ledger."))
     }
     document = client.get(DOCUMENT_URL).json()
     assert routes - {DOCUMENT_URL} == set(document["paths"])
@@ -128,6 +128,7 @@ def test_the_document_covers_every_api_endpoint_and_the_leaderboard_downloads(cl
         ("GET", "/api/exports/votes"),
         ("GET", "/leaderboard.json"),
         ("GET", "/leaderboard.csv"),
+        ("GET", "/transparency/ledger.json"),
     }
 
 

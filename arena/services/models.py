@@ -1,20 +1,27 @@
-"""Registering live models from the shell (the admin is the main way).
+"""Registering live models from the shell (the admin is the main way), and changing a model's
+standing: retiring it, reactivating it, making it public or private.
 
 An existing model is changed only when the caller says so (``update=True``), every change is
 reported as ``field: old -> new``, and a deactivated model stays deactivated unless
 ``activate=True``: staff who switched a model off are never overruled by a script.
+
+A model's standing changes only here (``model_retire``, ``model_reactivate``,
+``model_visibility_set``), and each change is kept as a ``ModelStatusChange`` with its time,
+who made it and why; a retirement needs a reason. The fairness ledger on /transparency
+publishes them, so no model leaves the arena, or comes back, silently.
 """
 
 from dataclasses import dataclass
+from datetime import datetime
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from arena.errors import ArenaError, ErrorCode
-from arena.models import ArenaModel, Provider, Vote
-from arena.pool_cache import generation_bump_now_and_after_commit
+from arena.models import STATUS_REASON_MAX, ArenaModel, ModelStatusChange, Provider, Vote
 
 
 @dataclass(frozen=True)
@@ -56,15 +63,100 @@ def _model_votes(*, model: ArenaModel) -> int:
     return Vote.objects.filter(Q(battle__model_a=model) | Q(battle__model_b=model)).count()
 
 
-def models_deactivate(*, model_ids: list[int]) -> int:
-    """Take models out of new battles (their battles and votes stay); returns how many changed.
+def _reason(reason: str) -> str:
+    text = " ".join(reason.split())
+    if len(text) > STATUS_REASON_MAX:
+        raise ArenaError(
+            ErrorCode.INVALID,
+            f"The reason is {len(text)} characters long; at most {STATUS_REASON_MAX}.",
+            field="reason",
+        )
+    return text
 
-    A queryset update sends no ``post_save``, so the per-process pool copies are told here, now
-    and again after commit, or a deactivated model could still be drawn until the copies expire.
+
+def _status_record(
+    *, model: ArenaModel, change: str, reason: str, by: str, at: datetime | None
+) -> ModelStatusChange:
+    return ModelStatusChange.objects.create(
+        model=model, change=change, reason=reason, by=by[:150], at=at or timezone.now()
+    )
+
+
+def _locked(model: ArenaModel) -> ArenaModel:
+    return ArenaModel.objects.select_for_update().get(pk=model.pk)
+
+
+def model_retire(
+    *, model: ArenaModel, reason: str, by: str = "", at: datetime | None = None
+) -> ModelStatusChange | None:
+    """Take ``model`` out of new battles (its battles and votes stay) and record when and why.
+
+    ``reason`` is required: it is published on /transparency. A model already retired is left
+    as it is and None is returned (nothing recorded twice). Saving the model starts a new
+    generation of the pool copies (``arena.pool_cache``), so it is not drawn again.
     """
-    changed = ArenaModel.objects.filter(id__in=model_ids, is_active=True).update(is_active=False)
-    generation_bump_now_and_after_commit("pool")
-    return changed
+    text = _reason(reason)
+    if not text:
+        raise ArenaError(
+            ErrorCode.INVALID,
+            "Say why the model is retired: the reason is published on /transparency.",
+            field="reason",
+        )
+    with transaction.atomic():
+        row = _locked(model)
+        if not row.is_active:
+            model.is_active = False
+            return None
+        row.is_active = False
+        row.save(update_fields=["is_active", "updated_at"])
+        model.is_active = False
+        return _status_record(
+            model=row, change=ModelStatusChange.Change.RETIRED, reason=text, by=by, at=at
+        )
+
+
+def model_reactivate(
+    *, model: ArenaModel, reason: str = "", by: str = "", at: datetime | None = None
+) -> ModelStatusChange | None:
+    """Serve a retired ``model`` again, recorded with the time and, if given, why.
+
+    A model that is active is left as it is and None is returned.
+    """
+    text = _reason(reason)
+    with transaction.atomic():
+        row = _locked(model)
+        if row.is_active:
+            model.is_active = True
+            return None
+        row.is_active = True
+        row.save(update_fields=["is_active", "updated_at"])
+        model.is_active = True
+        return _status_record(
+            model=row, change=ModelStatusChange.Change.REACTIVATED, reason=text, by=by, at=at
+        )
+
+
+def model_visibility_set(
+    *, model: ArenaModel, public: bool, reason: str = "", by: str = "", at: datetime | None = None
+) -> ModelStatusChange | None:
+    """Make ``model`` public (shown on the leaderboard, named) or private, and record it.
+
+    The record is how the ledger knows which of a model's battles were fought while it was
+    private. Nothing changes (None) when the model already is as asked.
+    """
+    text = _reason(reason)
+    with transaction.atomic():
+        row = _locked(model)
+        if row.is_public == public:
+            model.is_public = public
+            return None
+        row.is_public = public
+        row.save(update_fields=["is_public", "updated_at"])
+        model.is_public = public
+        change = (
+            ModelStatusChange.Change.PUBLISHED if public else ModelStatusChange.Change.UNPUBLISHED
+        )
+        return _status_record(model=row, change=change, reason=text, by=by, at=at)
 
 
 def model_register(
@@ -165,13 +257,15 @@ def model_register(
                 if not created:
                     changes.append(FieldChange(name, _shown(old), _shown(value)))
                 setattr(model, name, value)
-        if not model.is_active:
-            if activate:
-                changes.append(FieldChange("is_active", "False", "True"))
-                model.is_active = True
+        reactivate = not model.is_active and activate
+        if reactivate:
+            changes.append(FieldChange("is_active", "False", "True"))
         _validate(model)
         if created or changes:
             model.save()
+        if reactivate:
+            # Through the one service that records it (the ledger shows every reactivation).
+            model_reactivate(model=model, by="add_model --activate")
         became_live = not created and not was_live and model.is_live
         if became_live:
             notes.append(

@@ -122,7 +122,7 @@ def test_votes_and_battles_are_read_only_and_searchable(staff_client):
     )
 
 
-def test_model_with_battles_is_deactivated_not_deleted(staff_client):
+def test_model_with_battles_is_retired_not_deleted(staff_client):
     battle = BattleFactory()
     url = reverse("admin:arena_arenamodel_delete", args=[battle.model_a.id])
     assert staff_client.get(url).status_code == 403
@@ -133,7 +133,12 @@ def test_model_with_battles_is_deactivated_not_deleted(staff_client):
     )
     staff_client.post(
         reverse("admin:arena_arenamodel_changelist"),
-        {"action": "deactivate", "_selected_action": [battle.model_a.id]},
+        {
+            "action": "retire",
+            "_selected_action": [battle.model_a.id],
+            "apply": "Retire",
+            "reason": "Endpoint shut down",
+        },
     )
     battle.model_a.refresh_from_db()
     assert battle.model_a.is_active is False

@@ -21,7 +21,7 @@ from arena.live.breaker import (
 from arena.live.draw import draw_pair, named_pair
 from arena.live.turns import battle_start_live
 from arena.models import ArenaModel, Battle, LiveLimits, Provider
-from arena.services.models import models_deactivate
+from arena.services.models import model_retire
 from arena.tests.factories import ArenaModelFactory, ProviderFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("upstream_clients")]
@@ -62,7 +62,7 @@ def test_a_start_reads_the_models_and_limits_once_until_something_changes(
 def test_a_model_deactivated_is_not_drawn_by_the_next_start():
     models = live(3)
     assert drawn() == {m.pk for m in models}
-    models_deactivate(model_ids=[models[0].pk])  # the admin's action: a queryset update
+    model_retire(model=models[0], reason="Endpoint shut down")  # the admin's action
     assert drawn() == {models[1].pk, models[2].pk}
     models[1].is_active = False
     models[1].save()

@@ -14,7 +14,7 @@ from arena import pool_cache
 from arena.cache import counters_take
 from arena.models import ArenaModel, Battle, Completion, Vote
 from arena.services.battles import battle_start_pool
-from arena.services.models import models_deactivate
+from arena.services.models import model_retire
 from arena.tests.factories import ArenaModelFactory, CompletionFactory, pool_of
 from arena.tests.redis_server import own_redis  # noqa: F401  (fixture)
 
@@ -99,11 +99,11 @@ def test_a_model_deactivated_in_this_process_is_not_drawn_next(db):
     assert drawn_models() == {models[1].pk, models[2].pk}
 
 
-def test_a_model_deactivated_by_the_admin_action_is_not_drawn_next(db):
-    """The admin's bulk action updates without signals; the service tells the copies itself."""
+def test_a_model_retired_by_the_admin_action_is_not_drawn_next(db):
+    """The admin's action retires through the service, whose save tells the copies."""
     models, _ = pool_of(n_models=4, n_prompts=2)
     assert drawn_models() == {m.pk for m in models}
-    assert models_deactivate(model_ids=[models[0].pk]) == 1
+    assert model_retire(model=models[0], reason="Endpoint shut down") is not None
     assert drawn_models() == {models[1].pk, models[2].pk, models[3].pk}
 
 
