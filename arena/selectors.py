@@ -34,7 +34,7 @@ from django.db.models import (
     Window,
 )
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Coalesce, Length, RowNumber
+from django.db.models.functions import Coalesce, Concat, Length, RowNumber
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext
@@ -488,18 +488,30 @@ def votes_for_rating(
     )
 
 
-def votes_for_cohorts(*, reason: str) -> list[tuple[Any, ...]]:
+def votes_for_cohorts(*, reason: str) -> QuerySet[Any, Any]:
     """The votes the leaderboard's burst test reads (``ratings.cohorts``), in vote-id order:
     those ``votes_for_rating`` starts from (anonymous, never an environment battle's) that are
     unflagged or flagged for ``reason`` alone, so that the test can lift its own flag.
 
-    Rows: ``(id, model A slug, model B slug, winner, created_at, source, flagged, imported)``; a
-    vote's source is its address hash, or its session where no address was kept
-    (``_source_capped_votes``); ``imported``: the battle came from history the operator imported
-    (the demo's expert votes), not from a visitor.
+    Rows: ``(id, battle__model_a__slug, battle__model_b__slug, winner, created_at,
+    cohort_source, flagged, imported)``, the names the reader asks ``values_list`` for (it reads
+    them as columns); a vote's source is its address hash, or ``session:<voter id>`` where no
+    address was kept (``_source_capped_votes``); ``imported``: the battle came from history the
+    operator imported (the demo's expert votes), not from a visitor.
     """
-    rows = (
+    return (
         _votes_rated(anonymous_only=True, include_flagged=True)
+        .filter(Q(flagged=False) | Q(flags=[reason]))
+        .annotate(
+            cohort_source=Case(
+                When(ip_hash="", then=Concat(Value("session:"), F("voter_id"))),
+                default=F("ip_hash"),
+                output_field=CharField(),
+            ),
+            imported=ExpressionWrapper(
+                Q(battle__source=Battle.Source.IMPORT), output_field=BooleanField()
+            ),
+        )
         .order_by("id")
         .values_list(
             "id",
@@ -507,22 +519,11 @@ def votes_for_cohorts(*, reason: str) -> list[tuple[Any, ...]]:
             "battle__model_b__slug",
             "winner",
             "created_at",
-            "ip_hash",
-            "voter_id",
+            "cohort_source",
             "flagged",
-            "flags",
-            "battle__source",
+            "imported",
         )
     )
-    out: list[tuple[Any, ...]] = []
-    for pk, a, b, winner, created, ip_hash, voter_id, flagged, flags, source in rows.iterator(
-        chunk_size=20_000
-    ):
-        if flagged and list(flags or []) != [reason]:
-            continue
-        source_key = ip_hash or f"session:{voter_id}"
-        out.append((pk, a, b, winner, created, source_key, flagged, source == Battle.Source.IMPORT))
-    return out
 
 
 def _tie_decided_by_reactions() -> Case:
