@@ -42,10 +42,37 @@ class AnomalyResult:
     voters: pd.DataFrame
 
 
-def _outcomes(model_a: pd.Series, model_b: pd.Series, winner: pd.Series) -> np.ndarray:
-    swapped = (model_a > model_b).to_numpy()
-    a_wins = (winner == "model_a").to_numpy()
-    b_wins = (winner == "model_b").to_numpy()
+def _codes(*columns: pd.Series) -> tuple[list[np.ndarray], np.ndarray]:
+    """Integer codes of the columns' values read as text (``astype(str)``), over one vocabulary
+    of distinct texts sorted as Python sorts strings, so that codes compare as the texts do;
+    and that vocabulary. A categorical column is read through its categories, with no string
+    per row: the trust computations pass 1M votes as categoricals."""
+    vocabularies, local = [], []
+    for column in columns:
+        if isinstance(column.dtype, pd.CategoricalDtype) and not column.isna().any():
+            codes = np.asarray(column.cat.codes, dtype=np.int64)
+            words = [str(c) for c in column.cat.categories]
+        else:
+            codes, uniques = pd.factorize(column.astype(str), use_na_sentinel=False)
+            codes = np.asarray(codes, dtype=np.int64)
+            words = [str(u) for u in uniques]
+        local.append(codes)
+        vocabularies.append(np.array(words, dtype=object))
+    every = np.concatenate([np.empty(0, dtype=object), *vocabularies])
+    vocabulary, inverse = np.unique(every, return_inverse=True)
+    out, start = [], 0
+    for codes, words_ in zip(local, vocabularies, strict=True):
+        out.append(np.asarray(inverse[start : start + len(words_)], dtype=np.int64)[codes])
+        start += len(words_)
+    return out, np.asarray(vocabulary, dtype=object)
+
+
+def _outcomes(swapped: np.ndarray, winner: pd.Series) -> np.ndarray:
+    """Each vote's outcome code from the pair's side (``swapped``: model A's name sorts after
+    model B's)."""
+    (code,), words = _codes(winner)
+    a_wins = (words == "model_a")[code]
+    b_wins = (words == "model_b")[code]
     outcome = np.full(len(winner), TIE, dtype=np.int64)
     outcome[a_wins] = np.where(swapped[a_wins], SECOND_WINS, FIRST_WINS)
     outcome[b_wins] = np.where(swapped[b_wins], FIRST_WINS, SECOND_WINS)
@@ -60,29 +87,34 @@ def vote_p_values(votes: pd.DataFrame) -> np.ndarray:
     """
     if votes.empty:
         return np.empty(0)
-    model_a = votes["model_a"].astype(str)
-    model_b = votes["model_b"].astype(str)
-    first = np.where(model_a <= model_b, model_a, model_b)
-    second = np.where(model_a <= model_b, model_b, model_a)
-    outcome = _outcomes(model_a, model_b, votes["winner"].astype(str))
-    pair_code = pd.factorize(pd.Series(first) + "\x00" + pd.Series(second))[0]
-    voter_code = pd.factorize(votes["voter"].astype(str))[0]
+    (model_a, model_b), models = _codes(votes["model_a"], votes["model_b"])
+    first, second = np.minimum(model_a, model_b), np.maximum(model_a, model_b)
+    outcome = _outcomes(model_a > model_b, votes["winner"])
+    pair_code = np.unique(first * len(models) + second, return_inverse=True)[1].reshape(-1)
+    (voter_code,), _ = _codes(votes["voter"])
     n_pairs = int(pair_code.max()) + 1
-    one_hot = np.zeros((len(votes), _OUTCOMES))
-    one_hot[np.arange(len(votes)), outcome] = 1.0
     # Counts per pair, and per (voter, pair): the leave-one-voter-out counts are the difference.
-    per_pair = np.zeros((n_pairs, _OUTCOMES))
-    np.add.at(per_pair, pair_code, one_hot)
-    voter_pair = voter_code.astype(np.int64) * n_pairs + pair_code
+    per_pair = _outcome_counts(pair_code, outcome, n_pairs)
+    voter_pair = voter_code * n_pairs + pair_code
     key, inverse = np.unique(voter_pair, return_inverse=True)
-    per_voter_pair = np.zeros((len(key), _OUTCOMES))
-    np.add.at(per_voter_pair, inverse, one_hot)
-    others = per_pair[pair_code] - per_voter_pair[inverse] + 1.0  # add-one prior
-    rates = others / others.sum(axis=1, keepdims=True)
+    per_voter_pair = _outcome_counts(inverse.reshape(-1), outcome, len(key))
+    # In place: (n, 3) floats per step at 1M votes.
+    rates = per_pair[pair_code]
+    rates -= per_voter_pair[inverse]
+    rates += 1.0  # add-one prior
+    rates /= rates.sum(axis=1, keepdims=True)
     observed = rates[np.arange(len(votes)), outcome]
     at_most = rates <= observed[:, None] * (1 + _RATE_TOLERANCE)
     p_values: np.ndarray = np.minimum((rates * at_most).sum(axis=1), 1.0)
     return p_values
+
+
+def _outcome_counts(group: np.ndarray, outcome: np.ndarray, n_groups: int) -> np.ndarray:
+    """(n_groups, 3): each group's votes of each outcome."""
+    return np.stack(
+        [np.bincount(group, weights=outcome == k, minlength=n_groups) for k in range(_OUTCOMES)],
+        axis=1,
+    )
 
 
 def fisher_log_sf(statistic: np.ndarray, n_votes: np.ndarray) -> np.ndarray:
@@ -111,11 +143,14 @@ def voters_anomaly(votes: pd.DataFrame, *, min_votes: int = 10) -> AnomalyResult
         return AnomalyResult(votes=per_vote, voters=empty)
     # p > 0 always (the prior gives every outcome a positive rate), so the log is finite.
     log_p = np.log(np.clip(per_vote["p_value"].to_numpy(), np.finfo(float).tiny, 1.0))
-    grouped = pd.DataFrame({"voter": per_vote["voter"], "log_p": log_p}).groupby(
-        "voter", sort=True
-    )["log_p"]
-    voters = pd.DataFrame({"n_votes": grouped.size(), "statistic": -2.0 * grouped.sum()})
-    voters = voters.reset_index()
+    # Per voter, in the voters' text order.
+    (code,), names = _codes(votes["voter"])
+    n_votes = np.bincount(code, minlength=len(names))
+    total = np.bincount(code, weights=log_p, minlength=len(names))
+    seen = n_votes > 0
+    voters = pd.DataFrame(
+        {"voter": names[seen], "n_votes": n_votes[seen], "statistic": -2.0 * total[seen]}
+    )
     enough = voters["n_votes"].to_numpy() >= min_votes
     combined = np.full(len(voters), np.nan)
     combined[enough] = np.exp(
@@ -168,8 +203,9 @@ def model_expectations(
 ) -> Expectations:
     """``p_a`` and ``design`` for the votes (see the section's text); ``style`` (k, n) holds the
     z-scored style differences (NaN where a vote has none: counted as 0), ``coefficients`` (k,)."""
-    theta_a = model_a.astype(str).map(logits).to_numpy(dtype=float)
-    theta_b = model_b.astype(str).map(logits).to_numpy(dtype=float)
+    (code_a, code_b), names = _codes(model_a, model_b)
+    theta = np.array([logits.get(name, np.nan) for name in names], dtype=float)
+    theta_a, theta_b = theta[code_a], theta[code_b]
     eta = theta_a - theta_b
     z = np.zeros((0, len(eta)))
     if style is not None and coefficients is not None and len(coefficients):
@@ -180,8 +216,10 @@ def model_expectations(
 
 
 def _scores(winner: pd.Series) -> np.ndarray:
-    scores: np.ndarray = winner.astype(str).map(OUTCOME_SCORES).to_numpy(dtype=float)
-    return scores
+    (code,), words = _codes(winner)
+    scores = np.array([OUTCOME_SCORES.get(w, np.nan) for w in words], dtype=float)
+    per_vote: np.ndarray = scores[code]
+    return per_vote
 
 
 #: A vote's score from model A's side; ties of either kind are half a win (as in the fit).
@@ -219,20 +257,30 @@ def voter_model_test(
     known = np.isfinite(p)
     y = _scores(votes["winner"])
     known &= np.isfinite(y)
-    voter = votes["voter"].astype(str).to_numpy()[known]
-    sides = [
-        votes["model_a"].astype(str).to_numpy()[known],
-        votes["model_b"].astype(str).to_numpy()[known],
-    ]
+    (voter_code,), voter_names = _codes(votes["voter"])
+    (code_a, code_b), model_names = _codes(votes["model_a"], votes["model_b"])
+    # Each vote is two cells, (voter, model A) and (voter, model B): the second half of each
+    # array is the votes seen from side B.
     pk, yk = p[known], y[known]
-    cell_voter = np.concatenate([voter, voter])
-    cell_model = np.concatenate(sides)
     prob = np.clip(np.concatenate([pk, 1.0 - pk]), 1e-12, 1.0 - 1e-12)
     score = np.concatenate([yk, 1.0 - yk])
-    codes, uniques = pd.factorize(pd.Series(cell_voter) + "\x00" + pd.Series(cell_model))
-    n_cells = len(uniques)
-    n = np.bincount(codes, minlength=n_cells)
-    v = np.bincount(codes, weights=prob * (1.0 - prob), minlength=n_cells)
+    width = max(len(model_names), 1)
+    voter = voter_code[known] * width
+    key, every, n = np.unique(
+        np.concatenate([voter + code_a[known], voter + code_b[known]]),
+        return_inverse=True,
+        return_counts=True,
+    )
+    every = every.reshape(-1)
+    del voter, voter_code, code_a, code_b, pk, yk
+    v = np.bincount(every, weights=prob * (1.0 - prob), minlength=len(key))
+    # Only the cells with enough battles are reported: the likelihood ratio is computed for
+    # them alone (each cell's fit is its own).
+    kept = (n >= min_votes) & (v > 0)
+    rows = kept[every]
+    codes = (np.cumsum(kept) - 1)[every[rows]]
+    n_cells = int(kept.sum())
+    prob, score = prob[rows], score[rows]
     eta = np.log(prob) - np.log1p(-prob)
     # Newton's method on each cell's concave one-parameter likelihood, until every step is
     # below 1e-10 logits (or 60 steps; a record of only wins walks to the +-30 bound).
@@ -250,13 +298,16 @@ def voter_model_test(
     q_not = np.clip(1.0 / (1.0 + np.exp(eta + delta[codes])), 1e-300, 1.0)
     terms = score * (np.log(q) - np.log(prob)) + (1.0 - score) * (np.log(q_not) - np.log1p(-prob))
     lr = np.maximum(2.0 * np.bincount(codes, weights=terms, minlength=n_cells), 0.0)
-    s = delta
-    first = np.zeros(n_cells, dtype=np.int64)
-    first[codes[::-1]] = np.arange(len(codes))[::-1]
     cells = pd.DataFrame(
-        {"voter": cell_voter[first], "model": cell_model[first], "n": n, "s": s, "v": v, "lr": lr}
+        {
+            "voter": voter_names[key[kept] // width],
+            "model": model_names[key[kept] % width],
+            "n": n[kept],
+            "s": delta,
+            "v": v[kept],
+            "lr": lr,
+        }
     )
-    cells = cells[(cells["n"] >= min_votes) & (cells["v"] > 0)].copy()
     columns = ["voter", "n_models", "model", "z", "p_value"]
     if cells.empty:
         return pd.DataFrame(
@@ -302,11 +353,10 @@ def voter_fit_test(
     p = expectations.p_a
     y = _scores(votes["winner"])
     known = np.isfinite(p) & np.isfinite(y)
-    x = expectations.design[:, known].T  # (n, d)
-    r = (y - p)[known]
-    w = (p * (1.0 - p))[known]
-    codes, uniques = pd.factorize(votes["voter"].astype(str).to_numpy()[known])
-    n_voters, d = len(uniques), x.shape[1]
+    (voter_code,), voter_names = _codes(votes["voter"])
+    # Voters in the order of their first vote between rated models.
+    codes, uniques = pd.factorize(voter_code[known])
+    n_voters = len(uniques)
     columns = ["voter", "n_votes", "statistic", "df", "p_value"]
     counts = np.bincount(codes, minlength=n_voters)
     enough = counts >= min_votes
@@ -314,11 +364,22 @@ def voter_fit_test(
         return pd.DataFrame(
             {c: pd.Series(dtype=object if c == "voter" else float) for c in columns}
         )
-    score = np.zeros((n_voters, d))
-    np.add.at(score, codes, x * r[:, None])
-    information = np.zeros((n_voters, d, d))
-    np.add.at(information, codes, w[:, None, None] * x[:, :, None] * x[:, None, :])
-    score, information = score[enough], information[enough]
+    # The sums over the votes of the voters with enough of them, one bincount per entry.
+    rows = np.flatnonzero(known)[enough[codes]]
+    group = (np.cumsum(enough) - 1)[codes[enough[codes]]]
+    n_tested = int(enough.sum())
+    x = expectations.design[:, rows].T  # (n, d)
+    r = (y - p)[rows]
+    w = (p * (1.0 - p))[rows]
+    d = x.shape[1]
+    score = np.stack(
+        [np.bincount(group, weights=x[:, i] * r, minlength=n_tested) for i in range(d)], axis=1
+    )
+    information = np.empty((n_tested, d, d))
+    for i in range(d):
+        wx = w * x[:, i]
+        for j in range(d):
+            information[:, i, j] = np.bincount(group, weights=wx * x[:, j], minlength=n_tested)
     # Scale-free rank: an element a voter's battles never vary in adds no degree of freedom.
     scale = np.sqrt(np.maximum(np.einsum("vii->vi", information), 0.0))
     scale[scale == 0] = 1.0
@@ -330,7 +391,7 @@ def voter_fit_test(
     p_value = np.where(df > 0, chi2.sf(statistic, np.maximum(df, 1)), 1.0)
     return pd.DataFrame(
         {
-            "voter": np.asarray(uniques)[enough],
+            "voter": voter_names[np.asarray(uniques)[enough]],
             "n_votes": counts[enough],
             "statistic": statistic,
             "df": df,
@@ -501,8 +562,9 @@ def held_out_expectations(
     votes (see the section's text). ``votes``: ``voter``, ``model_a``, ``model_b``, ``winner``
     in the rows' order. ``fit_rows`` marks the rows the expectations' fit was made from (all by
     default): the information is theirs, and a voter with a row outside them is left as it is
-    (its votes are not all in the fit to be taken out). Costs one solve of at most
-    (models x models) per tested voter.
+    (its votes are not all in the fit to be taken out). Costs one (models x models)
+    pseudo-inverse per tested voter, computed for blocks of voters at once
+    (``_held_out_steps``): its time grows as the tested voters times M^3 for M models.
     """
     p = np.asarray(expectations.p_a, dtype=float)
     y = _scores(votes["winner"])
@@ -510,22 +572,17 @@ def held_out_expectations(
     if not known.any():
         return expectations
     rows = np.flatnonzero(known)
-    codes, _ = pd.factorize(votes["voter"].astype(str).to_numpy()[rows])
+    (voter_code,), _ = _codes(votes["voter"])
+    codes, _ = pd.factorize(voter_code[rows])
     counts = np.bincount(codes)
     in_fit = np.ones(len(rows), dtype=bool) if fit_rows is None else np.asarray(fit_rows)[rows]
     outside = np.bincount(codes, weights=~in_fit, minlength=len(counts))
     tested = np.flatnonzero((counts >= min_votes) & (outside == 0))
     if not len(tested):
         return expectations
-    _, idx = np.unique(
-        np.concatenate(
-            [
-                votes["model_a"].astype(str).to_numpy()[rows],
-                votes["model_b"].astype(str).to_numpy()[rows],
-            ]
-        ),
-        return_inverse=True,
-    )
+    (code_a, code_b), _ = _codes(votes["model_a"], votes["model_b"])
+    _, idx = np.unique(np.concatenate([code_a[rows], code_b[rows]]), return_inverse=True)
+    idx = idx.reshape(-1)
     a, b = idx[: len(rows)], idx[len(rows) :]
     m = int(idx.max()) + 1
     pk = p[rows]
@@ -538,29 +595,75 @@ def held_out_expectations(
     np.add.at(information, (b, b), wf)
     np.add.at(information, (a, b), -wf)
     np.add.at(information, (b, a), -wf)
-    order = np.argsort(codes, kind="stable")
-    bounds = np.concatenate([[0], np.cumsum(counts)])
+    # The tested groups' rows, group after group; each block of groups is solved at once.
+    position = np.full(len(counts), -1, dtype=np.int64)
+    position[tested] = np.arange(len(tested))
+    group = position[codes]
+    mine = np.flatnonzero(group >= 0)
+    mine = mine[np.argsort(group[mine], kind="stable")]
+    bounds = np.searchsorted(group[mine], np.arange(0, len(tested) + 1))
+    block = max(1, _HELD_OUT_BLOCK // (m * m))
     eta = expectations.design[0].astype(float).copy()
-    for g in tested:
-        mine = order[bounds[g] : bounds[g + 1]]
-        am, bm, wm = a[mine], b[mine], w[mine]
-        remaining = information.copy()
-        np.add.at(remaining, (am, am), -wm)
-        np.add.at(remaining, (bm, bm), -wm)
-        np.add.at(remaining, (am, bm), wm)
-        np.add.at(remaining, (bm, am), wm)
-        score = np.bincount(am, r[mine], minlength=m) - np.bincount(bm, r[mine], minlength=m)
-        free = np.flatnonzero(np.diag(remaining) >= HELD_OUT_MIN_INFORMATION)
-        if len(free) < 2:
-            continue
-        ref = free[np.argmax(np.diag(remaining)[free])]
-        free = free[free != ref]
-        step = np.zeros(m)
-        sub = remaining[np.ix_(free, free)]
-        step[free] = np.linalg.lstsq(sub, score[free], rcond=1e-8)[0]
-        eta[rows[mine]] -= step[am] - step[bm]
+    for lo in range(0, len(tested), block):
+        hi = min(lo + block, len(tested))
+        these = mine[bounds[lo] : bounds[hi]]
+        step = _held_out_steps(
+            information, group[these] - lo, a[these], b[these], w[these], r[these], hi - lo
+        )
+        local = group[these] - lo
+        eta[rows[these]] -= step[local, a[these]] - step[local, b[these]]
     p_new = p.copy()
     p_new[rows] = 1.0 / (1.0 + np.exp(-eta[rows]))
     design = expectations.design.copy()
     design[0] = eta
     return Expectations(p_a=p_new, design=design)
+
+
+#: Entries of the (groups x models x models) stack ``held_out_expectations`` solves at once.
+_HELD_OUT_BLOCK = 500_000
+
+
+def _held_out_steps(
+    information: np.ndarray,
+    group: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    w: np.ndarray,
+    r: np.ndarray,
+    n_groups: int,
+) -> np.ndarray:
+    """(n_groups, m): each group's step ``(H - H_u)^-1 g_u`` in the models the other votes
+    inform (``HELD_OUT_MIN_INFORMATION``), one of them (the most informed) the reference held
+    at 0, every other model 0; all zero for a group with fewer than two informed models.
+
+    The least-squares solution of that system with singular values below 1e-8 of the largest
+    cut (``lstsq``'s), for every group at once: each group's system is embedded in an m x m
+    matrix whose other diagonal entries are its largest diagonal entry (never above its
+    largest eigenvalue, so the cut is unchanged) and whose other right-hand entries are 0,
+    and solved through its pseudo-inverse, computed for the whole stack."""
+    m = information.shape[0]
+    own = np.zeros(n_groups * m * m)
+    for rows_at, cols_at, sign in ((a, a, 1.0), (b, b, 1.0), (a, b, -1.0), (b, a, -1.0)):
+        own += sign * np.bincount(
+            (group * m + rows_at) * m + cols_at, weights=w, minlength=n_groups * m * m
+        )
+    remaining = information[None, :, :] - own.reshape(n_groups, m, m)
+    score = np.bincount(group * m + a, weights=r, minlength=n_groups * m) - np.bincount(
+        group * m + b, weights=r, minlength=n_groups * m
+    )
+    score = score.reshape(n_groups, m)
+    diagonal = np.einsum("gii->gi", remaining)
+    informed = diagonal >= HELD_OUT_MIN_INFORMATION
+    solvable = informed.sum(axis=1) >= 2
+    reference = np.where(informed, diagonal, -np.inf).argmax(axis=1)
+    free = informed.copy()
+    free[np.arange(n_groups), reference] = False
+    free &= solvable[:, None]
+    system = remaining * free[:, :, None] * free[:, None, :]
+    padding = np.where(free, diagonal, -np.inf).max(axis=1, initial=1.0)
+    system[:, np.arange(m), np.arange(m)] += np.where(free, 0.0, padding[:, None])
+    rhs = np.where(free, score, 0.0)
+    step: np.ndarray = np.einsum(
+        "gij,gj->gi", np.linalg.pinv(system, rcond=1e-8, hermitian=True), rhs
+    )
+    return np.where(free, step, 0.0)
