@@ -31,6 +31,7 @@ from arena.selectors import votes_for_anomaly
 from arena.services.flags import ANOMALOUS_VOTER, voters_flag
 from ratings.engine.anomaly import (
     AnomalyResult,
+    Expectations,
     expectations_filled,
     fitted_expectations,
     held_out_expectations,
@@ -130,15 +131,26 @@ def _tested(
     *,
     min_votes: int,
     fit_rows: Any = None,
+    only: set[str] | None = None,
 ) -> pd.DataFrame:
-    """The three tests of every voter of ``frame``: ``crowd`` (``voters_anomaly`` of ``frame``,
-    which needs no fit), and the two model-based ones against the fit ``expectations`` come from
-    (made from the rows ``fit_rows`` marks; all by default): a voter whose votes are all in
-    it is judged without them (``held_out_expectations``), the others as the fit stands."""
-    judged = held_out_expectations(frame, expectations, min_votes=min_votes, fit_rows=fit_rows)
+    """The three tests of every voter of ``frame`` (of the voters ``only`` names, if given):
+    ``crowd`` (``voters_anomaly`` of ``frame``, which needs no fit), and the two model-based
+    ones against the fit ``expectations`` come from (made from the rows ``fit_rows`` marks; all
+    by default): a voter whose votes are all in it is judged without them
+    (``held_out_expectations``), the others as the fit stands."""
+    judged = held_out_expectations(
+        frame, expectations, min_votes=min_votes, fit_rows=fit_rows, only=only
+    )
+    voters = crowd.voters
+    if only is not None:
+        # Both model-based tests read each voter's own votes alone: the others' are left out.
+        rows = frame["voter"].isin(only).to_numpy()
+        frame = frame[rows]
+        judged = Expectations(p_a=judged.p_a[rows], design=judged.design[:, rows])
+        voters = voters[voters["voter"].isin(only)]
     model = voter_model_test(frame, judged, min_votes=min_votes)
     fit = voter_fit_test(frame, judged, min_votes=min_votes)
-    return voters_combined(crowd.voters, model, fit)
+    return voters_combined(voters, model, fit)
 
 
 def voters_flag_run(
@@ -165,6 +177,7 @@ def voters_flag_run(
         )
     )
     members = source.groupby(source).groups if len(source) else {}
+    labels = set(source)
     # Several sessions (from several addresses) that each favour the same model pull its
     # fitted rating up together, so that each one, held out alone, still looks as predicted.
     # So the voters and sources the voter x model test finds at all suspicious (p below
@@ -180,9 +193,13 @@ def voters_flag_run(
         by_source = combined.iloc[0:0]
         if by_source_crowd is not None:
             by_source = _tested(
-                grouped, by_source_crowd, expectations, min_votes=min_votes, fit_rows=fit_rows
+                grouped,
+                by_source_crowd,
+                expectations,
+                min_votes=min_votes,
+                fit_rows=fit_rows,
+                only=labels,
             )
-            by_source = by_source[by_source["voter"].isin(set(source))]
         found = set(combined.loc[combined["p_model"] < SUSPECT_P, "voter"])
         for label in by_source.loc[by_source["p_model"] < SUSPECT_P, "voter"]:
             found |= set(members[label])

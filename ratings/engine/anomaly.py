@@ -21,6 +21,7 @@ A voter with fewer than ``min_votes`` tested votes gets no combined p-value (too
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -556,13 +557,16 @@ def held_out_expectations(
     *,
     min_votes: int = 10,
     fit_rows: np.ndarray | None = None,
+    only: Collection[str] | None = None,
 ) -> Expectations:
     """``expectations`` with each vote of a voter holding at least ``min_votes`` votes between
     rated models replaced by its expectation under the models' ratings without that voter's
     votes (see the section's text). ``votes``: ``voter``, ``model_a``, ``model_b``, ``winner``
     in the rows' order. ``fit_rows`` marks the rows the expectations' fit was made from (all by
     default): the information is theirs, and a voter with a row outside them is left as it is
-    (its votes are not all in the fit to be taken out). Costs one (models x models)
+    (its votes are not all in the fit to be taken out). ``only``: the voters judged this way
+    (all by default); every row informs the others' held-out ratings whatever ``only`` says.
+    Costs one (models x models)
     pseudo-inverse per tested voter, computed for blocks of voters at once
     (``_held_out_steps``): its time grows as the tested voters times M^3 for M models.
     """
@@ -572,12 +576,15 @@ def held_out_expectations(
     if not known.any():
         return expectations
     rows = np.flatnonzero(known)
-    (voter_code,), _ = _codes(votes["voter"])
-    codes, _ = pd.factorize(voter_code[rows])
+    (voter_code,), voter_names = _codes(votes["voter"])
+    codes, uniques = pd.factorize(voter_code[rows])
     counts = np.bincount(codes)
     in_fit = np.ones(len(rows), dtype=bool) if fit_rows is None else np.asarray(fit_rows)[rows]
     outside = np.bincount(codes, weights=~in_fit, minlength=len(counts))
-    tested = np.flatnonzero((counts >= min_votes) & (outside == 0))
+    judged = (counts >= min_votes) & (outside == 0)
+    if only is not None:
+        judged &= np.isin(voter_names[uniques], np.array(list(only), dtype=object))
+    tested = np.flatnonzero(judged)
     if not len(tested):
         return expectations
     (code_a, code_b), _ = _codes(votes["model_a"], votes["model_b"])
