@@ -21,7 +21,7 @@ A voter with fewer than ``min_votes`` tested votes gets no combined p-value (too
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -566,9 +566,9 @@ def held_out_expectations(
     default): the information is theirs, and a voter with a row outside them is left as it is
     (its votes are not all in the fit to be taken out). ``only``: the voters judged this way
     (all by default); every row informs the others' held-out ratings whatever ``only`` says.
-    Costs one (models x models)
-    pseudo-inverse per tested voter, computed for blocks of voters at once
-    (``_held_out_steps``): its time grows as the tested voters times M^3 for M models.
+    A voter whose votes leave the informed models and the reference as they are costs one
+    k x k solve, k the models it met (``_LowRank``); any other one M x M pseudo-inverse for M
+    models (``_held_out_steps``); both for blocks of voters at once.
     """
     p = np.asarray(expectations.p_a, dtype=float)
     y = _scores(votes["winner"])
@@ -602,22 +602,19 @@ def held_out_expectations(
     np.add.at(information, (b, b), wf)
     np.add.at(information, (a, b), -wf)
     np.add.at(information, (b, a), -wf)
-    # The tested groups' rows, group after group; each block of groups is solved at once.
+    eta = expectations.design[0].astype(float).copy()
     position = np.full(len(counts), -1, dtype=np.int64)
     position[tested] = np.arange(len(tested))
-    group = position[codes]
-    mine = np.flatnonzero(group >= 0)
-    mine = mine[np.argsort(group[mine], kind="stable")]
-    bounds = np.searchsorted(group[mine], np.arange(0, len(tested) + 1))
-    block = max(1, _HELD_OUT_BLOCK // (m * m))
-    eta = expectations.design[0].astype(float).copy()
-    for lo in range(0, len(tested), block):
-        hi = min(lo + block, len(tested))
-        these = mine[bounds[lo] : bounds[hi]]
-        step = _held_out_steps(
-            information, group[these] - lo, a[these], b[these], w[these], r[these], hi - lo
-        )
-        local = group[these] - lo
+    group = position[codes]  # each known row's tested group, -1 for none
+    # The low-rank step where it is the same solution (``_LowRank``), the dense one elsewhere.
+    low_rank = _LowRank.of(information)
+    fast = np.zeros(len(tested), dtype=bool)
+    if low_rank is not None:
+        fast = low_rank.eligible(group, a, b, w, len(tested))
+        low_rank.apply(eta, rows, group, np.flatnonzero(fast), a, b, w, r)
+    dense = np.flatnonzero(~fast)
+    for these, local, ids in _group_blocks(group, dense, np.full(len(dense), m * m)):
+        step = _held_out_steps(information, local, a[these], b[these], w[these], r[these], len(ids))
         eta[rows[these]] -= step[local, a[these]] - step[local, b[these]]
     p_new = p.copy()
     p_new[rows] = 1.0 / (1.0 + np.exp(-eta[rows]))
@@ -626,8 +623,169 @@ def held_out_expectations(
     return Expectations(p_a=p_new, design=design)
 
 
-#: Entries of the (groups x models x models) stack ``held_out_expectations`` solves at once.
+#: Entries of the stacks (groups x width x width) ``held_out_expectations`` solves at once.
 _HELD_OUT_BLOCK = 500_000
+
+
+def _group_blocks(
+    group: np.ndarray, chosen: np.ndarray, cost: np.ndarray
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The rows of the groups ``chosen`` (``group``: each row's, -1 for none), a block of groups
+    at a time in ``chosen``'s order: ``(rows, each row's group within the block, the block's
+    groups)``, a group's rows in their order. ``cost``: each chosen group's entries, ascending;
+    a block's groups times its largest cost stay within ``_HELD_OUT_BLOCK`` (or one group)."""
+    if not len(chosen):
+        return
+    rank = np.full(int(group.max()) + 1, -1, dtype=np.int64)
+    rank[chosen] = np.arange(len(chosen))
+    ranked = np.where(group >= 0, rank[np.maximum(group, 0)], -1)
+    mine = np.flatnonzero(ranked >= 0)
+    mine = mine[np.argsort(ranked[mine], kind="stable")]
+    bounds = np.searchsorted(ranked[mine], np.arange(len(chosen) + 1))
+    lo = 0
+    while lo < len(chosen):
+        size = np.arange(1, len(chosen) - lo + 1) * np.asarray(cost[lo:], dtype=np.int64)
+        hi = lo + max(1, int(np.searchsorted(size, _HELD_OUT_BLOCK, side="right")))
+        these = mine[bounds[lo] : bounds[hi]]
+        yield these, ranked[these] - lo, chosen[lo:hi]
+        lo = hi
+
+
+class _LowRank:
+    """The held-out step of a group whose votes leave the informed models and the reference as
+    the whole information has them, solved in the models the group met.
+
+    With ``F`` the informed models but the reference, ``A = H[F, F]``, ``S = A^-1``, and for the
+    group ``B`` its information and ``g`` its score on the ``k`` models of ``F`` it met (``E``:
+    those columns of the identity; ``K = E' S E``, k x k), Woodbury's identity gives
+
+        (A - E B E')^-1 E g = S E (g + B (I - K B)^-1 K g),
+
+    so the step on the group's models is ``K (g + B (I - K B)^-1 K g)``: a k x k solve per
+    group whatever the number of models (the step on a model it did not meet moves none of its
+    votes). It is ``lstsq``'s solution when ``A - E B E'`` has no singular value below 1e-8 of
+    its largest, which holds (Weyl; Gershgorin bounds ``B``'s largest eigenvalue by twice its
+    largest diagonal entry) when ``lambda_min(A) - 2 max_j B_jj > 1e-8 lambda_max(A)``. A group
+    that fails that, or changes the informed set or the reference, takes the dense step
+    (``_held_out_steps``)."""
+
+    def __init__(self, information: np.ndarray, reference: int, informed: np.ndarray) -> None:
+        self.diagonal = np.diag(information).copy()
+        self.informed = informed
+        self.reference = reference
+        self.free = informed.copy()
+        self.free[reference] = False
+        block = information[np.ix_(self.free, self.free)]
+        eigenvalues = np.linalg.eigvalsh(block)
+        self.low, self.high = float(eigenvalues[0]), float(eigenvalues[-1])
+        m = len(self.diagonal)
+        # S over every model, 0 outside F, with a last row and column of 0 for padding.
+        self.inverse = np.zeros((m + 1, m + 1))
+        if self.low > 1e-8 * self.high:
+            padded = np.append(self.free, False)
+            self.inverse[np.ix_(padded, padded)] = np.linalg.inv(block)
+
+    @classmethod
+    def of(cls, information: np.ndarray) -> _LowRank | None:
+        diagonal = np.diag(information)
+        informed = diagonal >= HELD_OUT_MIN_INFORMATION
+        if informed.sum() < 2:
+            return None
+        reference = int(np.where(informed, diagonal, -np.inf).argmax())
+        return cls(information, reference, informed)
+
+    def eligible(
+        self, group: np.ndarray, a: np.ndarray, b: np.ndarray, w: np.ndarray, n_groups: int
+    ) -> np.ndarray:
+        """Which of the groups the low-rank step solves as the dense one does."""
+        out = np.zeros(n_groups, dtype=bool)
+        if not self.low > 1e-8 * self.high:
+            return out
+        m = len(self.diagonal)
+        every = np.arange(n_groups)
+        for these, local, ids in _group_blocks(group, every, np.full(n_groups, m)):
+            at = local * m
+            own = np.bincount(at + a[these], weights=w[these], minlength=len(ids) * m)
+            own += np.bincount(at + b[these], weights=w[these], minlength=len(ids) * m)
+            own = own.reshape(len(ids), m)
+            diagonal = self.diagonal[None, :] - own
+            informed = diagonal >= HELD_OUT_MIN_INFORMATION
+            same = (informed == self.informed[None, :]).all(axis=1)
+            same &= np.where(informed, diagonal, -np.inf).argmax(axis=1) == self.reference
+            largest = np.where(self.free[None, :], own, 0.0).max(axis=1)
+            out[ids] = same & (self.low - 2.0 * largest > 1e-8 * self.high)
+        return out
+
+    def _number(
+        self, keys: np.ndarray, first: np.ndarray, owner: np.ndarray, models: np.ndarray
+    ) -> np.ndarray:
+        """Each row's model's number within its group's models of F (``keys``), -1 outside F."""
+        if not len(keys):
+            return np.full(len(models), -1, dtype=np.int64)
+        key = owner * len(self.diagonal) + models
+        at = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
+        found = self.free[models] & (keys[at] == key)
+        return np.where(found, at - first[owner], -1)
+
+    def apply(
+        self,
+        eta: np.ndarray,
+        rows: np.ndarray,
+        group: np.ndarray,
+        chosen: np.ndarray,
+        a: np.ndarray,
+        b: np.ndarray,
+        w: np.ndarray,
+        r: np.ndarray,
+    ) -> None:
+        """Move ``eta`` of the ``chosen`` groups' votes by their held-out steps."""
+        if not len(chosen):
+            return
+        m = len(self.diagonal)
+        # The (group, model of F) pairs the chosen groups met, by group then model: a group's
+        # models are numbered from 0 in that order.
+        size = int(group.max()) + 1
+        member = np.zeros(size, dtype=bool)
+        member[chosen] = True
+        picked = np.flatnonzero((group >= 0) & member[np.maximum(group, 0)])
+        sides = np.concatenate([group[picked] * m + a[picked], group[picked] * m + b[picked]])
+        keys = np.unique(sides[self.free[sides % m]])
+        first = np.zeros(size, dtype=np.int64)
+        met = np.zeros(size, dtype=np.int64)
+        first[chosen] = np.searchsorted(keys, chosen * m)
+        met[chosen] = np.searchsorted(keys, chosen * m + m) - first[chosen]
+        chosen = chosen[np.argsort(met[chosen], kind="stable")]  # blocks of similar widths
+        for these, local, ids in _group_blocks(group, chosen, met[chosen] ** 2):
+            n, width = len(ids), max(int(met[ids].max()), 1)
+            owner = group[these]
+            na, nb = (self._number(keys, first, owner, side[these]) for side in (a, b))
+            weight, residual = w[these], r[these]
+            cell = local * width
+            score = np.zeros(n * width)
+            own = np.zeros(n * width * width)
+            for numbered, sign in ((na, 1.0), (nb, -1.0)):
+                ok = numbered >= 0
+                at = cell[ok] + numbered[ok]
+                score += sign * np.bincount(at, residual[ok], n * width)
+                own += np.bincount(at * width + numbered[ok], weight[ok], n * width * width)
+            both = (na >= 0) & (nb >= 0)
+            for one, other in ((na, nb), (nb, na)):
+                at = (cell[both] + one[both]) * width + other[both]
+                own -= np.bincount(at, weight[both], n * width * width)
+            g = score.reshape(n, width)
+            own_b = own.reshape(n, width, width)
+            # Each group's models of F by number (m: padding, whose S row and column are 0).
+            slots = np.full((n, width), m, dtype=np.int64)
+            index = np.arange(width)[None, :]
+            taken = index < met[ids][:, None]
+            slots[taken] = keys[(first[ids][:, None] + index)[taken]] % m
+            k_mat = self.inverse[slots[:, :, None], slots[:, None, :]]
+            system = np.eye(width)[None, :, :] - k_mat @ own_b
+            y = np.linalg.solve(system, (k_mat @ g[:, :, None]))
+            x = (k_mat @ (g[:, :, None] + own_b @ y))[:, :, 0]
+            step_a = np.where(na >= 0, x[local, np.maximum(na, 0)], 0.0)
+            step_b = np.where(nb >= 0, x[local, np.maximum(nb, 0)], 0.0)
+            eta[rows[these]] -= step_a - step_b
 
 
 def _held_out_steps(

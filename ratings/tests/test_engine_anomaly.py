@@ -251,3 +251,37 @@ def test_held_out_expectations_leave_an_untested_voter_and_a_lone_model_as_they_
     solo = (votes["model_b"] == "solo").to_numpy()
     # m0 moves a little without "lone"'s votes; "solo" stays: no step is taken for it.
     assert np.all(np.abs(held.design[0][solo] - full.design[0][solo]) < 0.5)
+
+
+def test_the_low_rank_held_out_step_is_the_dense_one(monkeypatch):
+    """Voters whose votes leave the informed models as they are take the k x k Woodbury step;
+    the others (here the sole judges of a thinly rated model) take the dense pseudo-inverse.
+    Both give what the dense step alone gives."""
+    from ratings.engine import anomaly
+
+    rng = np.random.default_rng(3)
+    models = [f"m{i:02d}" for i in range(25)]
+    rows = []
+    for v in range(120):
+        for _ in range(30):
+            i, j = rng.choice(25, 2, replace=False)
+            winner = ("model_a", "model_b", "tie")[int(rng.integers(3))]
+            rows.append((f"v{v}", models[i], models[j], winner))
+    rows += [("thin", "m00", "lone", w) for w in ("model_a", "model_b", "tie") * 4]
+    votes = frame(rows)
+    full = fitted_expectations(votes)
+    chosen = []
+    eligible = anomaly._LowRank.eligible
+
+    def counted(self, *args, **kwargs):
+        out = eligible(self, *args, **kwargs)
+        chosen.append((int(out.sum()), int((~out).sum())))
+        return out
+
+    monkeypatch.setattr(anomaly._LowRank, "eligible", counted)
+    both = held_out_expectations(votes, full)
+    monkeypatch.setattr(anomaly._LowRank, "of", classmethod(lambda cls, information: None))
+    dense = held_out_expectations(votes, full)
+    assert chosen[0][0] > 0 and chosen[0][1] > 0  # each path took some voters
+    assert np.allclose(both.design[0], dense.design[0], rtol=1e-9, atol=1e-12)
+    assert not np.allclose(both.design[0], full.design[0])  # the steps moved something
