@@ -27,6 +27,13 @@
    digest of each computation's result (what it flagged or quarantined), so that two runs on
    the same votes can be compared.
 
+4. Then, with no database: the held-out step of ``flag_voters`` (``held_out_expectations``)
+   per tested voter at M models (``--models``, default 6, 50 and 150; 2,000 synthetic voters
+   of 20 votes each, the engine alone), as it runs (from 16 models, the k x k low-rank step
+   where it is exact) against the dense M x M pseudo-inverse alone (``_LowRank`` switched
+   off), and whether both give the same steps: the loaded votes have the demo's 6 models, an
+   arena like LMArena's has over a hundred.
+
 ``--profile NAME`` runs that computation once under cProfile in its child and prints the
 functions with the most cumulative time instead of the table.
 """
@@ -184,6 +191,55 @@ def run_child(url: str, name: str, *, profile: bool = False) -> dict[str, Any]:
     return {**figures, "peak_mb": usage.ru_maxrss * 1024 / 1e6}
 
 
+def held_out_by_models(sizes: list[int], voters: int = 2_000, votes_each: int = 20) -> None:
+    """The held-out step per tested voter at each number of models, low-rank and dense."""
+    from unittest import mock
+
+    import numpy as np
+    import pandas as pd
+
+    from ratings.engine import anomaly
+
+    print()
+    print(f"held-out step of flag_voters, {voters:,} voters x {votes_each} votes (synthetic):")
+    print()
+    print(
+        "| models | as run, us/voter | dense step alone, us/voter | dense / as run | same steps |"
+    )
+    print("|---:|---:|---:|---:|---|")
+    for m in sizes:
+        rng = np.random.default_rng(m)
+        n = voters * votes_each
+        a = rng.integers(0, m, n)
+        b = (a + rng.integers(1, m, n)) % m
+        names = pd.Index([f"m{i:03d}" for i in range(m)], dtype=object)
+        frame = pd.DataFrame(
+            {
+                "voter": pd.Categorical.from_codes(
+                    np.repeat(np.arange(voters), votes_each),
+                    categories=pd.Index([f"v{i}" for i in range(voters)], dtype=object),
+                ),
+                "model_a": pd.Categorical.from_codes(a, categories=names),
+                "model_b": pd.Categorical.from_codes(b, categories=names),
+                "winner": rng.choice(["model_a", "model_b", "tie"], n),
+            }
+        )
+        logits = {name: float(x) for name, x in zip(names, rng.normal(0, 0.5, m), strict=True)}
+        expectations = anomaly.model_expectations(frame["model_a"], frame["model_b"], logits=logits)
+        started = time.perf_counter()
+        low = anomaly.held_out_expectations(frame, expectations)
+        low_s = time.perf_counter() - started
+        with mock.patch.object(anomaly._LowRank, "of", return_value=None):
+            started = time.perf_counter()
+            dense = anomaly.held_out_expectations(frame, expectations)
+            dense_s = time.perf_counter() - started
+        same = np.allclose(low.design[0], dense.design[0], rtol=1e-9, atol=1e-12)
+        print(
+            f"| {m} | {low_s * 1e6 / voters:,.0f} | {dense_s * 1e6 / voters:,.0f} | "
+            f"{dense_s / low_s:,.1f}x | {'yes' if same else 'no'} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--votes", type=int, default=1_000_000)
@@ -193,6 +249,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--only", default=",".join(COMPUTATIONS))
     parser.add_argument("--profile", choices=COMPUTATIONS, help="cProfile one computation")
+    parser.add_argument(
+        "--models", default="6,50,150", help="the held-out step at these numbers of models (0: no)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -248,6 +307,9 @@ def main() -> None:
     print("wall s, CPU s: the call alone in its child (Django's start-up and the imports")
     print("excluded; CPU is the child's own, PostgreSQL's not counted); peak: the child's")
     print("ru_maxrss in MB (10^6 bytes), its size before the call in brackets.")
+    sizes = [int(x) for x in args.models.split(",") if int(x) > 1]
+    if sizes:
+        held_out_by_models(sizes)
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 

@@ -566,9 +566,10 @@ def held_out_expectations(
     default): the information is theirs, and a voter with a row outside them is left as it is
     (its votes are not all in the fit to be taken out). ``only``: the voters judged this way
     (all by default); every row informs the others' held-out ratings whatever ``only`` says.
-    A voter whose votes leave the informed models and the reference as they are costs one
-    k x k solve, k the models it met (``_LowRank``); any other one M x M pseudo-inverse for M
-    models (``_held_out_steps``); both for blocks of voters at once.
+    From ``_LOW_RANK_MIN_MODELS`` models, a voter whose votes leave the informed models and the
+    reference as they are costs one k x k solve, k the models it met (``_LowRank``); any other
+    one M x M pseudo-inverse for M models (``_held_out_steps``); both for blocks of voters at
+    once.
     """
     p = np.asarray(expectations.p_a, dtype=float)
     y = _scores(votes["winner"])
@@ -610,8 +611,8 @@ def held_out_expectations(
     low_rank = _LowRank.of(information)
     fast = np.zeros(len(tested), dtype=bool)
     if low_rank is not None:
-        fast = low_rank.eligible(group, a, b, w, len(tested))
-        low_rank.apply(eta, rows, group, np.flatnonzero(fast), a, b, w, r)
+        fast = low_rank.candidates(group, a, b, w, len(tested))
+        fast[low_rank.apply(eta, rows, group, np.flatnonzero(fast), a, b, w, r)] = False
     dense = np.flatnonzero(~fast)
     for these, local, ids in _group_blocks(group, dense, np.full(len(dense), m * m)):
         step = _held_out_steps(information, local, a[these], b[these], w[these], r[these], len(ids))
@@ -651,6 +652,11 @@ def _group_blocks(
         lo = hi
 
 
+#: Below this many models the dense step is the cheaper per voter (about even at 16 on the
+#: benchmark's synthetic voters of 20 votes, ``bench/trust.py``).
+_LOW_RANK_MIN_MODELS = 16
+
+
 class _LowRank:
     """The held-out step of a group whose votes leave the informed models and the reference as
     the whole information has them, solved in the models the group met.
@@ -664,10 +670,12 @@ class _LowRank:
     so the step on the group's models is ``K (g + B (I - K B)^-1 K g)``: a k x k solve per
     group whatever the number of models (the step on a model it did not meet moves none of its
     votes). It is ``lstsq``'s solution when ``A - E B E'`` has no singular value below 1e-8 of
-    its largest, which holds (Weyl; Gershgorin bounds ``B``'s largest eigenvalue by twice its
-    largest diagonal entry) when ``lambda_min(A) - 2 max_j B_jj > 1e-8 lambda_max(A)``. A group
-    that fails that, or changes the informed set or the reference, takes the dense step
-    (``_held_out_steps``)."""
+    its largest. Its largest is at most ``lambda_max(A)``, and with ``rho`` the largest
+    eigenvalue of ``K B`` (the share of ``A`` the group holds in its strongest direction),
+    ``x' (A - E B E') x >= (1 - rho) x' A x``, so its smallest is at least
+    ``(1 - rho) lambda_min(A)``: a group with ``(1 - rho) lambda_min(A) > 1e-8 lambda_max(A)``
+    takes this step. One that fails that, or changes the informed set or the reference, takes
+    the dense step (``_held_out_steps``)."""
 
     def __init__(self, information: np.ndarray, reference: int, informed: np.ndarray) -> None:
         self.diagonal = np.diag(information).copy()
@@ -687,17 +695,19 @@ class _LowRank:
 
     @classmethod
     def of(cls, information: np.ndarray) -> _LowRank | None:
+        """The low-rank step of this information, or None where the dense one is the cheaper
+        (fewer than ``_LOW_RANK_MIN_MODELS`` models) or there is nothing to solve."""
         diagonal = np.diag(information)
         informed = diagonal >= HELD_OUT_MIN_INFORMATION
-        if informed.sum() < 2:
+        if len(diagonal) < _LOW_RANK_MIN_MODELS or informed.sum() < 2:
             return None
         reference = int(np.where(informed, diagonal, -np.inf).argmax())
         return cls(information, reference, informed)
 
-    def eligible(
+    def candidates(
         self, group: np.ndarray, a: np.ndarray, b: np.ndarray, w: np.ndarray, n_groups: int
     ) -> np.ndarray:
-        """Which of the groups the low-rank step solves as the dense one does."""
+        """The groups whose votes leave the informed models and the reference as they are."""
         out = np.zeros(n_groups, dtype=bool)
         if not self.low > 1e-8 * self.high:
             return out
@@ -712,8 +722,7 @@ class _LowRank:
             informed = diagonal >= HELD_OUT_MIN_INFORMATION
             same = (informed == self.informed[None, :]).all(axis=1)
             same &= np.where(informed, diagonal, -np.inf).argmax(axis=1) == self.reference
-            largest = np.where(self.free[None, :], own, 0.0).max(axis=1)
-            out[ids] = same & (self.low - 2.0 * largest > 1e-8 * self.high)
+            out[ids] = same
         return out
 
     def _number(
@@ -737,10 +746,12 @@ class _LowRank:
         b: np.ndarray,
         w: np.ndarray,
         r: np.ndarray,
-    ) -> None:
-        """Move ``eta`` of the ``chosen`` groups' votes by their held-out steps."""
+    ) -> np.ndarray:
+        """Move ``eta`` of the ``chosen`` groups' votes by their held-out steps; the groups
+        left for the dense step (``rho`` too close to 1, see the class's text)."""
+        left: list[np.ndarray] = []
         if not len(chosen):
-            return
+            return np.empty(0, dtype=np.int64)
         m = len(self.diagonal)
         # The (group, model of F) pairs the chosen groups met, by group then model: a group's
         # models are numbered from 0 in that order.
@@ -780,12 +791,19 @@ class _LowRank:
             taken = index < met[ids][:, None]
             slots[taken] = keys[(first[ids][:, None] + index)[taken]] % m
             k_mat = self.inverse[slots[:, :, None], slots[:, None, :]]
-            system = np.eye(width)[None, :, :] - k_mat @ own_b
+            product = k_mat @ own_b
+            rho = np.linalg.eigvals(product).real.max(axis=1)
+            exact = (1.0 - rho) * self.low > 1e-8 * self.high
+            left.append(ids[~exact])
+            system = np.eye(width)[None, :, :] - product
+            system[~exact] = np.eye(width)  # left to the dense step
             y = np.linalg.solve(system, (k_mat @ g[:, :, None]))
             x = (k_mat @ (g[:, :, None] + own_b @ y))[:, :, 0]
+            x[~exact] = 0.0
             step_a = np.where(na >= 0, x[local, np.maximum(na, 0)], 0.0)
             step_b = np.where(nb >= 0, x[local, np.maximum(nb, 0)], 0.0)
             eta[rows[these]] -= step_a - step_b
+        return np.concatenate(left)
 
 
 def _held_out_steps(
