@@ -9,7 +9,7 @@ import secrets
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from django.conf import settings
@@ -20,6 +20,7 @@ from django.db.models import (
     Case,
     CharField,
     Count,
+    DateTimeField,
     Exists,
     ExpressionWrapper,
     F,
@@ -34,7 +35,7 @@ from django.db.models import (
     Window,
 )
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Coalesce, Length, RowNumber
+from django.db.models.functions import Cast, Coalesce, Concat, Length, RowNumber
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext
@@ -488,19 +489,46 @@ def votes_for_rating(
     )
 
 
-def votes_for_cohorts(*, reason: str) -> list[tuple[Any, ...]]:
+def votes_for_cohorts(*, reason: str, account_age: timedelta) -> QuerySet[Any, Any]:
     """The votes the leaderboard's burst test reads (``ratings.cohorts``), in vote-id order:
     those ``votes_for_rating`` starts from (anonymous, never an environment battle's) that are
     unflagged or flagged for ``reason`` alone, so that the test can lift its own flag.
 
-    Rows: ``(id, model A slug, model B slug, winner, created_at, source, flagged, imported,
-    account_joined)``; a vote's source is its account when the visitor was signed in, else its
-    address hash, or its session where no address was kept (``_source_capped_votes``);
-    ``imported``: the battle came from history the operator imported (the demo's expert votes),
-    not from a visitor; ``account_joined``: the account's ``date_joined``, or None.
+    Rows: ``(id, battle__model_a__slug, battle__model_b__slug, winner, created_at,
+    cohort_source, flagged, imported, established)``, the names the reader asks ``values_list``
+    for (it reads them as columns); a vote's source is ``account:<id>`` when the visitor was
+    signed in, else its address hash, or ``session:<voter id>`` where no address was kept
+    (``_source_capped_votes``); ``imported``: the battle came from history the operator imported
+    (the demo's expert votes), not from a visitor; ``established``: cast from an account that
+    had joined at least ``account_age`` before.
     """
-    rows = (
+    return (
         _votes_rated(anonymous_only=True, include_flagged=True)
+        .filter(Q(flagged=False) | Q(flags=[reason]))
+        .annotate(
+            cohort_source=Case(
+                When(
+                    account__isnull=False,
+                    then=Concat(Value("account:"), Cast("account_id", output_field=CharField())),
+                ),
+                When(ip_hash="", then=Concat(Value("session:"), F("voter_id"))),
+                default=F("ip_hash"),
+                output_field=CharField(),
+            ),
+            imported=ExpressionWrapper(
+                Q(battle__source=Battle.Source.IMPORT), output_field=BooleanField()
+            ),
+            established=Case(
+                When(
+                    account__date_joined__lte=ExpressionWrapper(
+                        F("created_at") - account_age, output_field=DateTimeField()
+                    ),
+                    then=Value(True),
+                ),
+                default=Value(False),
+                output_field=BooleanField(),
+            ),
+        )
         .order_by("id")
         .values_list(
             "id",
@@ -508,39 +536,12 @@ def votes_for_cohorts(*, reason: str) -> list[tuple[Any, ...]]:
             "battle__model_b__slug",
             "winner",
             "created_at",
-            "ip_hash",
-            "voter_id",
+            "cohort_source",
             "flagged",
-            "flags",
-            "battle__source",
-            "account_id",
-            "account__date_joined",
+            "imported",
+            "established",
         )
     )
-    out: list[tuple[Any, ...]] = []
-    for (
-        pk,
-        a,
-        b,
-        winner,
-        created,
-        ip_hash,
-        voter_id,
-        flagged,
-        flags,
-        source,
-        account,
-        joined,
-    ) in rows.iterator(chunk_size=20_000):
-        if flagged and list(flags or []) != [reason]:
-            continue
-        if account is not None:
-            source_key = f"account:{account}"
-        else:
-            source_key = ip_hash or f"session:{voter_id}"
-        imported = source == Battle.Source.IMPORT
-        out.append((pk, a, b, winner, created, source_key, flagged, imported, joined))
-    return out
 
 
 def _tie_decided_by_reactions() -> Case:

@@ -10,7 +10,12 @@
    answers those judges read (``answers_from_human_file.jsonl``): the first turn only for a
    vote on turn 1, both turns for a vote on turn 2. Style counts are the answers' own
    (``answer_style``). Voter ids and vote times are synthetic (100,000 voters, one vote every
-   30 seconds).
+   30 seconds; each vote's voter drawn uniformly, so about 10 votes per voter spread over the
+   whole period). Each voter (session) has an address hash and a user-agent class fixed by its
+   number (``voter_source``): 80,000 addresses, the voters k and k + 80,000 sharing one (a
+   household or a NAT: 20,000 addresses with two sessions), a third of the sessions
+   ``mobile``, the rest ``browser``; they draw nothing from the generator, so the battles,
+   voters and times are those loaded before they existed.
 2. Exports every format (``manage.py export_votes --format F -o DIR/``, JSONL and
    ``--parquet``, with the dataset card), each in a child process: rows per second and votes
    per second over the export itself (timed inside the child, Django's start-up excluded),
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import os
 import random
@@ -48,6 +54,15 @@ TARGET_ROWS_PER_S = 50_000
 TARGET_PEAK_MB = 300
 LOAD_CHUNK = 20_000  # battles per COPY round
 START = datetime(2026, 1, 1, tzinfo=UTC)  # the first vote's time; one every 30 seconds
+VOTERS = 100_000
+ADDRESSES = 80_000  # voters k and k + ADDRESSES share an address
+
+
+def voter_source(number: int) -> tuple[str, str]:
+    """The address hash (32 hex digits, as ``arena.identity.ip_hash`` stores) and user-agent
+    class of the loader's voter ``number``."""
+    address = hashlib.sha256(f"bench-address-{number % ADDRESSES}".encode()).hexdigest()[:32]
+    return address, "mobile" if number % 3 == 0 else "browser"
 
 
 def database_urls() -> tuple[str, str]:
@@ -200,6 +215,7 @@ def load(url: str, n: int, seed: int = 7) -> None:
         Vote,
         "battle_id winner voter_id ip_hash user_agent_class flagged flags style created_at".split(),
     )
+    sources = ["\t".join(voter_source(v)) for v in range(VOTERS)]
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = off")
         start = time.perf_counter()
@@ -221,8 +237,9 @@ def load(url: str, n: int, seed: int = 7) -> None:
                         f"{battle_id}\t{side}\t{turn}\t{user}\t{content}\tdone\t\t\t{moment}"
                         f"{message_tail}\n"
                     )
+                voter = rng.randrange(VOTERS)
                 vote_lines.append(
-                    f"{battle_id}\t{t['winner']}\tbench-voter-{rng.randrange(100_000)}\t\t\t"
+                    f"{battle_id}\t{t['winner']}\tbench-voter-{voter}\t{sources[voter]}\t"
                     f"f\t[]\t{t['style']}\t{moment}{vote_tail}\n"
                 )
             with conn.transaction(), conn.cursor() as cur:

@@ -13,14 +13,28 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+import pandas as pd
 from django.conf import settings
 
 from arena.selectors import votes_for_cohorts
 from arena.services.flags import COHORT_BURST, votes_flag, votes_flag_lift
 from ratings.engine.cohorts import cohort_quarantine
+from ratings.vote_columns import Kind, texts_shared, vote_columns
 
 _EPOCH = datetime(2020, 1, 1, tzinfo=UTC)
+_EPOCH_MICROS = (_EPOCH - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 _SCORE = {"model_a": 1.0, "model_b": 0.0}
+_FIELDS: dict[str, Kind] = {
+    "id": "int",
+    "battle__model_a__slug": "text",
+    "battle__model_b__slug": "text",
+    "winner": "text",
+    "created_at": "micros",
+    "cohort_source": "text",
+    "flagged": "bool",
+    "imported": "bool",
+    "established": "bool",
+}
 
 
 @dataclass(frozen=True)
@@ -51,30 +65,23 @@ def cohorts_quarantine_run(*, dry_run: bool = False, announce: bool = True) -> C
     """Test every window's cohort, then flag the votes quarantined and lift the flag from the
     votes no longer quarantined (unless ``dry_run``). ``announce`` False: the caller (a refit)
     reads the flags next, so no ``vote_flags_changed`` is sent."""
-    rows = votes_for_cohorts(reason=COHORT_BURST)
-    if not rows:
-        return CohortRun(0, 0, [], [], [], [])
-    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-    slugs = sorted({r[1] for r in rows} | {r[2] for r in rows})
-    index = {slug: i for i, slug in enumerate(slugs)}
-    sources: dict[str, int] = {}
-    a = np.fromiter((index[r[1]] for r in rows), dtype=np.int64, count=len(rows))
-    b = np.fromiter((index[r[2]] for r in rows), dtype=np.int64, count=len(rows))
-    score = np.fromiter((_SCORE.get(r[3], 0.5) for r in rows), dtype=np.float64, count=len(rows))
-    hours = np.fromiter(
-        ((r[4] - _EPOCH).total_seconds() / 3600.0 for r in rows), dtype=np.float64, count=len(rows)
-    )
-    source = np.fromiter(
-        (sources.setdefault(r[5], len(sources)) for r in rows), dtype=np.int64, count=len(rows)
-    )
-    # Imported history (the demo's expert votes) is the operator's, not a burst of visitors.
-    imported = np.fromiter((bool(r[7]) for r in rows), dtype=bool, count=len(rows))
-    # A signed-in visitor's account old enough is trusted from its first vote on (an account
-    # costs an address that receives mail, and its age is its own history).
     age = timedelta(days=settings.RATINGS_COHORT_TRUSTED_DAYS)
-    established = np.fromiter(
-        (r[8] is not None and r[4] - r[8] >= age for r in rows), dtype=bool, count=len(rows)
+    votes = vote_columns(
+        votes_for_cohorts(reason=COHORT_BURST, account_age=age), _FIELDS, order="id"
     )
+    if not votes.n:
+        return CohortRun(0, 0, [], [], [], [])
+    ids = votes.numbers["id"]
+    (a, b), slugs = texts_shared(
+        votes.texts["battle__model_a__slug"], votes.texts["battle__model_b__slug"]
+    )
+    winner = votes.texts["winner"]
+    score = np.array([_SCORE.get(w, 0.5) for w in winner.values], dtype=np.float64)[winner.codes]
+    hours = (votes.numbers["created_at"] - _EPOCH_MICROS) / 1e6 / 3600.0
+    # Sources numbered in the order of their first vote (the peeling's tie-break).
+    source = pd.factorize(votes.texts["cohort_source"].codes)[0].astype(np.int64)
+    # Imported history (the demo's expert votes) is the operator's, not a burst of visitors.
+    imported = votes.flags["imported"]
     result = cohort_quarantine(
         a,
         b,
@@ -82,7 +89,9 @@ def cohorts_quarantine_run(*, dry_run: bool = False, announce: bool = True) -> C
         hours,
         source,
         trusted=imported,
-        established=established,
+        # A signed-in visitor's account old enough is trusted from its first vote on (an
+        # account costs an address that receives mail, and its age is its own history).
+        established=votes.flags["established"],
         n_models=len(slugs),
         trusted_hours=24.0 * settings.RATINGS_COHORT_TRUSTED_DAYS,
         windows_hours=settings.RATINGS_COHORT_WINDOWS_HOURS,
@@ -91,7 +100,7 @@ def cohorts_quarantine_run(*, dry_run: bool = False, announce: bool = True) -> C
         min_votes=settings.RATINGS_COHORT_MIN_VOTES,
     )
     quarantined = ids[result.quarantined].tolist()
-    was = {int(r[0]) for r in rows if r[6]}
+    was = set(ids[votes.flags["flagged"]].tolist())
     flagged: list[int] = []
     lifted: list[int] = []
     if not dry_run:
@@ -101,7 +110,7 @@ def cohorts_quarantine_run(*, dry_run: bool = False, announce: bool = True) -> C
         )
     bursts = [
         CohortBurst(
-            model=slugs[burst.model],
+            model=str(slugs[burst.model]),
             window_hours=burst.window_hours,
             window_start=_EPOCH + timedelta(hours=burst.window_start_hours),
             n_votes=burst.n_votes,
@@ -113,7 +122,7 @@ def cohorts_quarantine_run(*, dry_run: bool = False, announce: bool = True) -> C
         for burst in result.bursts
     ]
     return CohortRun(
-        n_votes=len(rows),
+        n_votes=votes.n,
         windows_tested=result.windows_tested,
         bursts=bursts,
         quarantined_ids=quarantined,

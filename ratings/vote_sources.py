@@ -44,6 +44,14 @@ from ratings.categories import (
 )
 from ratings.fits import fit_battles, scale_options, weighting_options
 from ratings.selectors import rated_votes
+from ratings.vote_columns import (
+    PART_COLUMNS,
+    StyleNotPlain,
+    style_complete,
+    style_counts_of,
+    style_counts_plain,
+    style_part_sql,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -115,11 +123,6 @@ def _parquet_schema() -> pa.Schema:
     return pa.schema(fields)
 
 
-def style_complete(meta: Any) -> bool:
-    """Whether a vote's ``conv_metadata`` holds every style count (style control uses it)."""
-    return isinstance(meta, dict) and all(k in meta for k in CONV_METADATA_KEYS)
-
-
 def _battles_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=list(BATTLE_COLUMNS.values()))
     for column in ("prompt_category", "language"):
@@ -127,12 +130,6 @@ def _battles_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
     return frame
 
 
-#: The style counts' parts as the fast COPY reads them, one column each: ``(key, part)``,
-#: part None for a key that is an integer itself.
-_STYLE_PARTS = tuple(
-    (key, part) for key, parts in CONV_METADATA_KEYS.items() for part in (parts or (None,))
-)
-_PART_COLUMNS = tuple(f"{key}.{part}" if part else key for key, part in _STYLE_PARTS)
 _VOTE_COLUMNS = (
     "vote_id",
     *_PARQUET_TEXT,
@@ -142,10 +139,6 @@ _VOTE_COLUMNS = (
     "prompt_has_image",
     "code_ran",
 )
-
-
-class _NotPlain(Exception):
-    """A vote's style counts are not all plain integers: the votes are read again exactly."""
 
 
 def _copy_sql(*, exact: bool) -> tuple[str, list[Any], tuple[str, ...]]:
@@ -174,14 +167,8 @@ def _copy_sql(*, exact: bool) -> tuple[str, list[Any], tuple[str, ...]]:
         select.append("v.conv_metadata::text")
         columns = (*_VOTE_COLUMNS, "conv_metadata")
     else:
-        # Keys and parts are the constants of answer_style.schema (no quote in them).
-        select += [
-            f"v.conv_metadata #> '{{{key}}}'"
-            if part is None
-            else f"v.conv_metadata #> '{{{key},\"{part}\"}}'"
-            for key, part in _STYLE_PARTS
-        ]
-        columns = (*_VOTE_COLUMNS, *_PART_COLUMNS)
+        select += style_part_sql("v.conv_metadata")
+        columns = (*_VOTE_COLUMNS, *PART_COLUMNS)
     # Only Django's compiled SQL and this module's constants are interpolated; the values stay
     # in ``params``.
     body = f"SELECT {', '.join(select)} FROM ({inner}) AS v({aliases}) ORDER BY v.vote_id"  # noqa: S608
@@ -189,40 +176,10 @@ def _copy_sql(*, exact: bool) -> tuple[str, list[Any], tuple[str, ...]]:
     return sql, list(params), columns
 
 
-# Parts beyond this size could overflow int64 once summed: such votes take the exact path.
-_PART_LIMIT = 2**59
-
-
-def _plain_counts(table: pa.Table) -> tuple[BoolArray, dict[str, IntArray]]:
-    """``style_complete`` and the flat counts from the parts' columns (int64, null where the
-    part is missing); ``_NotPlain`` unless every vote has all its parts or none of them."""
-    parts = {name: table.column(name).combine_chunks() for name in _PART_COLUMNS}
-    present = [np.asarray(column.is_valid()) for column in parts.values()]
-    complete = np.logical_and.reduce(present)
-    if (np.logical_or.reduce(present) & ~complete).any():
-        raise _NotPlain("a vote has some style counts and not others")
-    counts: dict[str, IntArray] = {
-        key: np.zeros(len(complete), np.int64) for key in CONV_METADATA_KEYS
-    }
-    for (key, _), column in zip(_STYLE_PARTS, parts.values(), strict=True):
-        values = column.fill_null(0).to_numpy()
-        if len(values) and int(np.abs(values).max()) >= _PART_LIMIT:
-            raise _NotPlain("a style count is too large to sum in int64")
-        counts[key] += values
-    return complete, counts
-
-
 def _exact_counts(texts: list[str]) -> tuple[BoolArray, dict[str, IntArray]]:
     """``style_complete`` and the flat counts of JSON ``texts``, decoded as the ORM does and
     flattened by ``flatten_conv_metadata`` (which names a bad row by its place in the batch)."""
-    metas = pd.Series([json.loads(text) for text in texts], dtype=object)
-    complete = metas.map(style_complete).astype(bool).to_numpy()
-    counts = {c: np.zeros(len(texts), dtype=np.int64) for c in PARQUET_STYLE_COLUMNS}
-    if complete.any():
-        flat = engine.flatten_conv_metadata(pd.DataFrame({"conv_metadata": metas})[complete])
-        for column in PARQUET_STYLE_COLUMNS:
-            counts[column][complete] = flat[column].to_numpy(dtype=np.int64)
-    return complete, counts
+    return style_counts_of([json.loads(text) for text in texts])
 
 
 def _copy_batch(data: bytes, schema: pa.Schema, columns: tuple[str, ...]) -> pa.RecordBatch:
@@ -233,7 +190,7 @@ def _copy_batch(data: bytes, schema: pa.Schema, columns: tuple[str, ...]) -> pa.
     exact = "conv_metadata" in columns
     types = {f.name: f.type for f in schema if f.name in columns}
     types.update({c: pa.string() for c in _PARQUET_TEXT})
-    types.update({c: pa.int64() for c in _PART_COLUMNS})
+    types.update({c: pa.int64() for c in PART_COLUMNS})
     types["conv_metadata"] = pa.string()
     try:
         table = csv.read_csv(
@@ -253,11 +210,11 @@ def _copy_batch(data: bytes, schema: pa.Schema, columns: tuple[str, ...]) -> pa.
     except pa.ArrowInvalid as exc:
         if exact:
             raise
-        raise _NotPlain(f"a style count is not a plain integer ({exc})") from exc
+        raise StyleNotPlain(f"a style count is not a plain integer ({exc})") from exc
     if exact:
         complete, counts = _exact_counts(table.column("conv_metadata").to_pylist())
     else:
-        complete, counts = _plain_counts(table)
+        complete, counts = style_counts_plain(table)
     arrays: dict[str, pa.Array] = {c: table.column(c).combine_chunks() for c in _VOTE_COLUMNS}
     arrays[STYLE_COMPLETE_COLUMN] = pa.array(complete, type=pa.bool_())
     arrays.update({c: pa.array(v, type=pa.int64()) for c, v in counts.items()})
@@ -275,7 +232,7 @@ def _copy_batches(*, batch_rows: int, exact: bool) -> Iterator[pa.RecordBatch]:
 
     PostgreSQL sends a COPY's rows one message each as it produces them, so at most one batch
     of CSV text is held here whatever the number of votes. The connection is busy with the
-    COPY until the last row is read: nothing else may use it meanwhile. A ``_NotPlain`` batch
+    COPY until the last row is read: nothing else may use it meanwhile. A ``StyleNotPlain`` batch
     ends the iteration after the rest of the rows are read (not cancelled: a cancel would
     abort the caller's transaction).
     """
@@ -283,7 +240,7 @@ def _copy_batches(*, batch_rows: int, exact: bool) -> Iterator[pa.RecordBatch]:
 
     schema = _parquet_schema()
     sql, params, columns = _copy_sql(exact=exact)
-    failed: _NotPlain | None = None
+    failed: StyleNotPlain | None = None
     with connection.cursor() as cursor, cursor.cursor.copy(sql, params) as copy:
         rows: list[bytes] = []
         for row in copy:
@@ -291,7 +248,7 @@ def _copy_batches(*, batch_rows: int, exact: bool) -> Iterator[pa.RecordBatch]:
             if len(rows) == batch_rows:
                 try:
                     batch = _copy_batch(b"".join(rows), schema, columns)
-                except _NotPlain as exc:
+                except StyleNotPlain as exc:
                     failed = exc
                     break
                 rows.clear()
@@ -351,7 +308,7 @@ def rating_battles_parquet(
         raise ValueError("observe needs restart: votes read again show their batches again")
     try:
         return _parquet_write(path, batch_rows=batch_rows, observe=observe, exact=False)
-    except _NotPlain as exc:
+    except StyleNotPlain as exc:
         logger.warning("ratings: votes read again with JSON style counts: %s", exc)
         if restart is not None:
             restart()

@@ -27,11 +27,11 @@ import numpy as np
 import pandas as pd
 from django.conf import settings
 
-from answer_style.schema import CONV_METADATA_KEYS
 from arena.selectors import votes_for_anomaly
 from arena.services.flags import ANOMALOUS_VOTER, voters_flag
 from ratings.engine.anomaly import (
     AnomalyResult,
+    Expectations,
     expectations_filled,
     fitted_expectations,
     held_out_expectations,
@@ -42,6 +42,7 @@ from ratings.engine.anomaly import (
     voters_combined,
     voters_flagged,
 )
+from ratings.vote_columns import Kind, VoteColumns, vote_columns
 
 
 @dataclass(frozen=True)
@@ -63,23 +64,57 @@ class VoterFlagRun:
     flagged_voter_ids: list[str] = field(default_factory=list)
 
 
-def _complete(meta: Any) -> bool:
-    return isinstance(meta, dict) and all(k in meta for k in CONV_METADATA_KEYS)
+#: What the tests read of each vote (``arena.selectors.votes_for_anomaly``), as columns.
+_FIELDS: dict[str, Kind] = {
+    "id": "int",
+    "voter_id": "text",
+    "winner": "text",
+    "battle__model_a__slug": "text",
+    "battle__model_b__slug": "text",
+    "style": "style",
+    "ip_hash": "text",
+    "user_agent_class": "text",
+    "created_at": "micros",
+}
 
 
-def _with_style(frame: pd.DataFrame, styles: list[Any]) -> tuple[pd.DataFrame, np.ndarray]:
-    """``frame`` with the flat style columns (zeros where a vote lacks counts) and the mask of
-    the votes that have them all."""
-    from ratings.engine import flatten_conv_metadata
+def _read() -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame]:
+    """The votes (``vote_id``, ``voter``, ``model_a``, ``model_b``, ``winner`` as categoricals,
+    and the flat style counts), which of them have style counts, and the sessions
+    (``_sessions``). The columns read are not kept beyond this."""
+    votes = vote_columns(votes_for_anomaly(), _FIELDS, order="id")
+    assert votes.style is not None  # noqa: S101  (_FIELDS reads it)
+    complete, counts = votes.style
+    # Categoricals: the tests group by codes, with no string per vote.
+    styled = pd.DataFrame(
+        {
+            "vote_id": votes.numbers["id"],
+            "voter": votes.texts["voter_id"].categorical(),
+            "model_a": votes.texts["battle__model_a__slug"].categorical(),
+            "model_b": votes.texts["battle__model_b__slug"].categorical(),
+            "winner": votes.texts["winner"].categorical(),
+            **counts,
+        }
+    )
+    return styled, complete, _sessions(votes)
 
-    complete = np.array([_complete(s) for s in styles], dtype=bool)
-    zeros = {
-        key: 0 if parts is None else dict.fromkeys(parts, 0)
-        for key, parts in CONV_METADATA_KEYS.items()
-    }
-    metas = [s if ok else zeros for s, ok in zip(styles, complete, strict=True)]
-    flat = flatten_conv_metadata(frame.assign(conv_metadata=metas))
-    return flat, complete
+
+def _sessions(votes: VoteColumns) -> pd.DataFrame:
+    """One row per session (voter id, in text order): its first vote's address hash and
+    user-agent class (votes in id order), and the time of its earliest vote in seconds."""
+    voter = votes.texts["voter_id"]
+    present, first = np.unique(voter.codes, return_index=True)
+    earliest = np.full(len(voter.values), np.iinfo(np.int64).max)
+    np.minimum.at(earliest, voter.codes, votes.numbers["created_at"])
+    ip_hash, agent = votes.texts["ip_hash"], votes.texts["user_agent_class"]
+    return pd.DataFrame(
+        {
+            "voter": voter.values[present],
+            "ip_hash": ip_hash.values[ip_hash.codes[first]],
+            "user_agent_class": agent.values[agent.codes[first]],
+            "first_vote": earliest[present] / 1e6,
+        }
+    )
 
 
 #: A voter or source whose voter x model p-value is below this is a *suspect*: the fit the
@@ -96,15 +131,26 @@ def _tested(
     *,
     min_votes: int,
     fit_rows: Any = None,
+    only: set[str] | None = None,
 ) -> pd.DataFrame:
-    """The three tests of every voter of ``frame``: ``crowd`` (``voters_anomaly`` of ``frame``,
-    which needs no fit), and the two model-based ones against the fit ``expectations`` come from
-    (made from the rows ``fit_rows`` marks; all by default): a voter whose votes are all in
-    it is judged without them (``held_out_expectations``), the others as the fit stands."""
-    judged = held_out_expectations(frame, expectations, min_votes=min_votes, fit_rows=fit_rows)
+    """The three tests of every voter of ``frame`` (of the voters ``only`` names, if given):
+    ``crowd`` (``voters_anomaly`` of ``frame``, which needs no fit), and the two model-based
+    ones against the fit ``expectations`` come from (made from the rows ``fit_rows`` marks; all
+    by default): a voter whose votes are all in it is judged without them
+    (``held_out_expectations``), the others as the fit stands."""
+    judged = held_out_expectations(
+        frame, expectations, min_votes=min_votes, fit_rows=fit_rows, only=only
+    )
+    voters = crowd.voters
+    if only is not None:
+        # Both model-based tests read each voter's own votes alone: the others' are left out.
+        rows = frame["voter"].isin(only).to_numpy()
+        frame = frame[rows]
+        judged = Expectations(p_a=judged.p_a[rows], design=judged.design[:, rows])
+        voters = voters[voters["voter"].isin(only)]
     model = voter_model_test(frame, judged, min_votes=min_votes)
     fit = voter_fit_test(frame, judged, min_votes=min_votes)
-    return voters_combined(crowd.voters, model, fit)
+    return voters_combined(voters, model, fit)
 
 
 def voters_flag_run(
@@ -114,37 +160,24 @@ def voters_flag_run(
     min_votes = settings.ARENA_ANOMALY_MIN_VOTES if min_votes is None else min_votes
     threshold = settings.ARENA_ANOMALY_P_THRESHOLD if threshold is None else threshold
     window = 60.0 * settings.ARENA_ANOMALY_SOURCE_WINDOW_MINUTES
-    rows = list(votes_for_anomaly())
-    frame = pd.DataFrame(
-        {
-            "vote_id": [r["id"] for r in rows],
-            "voter": [r["voter_id"] for r in rows],
-            "model_a": [r["battle__model_a__slug"] for r in rows],
-            "model_b": [r["battle__model_b__slug"] for r in rows],
-            "winner": [r["winner"] for r in rows],
-        }
-    )
-    styled, complete = _with_style(frame, [r["style"] for r in rows])
+    styled, complete, sessions = _read()
+    frame = styled[["vote_id", "voter", "model_a", "model_b", "winner"]]
     full = expectations = fitted_expectations(styled, style_complete=complete)
     # Sources: the same votes, each under its session's source label; tested where a source
     # holds more than one session (a lone session's test is the one above).
-    sessions = pd.DataFrame(
-        {
-            "voter": frame["voter"],
-            "ip_hash": [r["ip_hash"] for r in rows],
-            "user_agent_class": [r["user_agent_class"] for r in rows],
-            "first_vote": [r["created_at"].timestamp() for r in rows],
-        }
-    )
-    sessions = sessions.groupby("voter", as_index=False).agg(
-        ip_hash=("ip_hash", "first"),
-        user_agent_class=("user_agent_class", "first"),
-        first_vote=("first_vote", "min"),
-    )
     source = voter_sources(sessions, window_seconds=window) if window > 0 else pd.Series()
-    labels = frame["voter"].map(source).astype(object)
-    grouped = frame.assign(voter=labels.where(labels.notna(), frame["voter"]))
+    voter = frame["voter"].cat
+    names = voter.categories.to_numpy(dtype=object)
+    label = pd.Series(names).map(source).to_numpy(dtype=object)
+    label = np.where(pd.isna(label), names, label)
+    group_code, group_names = pd.factorize(label)
+    grouped = frame.assign(
+        voter=pd.Categorical.from_codes(
+            group_code[voter.codes.to_numpy()], categories=pd.Index(group_names, dtype=object)
+        )
+    )
     members = source.groupby(source).groups if len(source) else {}
+    labels = set(source)
     # Several sessions (from several addresses) that each favour the same model pull its
     # fitted rating up together, so that each one, held out alone, still looks as predicted.
     # So the voters and sources the voter x model test finds at all suspicious (p below
@@ -160,9 +193,13 @@ def voters_flag_run(
         by_source = combined.iloc[0:0]
         if by_source_crowd is not None:
             by_source = _tested(
-                grouped, by_source_crowd, expectations, min_votes=min_votes, fit_rows=fit_rows
+                grouped,
+                by_source_crowd,
+                expectations,
+                min_votes=min_votes,
+                fit_rows=fit_rows,
+                only=labels,
             )
-            by_source = by_source[by_source["voter"].isin(set(source))]
         found = set(combined.loc[combined["p_model"] < SUSPECT_P, "voter"])
         for label in by_source.loc[by_source["p_model"] < SUSPECT_P, "voter"]:
             found |= set(members[label])
@@ -184,16 +221,17 @@ def voters_flag_run(
         AnomalyResult(votes=result.votes, voters=combined), threshold=threshold
     )
     voter_ids = sorted({v for sessions_ in flagged["sessions"] for v in sessions_})
-    votes = pd.DataFrame(
+    flagged_votes = pd.DataFrame(
         {"vote_id": frame["vote_id"], "voter": frame["voter"], "p_value": result.votes["p_value"]}
     )
-    votes = votes[votes["voter"].isin(set(voter_ids))].reset_index(drop=True)
+    flagged_votes = flagged_votes[flagged_votes["voter"].isin(set(voter_ids))]
+    flagged_votes = flagged_votes.reset_index(drop=True).astype({"voter": str})
     changed: list[int] = []
     if not dry_run and voter_ids:
         changed = voters_flag(voter_ids=voter_ids, reason=ANOMALOUS_VOTER)
     return VoterFlagRun(
         voters=flagged,
-        votes=votes,
+        votes=flagged_votes,
         n_votes_tested=len(frame),
         n_voters_tested=int((result.voters["n_votes"] >= min_votes).sum()),
         min_votes=min_votes,

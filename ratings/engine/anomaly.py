@@ -21,6 +21,7 @@ A voter with fewer than ``min_votes`` tested votes gets no combined p-value (too
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,10 +43,37 @@ class AnomalyResult:
     voters: pd.DataFrame
 
 
-def _outcomes(model_a: pd.Series, model_b: pd.Series, winner: pd.Series) -> np.ndarray:
-    swapped = (model_a > model_b).to_numpy()
-    a_wins = (winner == "model_a").to_numpy()
-    b_wins = (winner == "model_b").to_numpy()
+def _codes(*columns: pd.Series) -> tuple[list[np.ndarray], np.ndarray]:
+    """Integer codes of the columns' values read as text (``astype(str)``), over one vocabulary
+    of distinct texts sorted as Python sorts strings, so that codes compare as the texts do;
+    and that vocabulary. A categorical column is read through its categories, with no string
+    per row: the trust computations pass 1M votes as categoricals."""
+    vocabularies, local = [], []
+    for column in columns:
+        if isinstance(column.dtype, pd.CategoricalDtype) and not column.isna().any():
+            codes = np.asarray(column.cat.codes, dtype=np.int64)
+            words = [str(c) for c in column.cat.categories]
+        else:
+            codes, uniques = pd.factorize(column.astype(str), use_na_sentinel=False)
+            codes = np.asarray(codes, dtype=np.int64)
+            words = [str(u) for u in uniques]
+        local.append(codes)
+        vocabularies.append(np.array(words, dtype=object))
+    every = np.concatenate([np.empty(0, dtype=object), *vocabularies])
+    vocabulary, inverse = np.unique(every, return_inverse=True)
+    out, start = [], 0
+    for codes, words_ in zip(local, vocabularies, strict=True):
+        out.append(np.asarray(inverse[start : start + len(words_)], dtype=np.int64)[codes])
+        start += len(words_)
+    return out, np.asarray(vocabulary, dtype=object)
+
+
+def _outcomes(swapped: np.ndarray, winner: pd.Series) -> np.ndarray:
+    """Each vote's outcome code from the pair's side (``swapped``: model A's name sorts after
+    model B's)."""
+    (code,), words = _codes(winner)
+    a_wins = (words == "model_a")[code]
+    b_wins = (words == "model_b")[code]
     outcome = np.full(len(winner), TIE, dtype=np.int64)
     outcome[a_wins] = np.where(swapped[a_wins], SECOND_WINS, FIRST_WINS)
     outcome[b_wins] = np.where(swapped[b_wins], FIRST_WINS, SECOND_WINS)
@@ -60,29 +88,34 @@ def vote_p_values(votes: pd.DataFrame) -> np.ndarray:
     """
     if votes.empty:
         return np.empty(0)
-    model_a = votes["model_a"].astype(str)
-    model_b = votes["model_b"].astype(str)
-    first = np.where(model_a <= model_b, model_a, model_b)
-    second = np.where(model_a <= model_b, model_b, model_a)
-    outcome = _outcomes(model_a, model_b, votes["winner"].astype(str))
-    pair_code = pd.factorize(pd.Series(first) + "\x00" + pd.Series(second))[0]
-    voter_code = pd.factorize(votes["voter"].astype(str))[0]
+    (model_a, model_b), models = _codes(votes["model_a"], votes["model_b"])
+    first, second = np.minimum(model_a, model_b), np.maximum(model_a, model_b)
+    outcome = _outcomes(model_a > model_b, votes["winner"])
+    pair_code = np.unique(first * len(models) + second, return_inverse=True)[1].reshape(-1)
+    (voter_code,), _ = _codes(votes["voter"])
     n_pairs = int(pair_code.max()) + 1
-    one_hot = np.zeros((len(votes), _OUTCOMES))
-    one_hot[np.arange(len(votes)), outcome] = 1.0
     # Counts per pair, and per (voter, pair): the leave-one-voter-out counts are the difference.
-    per_pair = np.zeros((n_pairs, _OUTCOMES))
-    np.add.at(per_pair, pair_code, one_hot)
-    voter_pair = voter_code.astype(np.int64) * n_pairs + pair_code
+    per_pair = _outcome_counts(pair_code, outcome, n_pairs)
+    voter_pair = voter_code * n_pairs + pair_code
     key, inverse = np.unique(voter_pair, return_inverse=True)
-    per_voter_pair = np.zeros((len(key), _OUTCOMES))
-    np.add.at(per_voter_pair, inverse, one_hot)
-    others = per_pair[pair_code] - per_voter_pair[inverse] + 1.0  # add-one prior
-    rates = others / others.sum(axis=1, keepdims=True)
+    per_voter_pair = _outcome_counts(inverse.reshape(-1), outcome, len(key))
+    # In place: (n, 3) floats per step at 1M votes.
+    rates = per_pair[pair_code]
+    rates -= per_voter_pair[inverse]
+    rates += 1.0  # add-one prior
+    rates /= rates.sum(axis=1, keepdims=True)
     observed = rates[np.arange(len(votes)), outcome]
     at_most = rates <= observed[:, None] * (1 + _RATE_TOLERANCE)
     p_values: np.ndarray = np.minimum((rates * at_most).sum(axis=1), 1.0)
     return p_values
+
+
+def _outcome_counts(group: np.ndarray, outcome: np.ndarray, n_groups: int) -> np.ndarray:
+    """(n_groups, 3): each group's votes of each outcome."""
+    return np.stack(
+        [np.bincount(group, weights=outcome == k, minlength=n_groups) for k in range(_OUTCOMES)],
+        axis=1,
+    )
 
 
 def fisher_log_sf(statistic: np.ndarray, n_votes: np.ndarray) -> np.ndarray:
@@ -111,11 +144,14 @@ def voters_anomaly(votes: pd.DataFrame, *, min_votes: int = 10) -> AnomalyResult
         return AnomalyResult(votes=per_vote, voters=empty)
     # p > 0 always (the prior gives every outcome a positive rate), so the log is finite.
     log_p = np.log(np.clip(per_vote["p_value"].to_numpy(), np.finfo(float).tiny, 1.0))
-    grouped = pd.DataFrame({"voter": per_vote["voter"], "log_p": log_p}).groupby(
-        "voter", sort=True
-    )["log_p"]
-    voters = pd.DataFrame({"n_votes": grouped.size(), "statistic": -2.0 * grouped.sum()})
-    voters = voters.reset_index()
+    # Per voter, in the voters' text order.
+    (code,), names = _codes(votes["voter"])
+    n_votes = np.bincount(code, minlength=len(names))
+    total = np.bincount(code, weights=log_p, minlength=len(names))
+    seen = n_votes > 0
+    voters = pd.DataFrame(
+        {"voter": names[seen], "n_votes": n_votes[seen], "statistic": -2.0 * total[seen]}
+    )
     enough = voters["n_votes"].to_numpy() >= min_votes
     combined = np.full(len(voters), np.nan)
     combined[enough] = np.exp(
@@ -168,8 +204,9 @@ def model_expectations(
 ) -> Expectations:
     """``p_a`` and ``design`` for the votes (see the section's text); ``style`` (k, n) holds the
     z-scored style differences (NaN where a vote has none: counted as 0), ``coefficients`` (k,)."""
-    theta_a = model_a.astype(str).map(logits).to_numpy(dtype=float)
-    theta_b = model_b.astype(str).map(logits).to_numpy(dtype=float)
+    (code_a, code_b), names = _codes(model_a, model_b)
+    theta = np.array([logits.get(name, np.nan) for name in names], dtype=float)
+    theta_a, theta_b = theta[code_a], theta[code_b]
     eta = theta_a - theta_b
     z = np.zeros((0, len(eta)))
     if style is not None and coefficients is not None and len(coefficients):
@@ -180,8 +217,10 @@ def model_expectations(
 
 
 def _scores(winner: pd.Series) -> np.ndarray:
-    scores: np.ndarray = winner.astype(str).map(OUTCOME_SCORES).to_numpy(dtype=float)
-    return scores
+    (code,), words = _codes(winner)
+    scores = np.array([OUTCOME_SCORES.get(w, np.nan) for w in words], dtype=float)
+    per_vote: np.ndarray = scores[code]
+    return per_vote
 
 
 #: A vote's score from model A's side; ties of either kind are half a win (as in the fit).
@@ -219,20 +258,30 @@ def voter_model_test(
     known = np.isfinite(p)
     y = _scores(votes["winner"])
     known &= np.isfinite(y)
-    voter = votes["voter"].astype(str).to_numpy()[known]
-    sides = [
-        votes["model_a"].astype(str).to_numpy()[known],
-        votes["model_b"].astype(str).to_numpy()[known],
-    ]
+    (voter_code,), voter_names = _codes(votes["voter"])
+    (code_a, code_b), model_names = _codes(votes["model_a"], votes["model_b"])
+    # Each vote is two cells, (voter, model A) and (voter, model B): the second half of each
+    # array is the votes seen from side B.
     pk, yk = p[known], y[known]
-    cell_voter = np.concatenate([voter, voter])
-    cell_model = np.concatenate(sides)
     prob = np.clip(np.concatenate([pk, 1.0 - pk]), 1e-12, 1.0 - 1e-12)
     score = np.concatenate([yk, 1.0 - yk])
-    codes, uniques = pd.factorize(pd.Series(cell_voter) + "\x00" + pd.Series(cell_model))
-    n_cells = len(uniques)
-    n = np.bincount(codes, minlength=n_cells)
-    v = np.bincount(codes, weights=prob * (1.0 - prob), minlength=n_cells)
+    width = max(len(model_names), 1)
+    voter = voter_code[known] * width
+    key, every, n = np.unique(
+        np.concatenate([voter + code_a[known], voter + code_b[known]]),
+        return_inverse=True,
+        return_counts=True,
+    )
+    every = every.reshape(-1)
+    del voter, voter_code, code_a, code_b, pk, yk
+    v = np.bincount(every, weights=prob * (1.0 - prob), minlength=len(key))
+    # Only the cells with enough battles are reported: the likelihood ratio is computed for
+    # them alone (each cell's fit is its own).
+    kept = (n >= min_votes) & (v > 0)
+    rows = kept[every]
+    codes = (np.cumsum(kept) - 1)[every[rows]]
+    n_cells = int(kept.sum())
+    prob, score = prob[rows], score[rows]
     eta = np.log(prob) - np.log1p(-prob)
     # Newton's method on each cell's concave one-parameter likelihood, until every step is
     # below 1e-10 logits (or 60 steps; a record of only wins walks to the +-30 bound).
@@ -250,13 +299,16 @@ def voter_model_test(
     q_not = np.clip(1.0 / (1.0 + np.exp(eta + delta[codes])), 1e-300, 1.0)
     terms = score * (np.log(q) - np.log(prob)) + (1.0 - score) * (np.log(q_not) - np.log1p(-prob))
     lr = np.maximum(2.0 * np.bincount(codes, weights=terms, minlength=n_cells), 0.0)
-    s = delta
-    first = np.zeros(n_cells, dtype=np.int64)
-    first[codes[::-1]] = np.arange(len(codes))[::-1]
     cells = pd.DataFrame(
-        {"voter": cell_voter[first], "model": cell_model[first], "n": n, "s": s, "v": v, "lr": lr}
+        {
+            "voter": voter_names[key[kept] // width],
+            "model": model_names[key[kept] % width],
+            "n": n[kept],
+            "s": delta,
+            "v": v[kept],
+            "lr": lr,
+        }
     )
-    cells = cells[(cells["n"] >= min_votes) & (cells["v"] > 0)].copy()
     columns = ["voter", "n_models", "model", "z", "p_value"]
     if cells.empty:
         return pd.DataFrame(
@@ -302,11 +354,10 @@ def voter_fit_test(
     p = expectations.p_a
     y = _scores(votes["winner"])
     known = np.isfinite(p) & np.isfinite(y)
-    x = expectations.design[:, known].T  # (n, d)
-    r = (y - p)[known]
-    w = (p * (1.0 - p))[known]
-    codes, uniques = pd.factorize(votes["voter"].astype(str).to_numpy()[known])
-    n_voters, d = len(uniques), x.shape[1]
+    (voter_code,), voter_names = _codes(votes["voter"])
+    # Voters in the order of their first vote between rated models.
+    codes, uniques = pd.factorize(voter_code[known])
+    n_voters = len(uniques)
     columns = ["voter", "n_votes", "statistic", "df", "p_value"]
     counts = np.bincount(codes, minlength=n_voters)
     enough = counts >= min_votes
@@ -314,11 +365,22 @@ def voter_fit_test(
         return pd.DataFrame(
             {c: pd.Series(dtype=object if c == "voter" else float) for c in columns}
         )
-    score = np.zeros((n_voters, d))
-    np.add.at(score, codes, x * r[:, None])
-    information = np.zeros((n_voters, d, d))
-    np.add.at(information, codes, w[:, None, None] * x[:, :, None] * x[:, None, :])
-    score, information = score[enough], information[enough]
+    # The sums over the votes of the voters with enough of them, one bincount per entry.
+    rows = np.flatnonzero(known)[enough[codes]]
+    group = (np.cumsum(enough) - 1)[codes[enough[codes]]]
+    n_tested = int(enough.sum())
+    x = expectations.design[:, rows].T  # (n, d)
+    r = (y - p)[rows]
+    w = (p * (1.0 - p))[rows]
+    d = x.shape[1]
+    score = np.stack(
+        [np.bincount(group, weights=x[:, i] * r, minlength=n_tested) for i in range(d)], axis=1
+    )
+    information = np.empty((n_tested, d, d))
+    for i in range(d):
+        wx = w * x[:, i]
+        for j in range(d):
+            information[:, i, j] = np.bincount(group, weights=wx * x[:, j], minlength=n_tested)
     # Scale-free rank: an element a voter's battles never vary in adds no degree of freedom.
     scale = np.sqrt(np.maximum(np.einsum("vii->vi", information), 0.0))
     scale[scale == 0] = 1.0
@@ -330,7 +392,7 @@ def voter_fit_test(
     p_value = np.where(df > 0, chi2.sf(statistic, np.maximum(df, 1)), 1.0)
     return pd.DataFrame(
         {
-            "voter": np.asarray(uniques)[enough],
+            "voter": voter_names[np.asarray(uniques)[enough]],
             "n_votes": counts[enough],
             "statistic": statistic,
             "df": df,
@@ -495,14 +557,19 @@ def held_out_expectations(
     *,
     min_votes: int = 10,
     fit_rows: np.ndarray | None = None,
+    only: Collection[str] | None = None,
 ) -> Expectations:
     """``expectations`` with each vote of a voter holding at least ``min_votes`` votes between
     rated models replaced by its expectation under the models' ratings without that voter's
     votes (see the section's text). ``votes``: ``voter``, ``model_a``, ``model_b``, ``winner``
     in the rows' order. ``fit_rows`` marks the rows the expectations' fit was made from (all by
     default): the information is theirs, and a voter with a row outside them is left as it is
-    (its votes are not all in the fit to be taken out). Costs one solve of at most
-    (models x models) per tested voter.
+    (its votes are not all in the fit to be taken out). ``only``: the voters judged this way
+    (all by default); every row informs the others' held-out ratings whatever ``only`` says.
+    From ``_LOW_RANK_MIN_MODELS`` models, a voter whose votes leave the informed models and the
+    reference as they are costs one k x k solve, k the models it met (``_LowRank``); any other
+    one M x M pseudo-inverse for M models (``_held_out_steps``); both for blocks of voters at
+    once.
     """
     p = np.asarray(expectations.p_a, dtype=float)
     y = _scores(votes["winner"])
@@ -510,22 +577,20 @@ def held_out_expectations(
     if not known.any():
         return expectations
     rows = np.flatnonzero(known)
-    codes, _ = pd.factorize(votes["voter"].astype(str).to_numpy()[rows])
+    (voter_code,), voter_names = _codes(votes["voter"])
+    codes, uniques = pd.factorize(voter_code[rows])
     counts = np.bincount(codes)
     in_fit = np.ones(len(rows), dtype=bool) if fit_rows is None else np.asarray(fit_rows)[rows]
     outside = np.bincount(codes, weights=~in_fit, minlength=len(counts))
-    tested = np.flatnonzero((counts >= min_votes) & (outside == 0))
+    judged = (counts >= min_votes) & (outside == 0)
+    if only is not None:
+        judged &= np.isin(voter_names[uniques], np.array(list(only), dtype=object))
+    tested = np.flatnonzero(judged)
     if not len(tested):
         return expectations
-    _, idx = np.unique(
-        np.concatenate(
-            [
-                votes["model_a"].astype(str).to_numpy()[rows],
-                votes["model_b"].astype(str).to_numpy()[rows],
-            ]
-        ),
-        return_inverse=True,
-    )
+    (code_a, code_b), _ = _codes(votes["model_a"], votes["model_b"])
+    _, idx = np.unique(np.concatenate([code_a[rows], code_b[rows]]), return_inverse=True)
+    idx = idx.reshape(-1)
     a, b = idx[: len(rows)], idx[len(rows) :]
     m = int(idx.max()) + 1
     pk = p[rows]
@@ -538,29 +603,250 @@ def held_out_expectations(
     np.add.at(information, (b, b), wf)
     np.add.at(information, (a, b), -wf)
     np.add.at(information, (b, a), -wf)
-    order = np.argsort(codes, kind="stable")
-    bounds = np.concatenate([[0], np.cumsum(counts)])
     eta = expectations.design[0].astype(float).copy()
-    for g in tested:
-        mine = order[bounds[g] : bounds[g + 1]]
-        am, bm, wm = a[mine], b[mine], w[mine]
-        remaining = information.copy()
-        np.add.at(remaining, (am, am), -wm)
-        np.add.at(remaining, (bm, bm), -wm)
-        np.add.at(remaining, (am, bm), wm)
-        np.add.at(remaining, (bm, am), wm)
-        score = np.bincount(am, r[mine], minlength=m) - np.bincount(bm, r[mine], minlength=m)
-        free = np.flatnonzero(np.diag(remaining) >= HELD_OUT_MIN_INFORMATION)
-        if len(free) < 2:
-            continue
-        ref = free[np.argmax(np.diag(remaining)[free])]
-        free = free[free != ref]
-        step = np.zeros(m)
-        sub = remaining[np.ix_(free, free)]
-        step[free] = np.linalg.lstsq(sub, score[free], rcond=1e-8)[0]
-        eta[rows[mine]] -= step[am] - step[bm]
+    position = np.full(len(counts), -1, dtype=np.int64)
+    position[tested] = np.arange(len(tested))
+    group = position[codes]  # each known row's tested group, -1 for none
+    # The low-rank step where it is the same solution (``_LowRank``), the dense one elsewhere.
+    low_rank = _LowRank.of(information)
+    fast = np.zeros(len(tested), dtype=bool)
+    if low_rank is not None:
+        fast = low_rank.candidates(group, a, b, w, len(tested))
+        fast[low_rank.apply(eta, rows, group, np.flatnonzero(fast), a, b, w, r)] = False
+    dense = np.flatnonzero(~fast)
+    for these, local, ids in _group_blocks(group, dense, np.full(len(dense), m * m)):
+        step = _held_out_steps(information, local, a[these], b[these], w[these], r[these], len(ids))
+        eta[rows[these]] -= step[local, a[these]] - step[local, b[these]]
     p_new = p.copy()
     p_new[rows] = 1.0 / (1.0 + np.exp(-eta[rows]))
     design = expectations.design.copy()
     design[0] = eta
     return Expectations(p_a=p_new, design=design)
+
+
+#: Entries of the stacks (groups x width x width) ``held_out_expectations`` solves at once.
+_HELD_OUT_BLOCK = 500_000
+
+
+def _group_blocks(
+    group: np.ndarray, chosen: np.ndarray, cost: np.ndarray
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The rows of the groups ``chosen`` (``group``: each row's, -1 for none), a block of groups
+    at a time in ``chosen``'s order: ``(rows, each row's group within the block, the block's
+    groups)``, a group's rows in their order. ``cost``: each chosen group's entries, ascending;
+    a block's groups times its largest cost stay within ``_HELD_OUT_BLOCK`` (or one group)."""
+    if not len(chosen):
+        return
+    rank = np.full(int(group.max()) + 1, -1, dtype=np.int64)
+    rank[chosen] = np.arange(len(chosen))
+    ranked = np.where(group >= 0, rank[np.maximum(group, 0)], -1)
+    mine = np.flatnonzero(ranked >= 0)
+    mine = mine[np.argsort(ranked[mine], kind="stable")]
+    bounds = np.searchsorted(ranked[mine], np.arange(len(chosen) + 1))
+    lo = 0
+    while lo < len(chosen):
+        size = np.arange(1, len(chosen) - lo + 1) * np.asarray(cost[lo:], dtype=np.int64)
+        hi = lo + max(1, int(np.searchsorted(size, _HELD_OUT_BLOCK, side="right")))
+        these = mine[bounds[lo] : bounds[hi]]
+        yield these, ranked[these] - lo, chosen[lo:hi]
+        lo = hi
+
+
+#: Below this many models the dense step is the cheaper per voter (about even at 16 on the
+#: benchmark's synthetic voters of 20 votes, ``bench/trust.py``).
+_LOW_RANK_MIN_MODELS = 16
+
+
+class _LowRank:
+    """The held-out step of a group whose votes leave the informed models and the reference as
+    the whole information has them, solved in the models the group met.
+
+    With ``F`` the informed models but the reference, ``A = H[F, F]``, ``S = A^-1``, and for the
+    group ``B`` its information and ``g`` its score on the ``k`` models of ``F`` it met (``E``:
+    those columns of the identity; ``K = E' S E``, k x k), Woodbury's identity gives
+
+        (A - E B E')^-1 E g = S E (g + B (I - K B)^-1 K g),
+
+    so the step on the group's models is ``K (g + B (I - K B)^-1 K g)``: a k x k solve per
+    group whatever the number of models (the step on a model it did not meet moves none of its
+    votes). It is ``lstsq``'s solution when ``A - E B E'`` has no singular value below 1e-8 of
+    its largest. Its largest is at most ``lambda_max(A)``, and with ``rho`` the largest
+    eigenvalue of ``K B`` (the share of ``A`` the group holds in its strongest direction),
+    ``x' (A - E B E') x >= (1 - rho) x' A x``, so its smallest is at least
+    ``(1 - rho) lambda_min(A)``: a group with ``(1 - rho) lambda_min(A) > 1e-8 lambda_max(A)``
+    takes this step. One that fails that, or changes the informed set or the reference, takes
+    the dense step (``_held_out_steps``)."""
+
+    def __init__(self, information: np.ndarray, reference: int, informed: np.ndarray) -> None:
+        self.diagonal = np.diag(information).copy()
+        self.informed = informed
+        self.reference = reference
+        self.free = informed.copy()
+        self.free[reference] = False
+        block = information[np.ix_(self.free, self.free)]
+        eigenvalues = np.linalg.eigvalsh(block)
+        self.low, self.high = float(eigenvalues[0]), float(eigenvalues[-1])
+        m = len(self.diagonal)
+        # S over every model, 0 outside F, with a last row and column of 0 for padding.
+        self.inverse = np.zeros((m + 1, m + 1))
+        if self.low > 1e-8 * self.high:
+            padded = np.append(self.free, False)
+            self.inverse[np.ix_(padded, padded)] = np.linalg.inv(block)
+
+    @classmethod
+    def of(cls, information: np.ndarray) -> _LowRank | None:
+        """The low-rank step of this information, or None where the dense one is the cheaper
+        (fewer than ``_LOW_RANK_MIN_MODELS`` models) or there is nothing to solve."""
+        diagonal = np.diag(information)
+        informed = diagonal >= HELD_OUT_MIN_INFORMATION
+        if len(diagonal) < _LOW_RANK_MIN_MODELS or informed.sum() < 2:
+            return None
+        reference = int(np.where(informed, diagonal, -np.inf).argmax())
+        return cls(information, reference, informed)
+
+    def candidates(
+        self, group: np.ndarray, a: np.ndarray, b: np.ndarray, w: np.ndarray, n_groups: int
+    ) -> np.ndarray:
+        """The groups whose votes leave the informed models and the reference as they are."""
+        out = np.zeros(n_groups, dtype=bool)
+        if not self.low > 1e-8 * self.high:
+            return out
+        m = len(self.diagonal)
+        every = np.arange(n_groups)
+        for these, local, ids in _group_blocks(group, every, np.full(n_groups, m)):
+            at = local * m
+            own = np.bincount(at + a[these], weights=w[these], minlength=len(ids) * m)
+            own += np.bincount(at + b[these], weights=w[these], minlength=len(ids) * m)
+            own = own.reshape(len(ids), m)
+            diagonal = self.diagonal[None, :] - own
+            informed = diagonal >= HELD_OUT_MIN_INFORMATION
+            same = (informed == self.informed[None, :]).all(axis=1)
+            same &= np.where(informed, diagonal, -np.inf).argmax(axis=1) == self.reference
+            out[ids] = same
+        return out
+
+    def _number(
+        self, keys: np.ndarray, first: np.ndarray, owner: np.ndarray, models: np.ndarray
+    ) -> np.ndarray:
+        """Each row's model's number within its group's models of F (``keys``), -1 outside F."""
+        if not len(keys):
+            return np.full(len(models), -1, dtype=np.int64)
+        key = owner * len(self.diagonal) + models
+        at = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
+        found = self.free[models] & (keys[at] == key)
+        return np.where(found, at - first[owner], -1)
+
+    def apply(
+        self,
+        eta: np.ndarray,
+        rows: np.ndarray,
+        group: np.ndarray,
+        chosen: np.ndarray,
+        a: np.ndarray,
+        b: np.ndarray,
+        w: np.ndarray,
+        r: np.ndarray,
+    ) -> np.ndarray:
+        """Move ``eta`` of the ``chosen`` groups' votes by their held-out steps; the groups
+        left for the dense step (``rho`` too close to 1, see the class's text)."""
+        left: list[np.ndarray] = []
+        if not len(chosen):
+            return np.empty(0, dtype=np.int64)
+        m = len(self.diagonal)
+        # The (group, model of F) pairs the chosen groups met, by group then model: a group's
+        # models are numbered from 0 in that order.
+        size = int(group.max()) + 1
+        member = np.zeros(size, dtype=bool)
+        member[chosen] = True
+        picked = np.flatnonzero((group >= 0) & member[np.maximum(group, 0)])
+        sides = np.concatenate([group[picked] * m + a[picked], group[picked] * m + b[picked]])
+        keys = np.unique(sides[self.free[sides % m]])
+        first = np.zeros(size, dtype=np.int64)
+        met = np.zeros(size, dtype=np.int64)
+        first[chosen] = np.searchsorted(keys, chosen * m)
+        met[chosen] = np.searchsorted(keys, chosen * m + m) - first[chosen]
+        chosen = chosen[np.argsort(met[chosen], kind="stable")]  # blocks of similar widths
+        for these, local, ids in _group_blocks(group, chosen, met[chosen] ** 2):
+            n, width = len(ids), max(int(met[ids].max()), 1)
+            owner = group[these]
+            na, nb = (self._number(keys, first, owner, side[these]) for side in (a, b))
+            weight, residual = w[these], r[these]
+            cell = local * width
+            score = np.zeros(n * width)
+            own = np.zeros(n * width * width)
+            for numbered, sign in ((na, 1.0), (nb, -1.0)):
+                ok = numbered >= 0
+                at = cell[ok] + numbered[ok]
+                score += sign * np.bincount(at, residual[ok], n * width)
+                own += np.bincount(at * width + numbered[ok], weight[ok], n * width * width)
+            both = (na >= 0) & (nb >= 0)
+            for one, other in ((na, nb), (nb, na)):
+                at = (cell[both] + one[both]) * width + other[both]
+                own -= np.bincount(at, weight[both], n * width * width)
+            g = score.reshape(n, width)
+            own_b = own.reshape(n, width, width)
+            # Each group's models of F by number (m: padding, whose S row and column are 0).
+            slots = np.full((n, width), m, dtype=np.int64)
+            index = np.arange(width)[None, :]
+            taken = index < met[ids][:, None]
+            slots[taken] = keys[(first[ids][:, None] + index)[taken]] % m
+            k_mat = self.inverse[slots[:, :, None], slots[:, None, :]]
+            product = k_mat @ own_b
+            rho = np.linalg.eigvals(product).real.max(axis=1)
+            exact = (1.0 - rho) * self.low > 1e-8 * self.high
+            left.append(ids[~exact])
+            system = np.eye(width)[None, :, :] - product
+            system[~exact] = np.eye(width)  # left to the dense step
+            y = np.linalg.solve(system, (k_mat @ g[:, :, None]))
+            x = (k_mat @ (g[:, :, None] + own_b @ y))[:, :, 0]
+            x[~exact] = 0.0
+            step_a = np.where(na >= 0, x[local, np.maximum(na, 0)], 0.0)
+            step_b = np.where(nb >= 0, x[local, np.maximum(nb, 0)], 0.0)
+            eta[rows[these]] -= step_a - step_b
+        return np.concatenate(left)
+
+
+def _held_out_steps(
+    information: np.ndarray,
+    group: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    w: np.ndarray,
+    r: np.ndarray,
+    n_groups: int,
+) -> np.ndarray:
+    """(n_groups, m): each group's step ``(H - H_u)^-1 g_u`` in the models the other votes
+    inform (``HELD_OUT_MIN_INFORMATION``), one of them (the most informed) the reference held
+    at 0, every other model 0; all zero for a group with fewer than two informed models.
+
+    The least-squares solution of that system with singular values below 1e-8 of the largest
+    cut (``lstsq``'s), for every group at once: each group's system is embedded in an m x m
+    matrix whose other diagonal entries are its largest diagonal entry (never above its
+    largest eigenvalue, so the cut is unchanged) and whose other right-hand entries are 0,
+    and solved through its pseudo-inverse, computed for the whole stack."""
+    m = information.shape[0]
+    own = np.zeros(n_groups * m * m)
+    for rows_at, cols_at, sign in ((a, a, 1.0), (b, b, 1.0), (a, b, -1.0), (b, a, -1.0)):
+        own += sign * np.bincount(
+            (group * m + rows_at) * m + cols_at, weights=w, minlength=n_groups * m * m
+        )
+    remaining = information[None, :, :] - own.reshape(n_groups, m, m)
+    score = np.bincount(group * m + a, weights=r, minlength=n_groups * m) - np.bincount(
+        group * m + b, weights=r, minlength=n_groups * m
+    )
+    score = score.reshape(n_groups, m)
+    diagonal = np.einsum("gii->gi", remaining)
+    informed = diagonal >= HELD_OUT_MIN_INFORMATION
+    solvable = informed.sum(axis=1) >= 2
+    reference = np.where(informed, diagonal, -np.inf).argmax(axis=1)
+    free = informed.copy()
+    free[np.arange(n_groups), reference] = False
+    free &= solvable[:, None]
+    system = remaining * free[:, :, None] * free[:, None, :]
+    padding = np.where(free, diagonal, -np.inf).max(axis=1, initial=1.0)
+    system[:, np.arange(m), np.arange(m)] += np.where(free, 0.0, padding[:, None])
+    rhs = np.where(free, score, 0.0)
+    step: np.ndarray = np.einsum(
+        "gij,gj->gi", np.linalg.pinv(system, rcond=1e-8, hermitian=True), rhs
+    )
+    return np.where(free, step, 0.0)

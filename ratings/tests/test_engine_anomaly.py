@@ -251,3 +251,50 @@ def test_held_out_expectations_leave_an_untested_voter_and_a_lone_model_as_they_
     solo = (votes["model_b"] == "solo").to_numpy()
     # m0 moves a little without "lone"'s votes; "solo" stays: no step is taken for it.
     assert np.all(np.abs(held.design[0][solo] - full.design[0][solo]) < 0.5)
+
+
+def test_the_low_rank_held_out_step_is_the_dense_one(monkeypatch):
+    """Voters whose votes leave the informed models as they are take the k x k Woodbury step;
+    the others take the dense pseudo-inverse: the sole judge of a thinly rated model (it
+    changes the informed set), and the only voter between two groups of models (without it the
+    system is singular, which only the dense step's cut handles). Both give what the dense step
+    alone gives."""
+    from ratings.engine import anomaly
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for cluster in ("x", "y"):
+        models = [f"{cluster}{i:02d}" for i in range(12)]
+        for v in range(60):
+            for _ in range(30):
+                i, j = rng.choice(12, 2, replace=False)
+                winner = ("model_a", "model_b", "tie")[int(rng.integers(3))]
+                rows.append((f"{cluster}-voter-{v}", models[i], models[j], winner))
+    # x05 is met most: the reference of every held-out fit.
+    rows += [(f"x-voter-{v}", "x05", "x06", "tie") for v in range(60) for _ in range(3)]
+    rows += [("bridge", "x00", "y00", w) for w in ("model_a", "model_b", "tie") * 5]
+    rows += [("thin", "x01", "lone", w) for w in ("model_a", "model_b", "tie") * 4]
+    votes = frame(rows)
+    full = fitted_expectations(votes)
+    seen: dict[str, int] = {}
+    candidates, apply = anomaly._LowRank.candidates, anomaly._LowRank.apply
+
+    def counted_candidates(self, *args, **kwargs):
+        out = candidates(self, *args, **kwargs)
+        seen.update(low_rank=int(out.sum()), changed=int((~out).sum()))
+        return out
+
+    def counted_apply(self, *args, **kwargs):
+        left = apply(self, *args, **kwargs)
+        seen.update(left=len(left))
+        return left
+
+    monkeypatch.setattr(anomaly._LowRank, "candidates", counted_candidates)
+    monkeypatch.setattr(anomaly._LowRank, "apply", counted_apply)
+    both = held_out_expectations(votes, full)
+    monkeypatch.setattr(anomaly._LowRank, "of", classmethod(lambda cls, information: None))
+    dense = held_out_expectations(votes, full)
+    # "thin" changes the informed set; "bridge" is a candidate left to the dense step.
+    assert seen == {"low_rank": 121, "changed": 1, "left": 1}
+    assert np.allclose(both.design[0], dense.design[0], rtol=1e-9, atol=1e-12)
+    assert not np.allclose(both.design[0], full.design[0])  # the steps moved something
