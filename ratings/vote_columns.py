@@ -24,10 +24,10 @@ votes have them all).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
+T = TypeVar("T")
 Kind = Literal["int", "bool", "text", "micros", "style"]
 
 #: Rows of COPY text parsed at a time (about 20-30 MB of CSV for the trust computations' reads).
@@ -251,12 +252,18 @@ def _copy_sql(
     return f"COPY ({body}) TO STDOUT WITH (FORMAT csv)", list(params), columns
 
 
-def _copy_batches(
-    sql: str, params: list[Any], columns: list[tuple[str, pa.DataType]]
-) -> Iterator[pa.Table]:
-    """The COPY's rows, ``BATCH_ROWS`` at a time, as Arrow tables. The connection is busy until
-    the last row is read; a batch that fails to parse ends the iteration after the rest of the
-    rows are read (a cancel would abort the caller's transaction)."""
+def copy_parsed(
+    sql: str,
+    params: list[Any],
+    parse: Callable[[bytes], T],
+    *,
+    batch_rows: int,
+    errors: tuple[type[Exception], ...],
+) -> Iterator[T]:
+    """The COPY's rows, ``batch_rows`` at a time, each batch's text given to ``parse``. The
+    connection is busy until the last row is read; a batch whose ``parse`` raises one of
+    ``errors`` ends the iteration after the rest of the rows are read (a cancel would abort
+    the caller's transaction), then the error is raised."""
     from django.db import connection
 
     failed: Exception | None = None
@@ -264,10 +271,10 @@ def _copy_batches(
         rows: list[bytes] = []
         for row in copy:
             rows.append(bytes(row))
-            if len(rows) == BATCH_ROWS:
+            if len(rows) == batch_rows:
                 try:
-                    batch = _parse(b"".join(rows), columns)
-                except (StyleNotPlain, ValueError) as exc:
+                    batch = parse(b"".join(rows))
+                except errors as exc:
                     failed = exc
                     break
                 rows.clear()
@@ -277,7 +284,20 @@ def _copy_batches(
                 pass
             raise failed
         if rows:
-            yield _parse(b"".join(rows), columns)
+            yield parse(b"".join(rows))
+
+
+def _copy_batches(
+    sql: str, params: list[Any], columns: list[tuple[str, pa.DataType]]
+) -> Iterator[pa.Table]:
+    """The COPY's rows, ``BATCH_ROWS`` at a time, as Arrow tables (``copy_parsed``)."""
+    return copy_parsed(
+        sql,
+        params,
+        lambda data: _parse(data, columns),
+        batch_rows=BATCH_ROWS,
+        errors=(StyleNotPlain, ValueError),
+    )
 
 
 def _parse(data: bytes, columns: list[tuple[str, pa.DataType]]) -> pa.Table:

@@ -47,6 +47,7 @@ from ratings.selectors import rated_votes
 from ratings.vote_columns import (
     PART_COLUMNS,
     StyleNotPlain,
+    copy_parsed,
     style_complete,
     style_counts_of,
     style_counts_plain,
@@ -236,29 +237,15 @@ def _copy_batches(*, batch_rows: int, exact: bool) -> Iterator[pa.RecordBatch]:
     ends the iteration after the rest of the rows are read (not cancelled: a cancel would
     abort the caller's transaction).
     """
-    from django.db import connection
-
     schema = _parquet_schema()
     sql, params, columns = _copy_sql(exact=exact)
-    failed: StyleNotPlain | None = None
-    with connection.cursor() as cursor, cursor.cursor.copy(sql, params) as copy:
-        rows: list[bytes] = []
-        for row in copy:
-            rows.append(bytes(row))
-            if len(rows) == batch_rows:
-                try:
-                    batch = _copy_batch(b"".join(rows), schema, columns)
-                except StyleNotPlain as exc:
-                    failed = exc
-                    break
-                rows.clear()
-                yield batch
-        if failed is not None:
-            for _ in copy:
-                pass
-            raise failed
-        if rows:
-            yield _copy_batch(b"".join(rows), schema, columns)
+    yield from copy_parsed(
+        sql,
+        params,
+        lambda data: _copy_batch(data, schema, columns),
+        batch_rows=batch_rows,
+        errors=(StyleNotPlain,),
+    )
 
 
 @dataclass(frozen=True)
